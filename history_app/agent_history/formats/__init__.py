@@ -1,0 +1,50 @@
+"""Parsers: every supported input format becomes canonical ``records.Run`` objects.
+
+This is the one normalisation path: the library's tools, the ingestion endpoint and the
+import commands all call :func:`parse`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..records import RecordError, Run
+from . import autourgos, native
+
+# name -> (detector, parser); detection tries them in this order.
+FORMATS = {
+    "native": (native.detect, native.parse),
+    "autourgos": (autourgos.detect, autourgos.parse),
+}
+
+
+def accepted_formats() -> list[str]:
+    return list(FORMATS)
+
+
+def detect(payload: Any) -> str | None:
+    """The name of the format ``payload`` is in, judged by its shape, or None."""
+    if not isinstance(payload, dict):
+        return None
+    named = payload.get("format")
+    if isinstance(named, str) and named in FORMATS:
+        return named
+    for name, (detector, _) in FORMATS.items():
+        if detector(payload):
+            return name
+    return None
+
+
+def parse(payload: Any, format: str | None = None) -> list[Run]:
+    """Parse one payload (one item of a request) into runs; raises ``RecordError``."""
+    if not isinstance(payload, dict):
+        raise RecordError([("$", f"must be an object, not {type(payload).__name__}")])
+    if format is not None and format not in FORMATS:
+        raise RecordError([("format", f"unknown format {format!r}; accepted: {', '.join(FORMATS)}")])
+    name = format or detect(payload)
+    if name is None:
+        raise RecordError([("$", f"matches no accepted format; accepted formats: {', '.join(FORMATS)}")])
+    return FORMATS[name][1](payload)
+
+
+__all__ = ["FORMATS", "accepted_formats", "detect", "parse", "autourgos", "native"]

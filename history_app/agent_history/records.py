@@ -1,0 +1,364 @@
+"""The canonical record every input format is normalised into (schema "agent-history/v1").
+
+Plain dataclasses, standard library only: agent code builds them, the dashboard stores
+them, and ``to_dict``/``from_dict`` are the wire format of the ingestion endpoint.
+``from_dict`` validates as it goes and reports every bad field with its JSON path, so a
+client learns exactly what to fix instead of getting a half-stored run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+SCHEMA = "agent-history/v1"
+RUN_KINDS = ("agent", "team", "workflow", "member")
+RUN_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+FINISHED_STATUSES = ("completed", "failed", "cancelled")
+CONTEXT_TARGETS = ("system", "user", "task")
+CONTEXT_KINDS = (
+    "workflow_history",
+    "team_history",
+    "member_interactions",
+    "chat_history",
+    "cot_history",
+    "instructions",
+    "custom",
+)
+MAX_ID_LENGTH = 255
+
+
+class RecordError(ValueError):
+    """A payload that cannot become a record; ``errors`` holds ``(path, message)`` pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{path}: {message}" for path, message in errors))
+
+
+@dataclass
+class ToolCall:
+    tool: str
+    params: Any = None
+    result: str | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    call_id: str | None = None
+
+
+@dataclass
+class Iteration:
+    index: int
+    name: str = ""
+    thought: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MemberInteraction:
+    member: str
+    task: str = ""
+    response: str = ""
+    member_run_id: str | None = None
+
+
+@dataclass
+class InjectedContext:
+    text: str
+    kind: str = "custom"
+    target: str = "system"
+    step: str = ""
+    source_run_ids: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    reported: bool = True
+
+
+@dataclass
+class Run:
+    run_id: str
+    session_id: str
+    kind: str = "agent"
+    status: str = "completed"
+    parent_run_id: str | None = None
+    agent_name: str = ""
+    team_id: str = ""
+    workflow_id: str = ""
+    user_id: str = ""
+    framework: str = ""
+    input: str = ""
+    output: str | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    iterations: list[Iteration] = field(default_factory=list)
+    member_interactions: list[MemberInteraction] = field(default_factory=list)
+    injected_contexts: list[InjectedContext] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    redactions: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return round((_aware(self.ended_at) - _aware(self.started_at)).total_seconds() * 1000)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"schema": SCHEMA}
+        data.update(_plain(self))
+        return data
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Run:
+        """Build a run from its dict form, raising ``RecordError`` listing every bad field."""
+        errors: list[tuple[str, str]] = []
+        run = _read_run(data, "$", errors)
+        if errors or run is None:
+            raise RecordError(errors or [("$", "not a run")])
+        return run
+
+
+# -- serialisation -----------------------------------------------------------------
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    if hasattr(obj, "__dataclass_fields__"):
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def parse_time(value: Any) -> datetime | None:
+    """ISO 8601 / RFC 3339 (with ``Z``) or epoch seconds; naive times are kept naive."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("expected a timestamp")
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, tz=UTC)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        # Go writes nanoseconds; Python's parser accepts at most microseconds.
+        if "." in text:
+            head, _, tail = text.partition(".")
+            digits = len(tail) - len(tail.lstrip("0123456789"))
+            if digits > 6:
+                tail = tail[:6] + tail[digits:]
+            text = f"{head}.{tail}"
+        return datetime.fromisoformat(text)
+    raise ValueError("expected a timestamp")
+
+
+class _Reader:
+    """Typed field access that records ``(path, message)`` instead of raising."""
+
+    def __init__(self, data: dict[str, Any], path: str, errors: list[tuple[str, str]]):
+        self.data, self.path, self.errors = data, path, errors
+
+    def fail(self, key: str, message: str) -> None:
+        self.errors.append((f"{self.path}.{key}", message))
+
+    def text(self, key: str, default: str | None = "", *, required: bool = False) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if required:
+                self.fail(key, "is required")
+            return default
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, dict | list):
+            # Structured answers (a dict from a JSON-mode model, say) are kept, as JSON.
+            return json.dumps(value, ensure_ascii=False, indent=2)
+        self.fail(key, f"must be a string, not {type(value).__name__}")
+        return default
+
+    def ident(self, key: str, *, required: bool = False) -> Any:
+        value = self.text(key, None, required=required)
+        if value is None:
+            return None
+        if not value or len(value) > MAX_ID_LENGTH:
+            self.fail(key, f"must be 1 to {MAX_ID_LENGTH} characters")
+        elif "/" in value or any(ord(c) < 32 for c in value):
+            self.fail(key, "must not contain '/' or control characters")
+        return value
+
+    def choice(self, key: str, allowed: tuple[str, ...], default: str) -> str:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str) or value.lower() not in allowed:
+            self.fail(key, f"must be one of {', '.join(allowed)}")
+            return default
+        return value.lower()
+
+    def time(self, key: str) -> datetime | None:
+        try:
+            return parse_time(self.data.get(key))
+        except (ValueError, OverflowError, OSError):
+            self.fail(key, "must be an ISO 8601 timestamp or epoch seconds")
+            return None
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value = self.data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail(key, "must be an object")
+            return {}
+        return value
+
+    def items(self, key: str) -> list[tuple[str, Any]]:
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.fail(key, "must be an array")
+            return []
+        return [(f"{self.path}.{key}[{i}]", item) for i, item in enumerate(value)]
+
+
+def _obj(data: Any, path: str, errors: list[tuple[str, str]]) -> _Reader | None:
+    if not isinstance(data, dict):
+        errors.append((path, "must be an object"))
+        return None
+    return _Reader(data, path, errors)
+
+
+def _read_tool_call(data: Any, path: str, errors: list[tuple[str, str]]) -> ToolCall | None:
+    r = _obj(data, path, errors)
+    if r is None:
+        return None
+    return ToolCall(
+        tool=r.text("tool", required=True) or "",
+        params=data.get("params"),
+        result=r.text("result", None),
+        error=r.text("error", None),
+        started_at=r.time("started_at"),
+        ended_at=r.time("ended_at"),
+        call_id=r.text("call_id", None),
+    )
+
+
+def _read_iteration(data: Any, path: str, errors: list[tuple[str, str]], position: int) -> Iteration | None:
+    r = _obj(data, path, errors)
+    if r is None:
+        return None
+    index = data.get("index", position)
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        r.fail("index", "must be a non-negative integer")
+        index = position
+    calls = [_read_tool_call(item, p, errors) for p, item in r.items("tool_calls")]
+    return Iteration(
+        index=index,
+        name=r.text("name") or "",
+        thought=r.text("thought", None),
+        tool_calls=[c for c in calls if c is not None],
+        started_at=r.time("started_at"),
+        ended_at=r.time("ended_at"),
+        metadata=r.mapping("metadata"),
+    )
+
+
+def _read_interaction(data: Any, path: str, errors: list[tuple[str, str]]) -> MemberInteraction | None:
+    r = _obj(data, path, errors)
+    if r is None:
+        return None
+    return MemberInteraction(
+        member=r.text("member") or "Unknown",
+        task=r.text("task") or "",
+        response=r.text("response") or "",
+        member_run_id=r.ident("member_run_id"),
+    )
+
+
+def _read_context(data: Any, path: str, errors: list[tuple[str, str]]) -> InjectedContext | None:
+    r = _obj(data, path, errors)
+    if r is None:
+        return None
+    sources = data.get("source_run_ids") or []
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        r.fail("source_run_ids", "must be an array of strings")
+        sources = []
+    reported = data.get("reported", True)
+    if not isinstance(reported, bool):
+        r.fail("reported", "must be true or false")
+        reported = True
+    return InjectedContext(
+        text=r.text("text", required=True) or "",
+        kind=r.choice("kind", CONTEXT_KINDS, "custom"),
+        target=r.choice("target", CONTEXT_TARGETS, "system"),
+        step=r.text("step") or "",
+        source_run_ids=list(sources),
+        settings=r.mapping("settings"),
+        reported=reported,
+    )
+
+
+def _read_run(data: Any, path: str, errors: list[tuple[str, str]]) -> Run | None:
+    r = _obj(data, path, errors)
+    if r is None:
+        return None
+    iterations = [_read_iteration(item, p, errors, i) for i, (p, item) in enumerate(r.items("iterations"))]
+    interactions = [_read_interaction(item, p, errors) for p, item in r.items("member_interactions")]
+    contexts = [_read_context(item, p, errors) for p, item in r.items("injected_contexts")]
+    redactions = r.mapping("redactions")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in redactions.values()):
+        r.fail("redactions", "must map rule names to counts")
+        redactions = {}
+    known = {f.name for f in fields(Run)} | {"schema"}
+    metadata = dict(r.mapping("metadata"))
+    # Unknown fields are kept, never dropped silently.
+    extra = {k: v for k, v in data.items() if k not in known}
+    if extra:
+        metadata.setdefault("extra_fields", {}).update(extra)
+    return Run(
+        run_id=r.ident("run_id", required=True) or "",
+        session_id=r.ident("session_id", required=True) or "",
+        kind=r.choice("kind", RUN_KINDS, "agent"),
+        status=r.choice("status", RUN_STATUSES, "completed"),
+        parent_run_id=r.ident("parent_run_id"),
+        agent_name=r.text("agent_name") or "",
+        team_id=r.text("team_id") or "",
+        workflow_id=r.text("workflow_id") or "",
+        user_id=r.text("user_id") or "",
+        framework=r.text("framework") or "",
+        input=r.text("input") or "",
+        output=r.text("output", None),
+        error=r.text("error", None),
+        started_at=r.time("started_at"),
+        ended_at=r.time("ended_at"),
+        iterations=[i for i in iterations if i is not None],
+        member_interactions=[i for i in interactions if i is not None],
+        injected_contexts=[c for c in contexts if c is not None],
+        metrics=r.mapping("metrics"),
+        metadata=metadata,
+        redactions=dict(redactions),
+    )

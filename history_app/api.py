@@ -1,0 +1,160 @@
+"""The JSON API: the ingestion endpoint and the JSON twins of the pages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from . import selectors, services
+from .agent_history import formats
+from .auth import error_response, token_required
+
+JSON_TYPES = {"application/json"}
+NDJSON_TYPES = {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
+
+
+class BadBody(ValueError):
+    def __init__(self, message: str, path: str = "$"):
+        super().__init__(message)
+        self.path = path
+
+
+def _read_body(request: HttpRequest) -> bytes | None:
+    """The body, or None when it is over the limit (checked before reading it all)."""
+    limit = settings.HISTORY_MAX_BODY_BYTES
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        return None
+    body = request.read(limit + 1)
+    return None if len(body) > limit else body
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _loads(text: str, path: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise BadBody(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path) from None
+    except (ValueError, RecursionError) as exc:
+        raise BadBody(f"invalid JSON: {exc}", path) from None
+
+
+def parse_items(body: bytes, content_type: str) -> list[Any]:
+    """The items of a request: one object, a JSON array, or NDJSON lines.
+
+    A bad NDJSON line does not sink its neighbours: it becomes a ``BadBody`` item that is
+    reported as rejected at its own index.
+    """
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadBody(f"the body is not UTF-8 (byte {exc.start})") from None
+    if content_type in NDJSON_TYPES:
+        items: list[Any] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append(_loads(line, f"$[{len(items)}]"))
+            except BadBody as exc:
+                items.append(BadBody(f"line {number}: {exc}", exc.path))
+        return items
+    data = _loads(text, "$")
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        return [data]
+    raise BadBody("the body must be a JSON object or an array of objects")
+
+
+@csrf_exempt
+@require_POST
+@token_required(allow_session=False)
+def ingest(request: HttpRequest) -> JsonResponse:
+    content_type = request.content_type.lower()
+    if content_type not in JSON_TYPES | NDJSON_TYPES:
+        return error_response(
+            f"unsupported content type {content_type or '(none)'!r}; send application/json or application/x-ndjson",
+            415,
+        )
+    body = _read_body(request)
+    if body is None:
+        return error_response(f"the body is larger than {settings.HISTORY_MAX_BODY_BYTES} bytes", 413)
+    format_name = request.GET.get("format") or None
+    if format_name is not None and format_name not in formats.FORMATS:
+        return error_response(
+            f"unknown format {format_name!r}; accepted: {', '.join(formats.accepted_formats())}",
+            400,
+            errors=[{"path": "format", "message": "unknown format"}],
+        )
+    try:
+        items = parse_items(body, content_type)
+    except BadBody as exc:
+        return error_response(str(exc), 400, errors=[{"path": exc.path, "message": str(exc)}])
+    if not items:
+        return error_response("the body holds no runs", 400, errors=[{"path": "$", "message": "empty"}])
+
+    good = [(i, item) for i, item in enumerate(items) if not isinstance(item, BadBody)]
+    stored = services.ingest_items(items=[item for _, item in good], format=format_name)
+    results: list[dict[str, Any]] = [{}] * len(items)
+    for (index, _), result in zip(good, stored, strict=True):
+        result.index = index
+        results[index] = result.as_dict()
+    for index, item in enumerate(items):
+        if isinstance(item, BadBody):
+            results[index] = services.ItemResult(
+                index=index, errors=[{"path": item.path, "message": str(item)}]
+            ).as_dict()
+    rejected = sum(1 for r in results if r["status"] == "rejected")
+    status = 200 if rejected == 0 else 207 if rejected < len(results) else 400
+    return JsonResponse({"ok": rejected == 0, "results": results}, status=status)
+
+
+@require_GET
+@token_required(allow_session=True)
+def sessions(request: HttpRequest) -> JsonResponse:
+    try:
+        page = selectors.sessions_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
+    except selectors.BadCursor as exc:
+        return error_response(str(exc), 400)
+    return JsonResponse(
+        {"ok": True, "sessions": [selectors.session_summary(s) for s in page.items], "next": page.next_cursor}
+    )
+
+
+@require_GET
+@token_required(allow_session=True)
+def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
+    try:
+        session = selectors.get_session(session_id)
+    except selectors.Http404:
+        return error_response(f"no session {session_id!r}", 404)
+    runs = selectors.session_runs(session=session)
+    return JsonResponse(
+        {
+            "ok": True,
+            "session": selectors.session_summary(session),
+            "runs": [selectors.run_summary(r) for r in runs],
+        }
+    )
+
+
+@require_GET
+@token_required(allow_session=True)
+def run_detail(request: HttpRequest, run_id: str) -> JsonResponse:
+    try:
+        run = selectors.run_transcript(run_id)
+    except selectors.Http404:
+        return error_response(f"no run {run_id!r}", 404)
+    return JsonResponse({"ok": True, "run": selectors.run_record(run).to_dict()})

@@ -1,0 +1,80 @@
+"""Bearer-token authentication for the JSON API.
+
+Tokens are stored only as SHA-256 hashes. A presented token is looked up by its short
+prefix and then compared hash-to-hash with ``hmac.compare_digest``, so the comparison
+takes the same time however many leading characters match.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import secrets
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+
+from .models import IngestToken
+
+TOKEN_PREFIX = "aht_"
+PREFIX_LENGTH = 12
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def register_token(*, name: str, token: str | None = None) -> tuple[IngestToken, str]:
+    """Store a token (a new random one unless given); returns the row and the plain token."""
+    token = token or new_token()
+    row, _ = IngestToken.objects.update_or_create(
+        token_hash=IngestToken.hash(token),
+        defaults={"name": name, "prefix": token[:PREFIX_LENGTH], "revoked": False},
+    )
+    return row, token
+
+
+def token_from_request(request: HttpRequest) -> IngestToken | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, presented = header.partition(" ")
+    presented = presented.strip()
+    if scheme.lower() != "bearer" or not presented:
+        return None
+    wanted = IngestToken.hash(presented)
+    for candidate in IngestToken.objects.filter(prefix=presented[:PREFIX_LENGTH], revoked=False):
+        if hmac.compare_digest(candidate.token_hash, wanted):
+            return candidate
+    return None
+
+
+def error_response(message: str, status: int, **extra: object) -> JsonResponse:
+    """The one error shape of the JSON API."""
+    return JsonResponse({"ok": False, "error": message, "status": status, **extra}, status=status)
+
+
+def token_required(
+    *, allow_session: bool
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Require a valid bearer token (or, with ``allow_session``, a logged-in user)."""
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+            if allow_session and request.user.is_authenticated:
+                return view(request, *args, **kwargs)
+            token = token_from_request(request)
+            if token is None:
+                response = error_response("a valid 'Authorization: Bearer <token>' header is required", 401)
+                response["WWW-Authenticate"] = 'Bearer realm="agent-history"'
+                return response
+            # Write the "last used" time at most once a minute per token.
+            now = timezone.now()
+            if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+                IngestToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            request.ingest_token = token
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator

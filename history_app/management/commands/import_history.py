@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from history_app import services
+from history_app.agent_history.formats import autourgos
+
+SUFFIXES = {".json", ".jsonl", ".ndjson", ".md"}
+
+
+def collect_files(paths: list[str]) -> list[Path]:
+    """Files to import, in a stable order; a ``.md`` log only where no ``.json`` twin exists."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in SUFFIXES)
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise CommandError(f"{raw}: no such file or folder")
+    chosen = []
+    for path in found:
+        if path.suffix.lower() == ".md" and path.with_suffix(".json").exists():
+            continue
+        chosen.append(path)
+    return chosen
+
+
+def read_items(path: Path) -> tuple[list[object], str | None]:
+    """The items in a file, and for Markdown logs the parsed runs' format name."""
+    text = path.read_text(encoding="utf-8-sig")
+    suffix = path.suffix.lower()
+    if suffix == ".md":
+        runs = autourgos.parse_markdown(text)
+        return [run.to_dict() for run in runs], "native"
+    if suffix in {".jsonl", ".ndjson"}:
+        return [json.loads(line) for line in text.splitlines() if line.strip()], None
+    data = json.loads(text)
+    return (data if isinstance(data, list) else [data]), None
+
+
+class Command(BaseCommand):
+    help = "Import agent history files (autourgos .json logs, .md logs without a .json, native JSON/NDJSON)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("paths", nargs="+", metavar="PATH", help="Files or folders to import.")
+
+    def handle(self, *args, paths: list[str], **options):
+        files = collect_files(paths)
+        if not files:
+            raise CommandError("no .json, .jsonl, .ndjson or .md files found")
+        totals: Counter[str] = Counter()
+        problems: list[str] = []
+        for number, path in enumerate(files, start=1):
+            self._progress(number, len(files), path)
+            try:
+                items, format_name = read_items(path)
+            except (ValueError, OSError) as exc:
+                totals["rejected"] += 1
+                problems.append(f"{path}: {exc}")
+                continue
+            for result in services.ingest_items(items=items, format=format_name):
+                totals[result.status] += 1
+                for error in result.errors:
+                    where = f"[{result.index}]" if len(items) > 1 else ""
+                    problems.append(f"{path}{where}: {error['path']}: {error['message']}")
+        if sys.stderr.isatty():
+            self.stderr.write("")
+        self.stdout.write(
+            f"Imported {len(files)} file(s): {totals['created']} created, {totals['updated']} updated, "
+            f"{totals['duplicate']} duplicate, {totals['rejected']} rejected."
+        )
+        for problem in problems:
+            self.stdout.write(f"  rejected {problem}")
+
+    def _progress(self, number: int, total: int, path: Path) -> None:
+        width = 30
+        filled = width * number // total
+        bar = "#" * filled + "-" * (width - filled)
+        line = f"[{bar}] {number}/{total} {path.name[:40]}"
+        if sys.stderr.isatty():
+            self.stderr.write("\r" + line.ljust(80), ending="")
+        elif number == total or number % 50 == 1:
+            self.stderr.write(line)

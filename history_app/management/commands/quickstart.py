@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from history_app.auth import register_token
+from history_app.management.commands.import_history import collect_files, read_items
+from history_app.services import ingest_items
+
+DEMO_DIR = Path(__file__).resolve().parents[2] / "demo"
+
+
+class Command(BaseCommand):
+    help = "Set up the dashboard (database, admin user, ingest token, demo data) and serve it."
+
+    def add_arguments(self, parser):
+        parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
+        parser.add_argument(
+            "--no-serve", action="store_true", help="Set everything up but do not start the server."
+        )
+
+    def handle(self, *args, addrport: str, no_serve: bool, **options):
+        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        call_command("migrate", interactive=False, verbosity=0)
+        self.stdout.write(self.style.SUCCESS("Database ready: ") + str(settings.DATABASES["default"]["NAME"]))
+
+        User = get_user_model()
+        if User.objects.filter(username="admin").exists():
+            self.stdout.write("User 'admin' exists; its password is unchanged.")
+        else:
+            password = os.environ.get("HISTORY_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+            User.objects.create_superuser("admin", email="", password=password)
+            shown = "(from HISTORY_ADMIN_PASSWORD)" if os.environ.get("HISTORY_ADMIN_PASSWORD") else password
+            self.stdout.write(self.style.SUCCESS("Created user 'admin' with password: ") + shown)
+
+        _, token = register_token(name="quickstart", token=os.environ.get("HISTORY_INGEST_TOKEN") or None)
+        self.stdout.write(self.style.SUCCESS("Ingest token: ") + token)
+
+        counts = {"created": 0, "updated": 0, "duplicate": 0, "rejected": 0}
+        for path in collect_files([str(DEMO_DIR)]):
+            items, format_name = read_items(path)
+            for result in ingest_items(items=items, format=format_name):
+                counts[result.status] += 1
+        self.stdout.write(
+            self.style.SUCCESS("Demo data: ")
+            + f"{counts['created']} runs created, {counts['duplicate']} already there, {counts['rejected']} rejected."
+        )
+
+        host = addrport if ":" in addrport else f"127.0.0.1:{addrport}"
+        url = f"http://{host}/"
+        self.stdout.write("")
+        self.stdout.write(f"Open {url} and log in as admin.")
+        self.stdout.write("Send a run:")
+        self.stdout.write(
+            f"  curl -sS -X POST {url}api/v1/ingest -H 'Authorization: Bearer {token}' "
+            "-H 'Content-Type: application/json' "
+            """-d '{"query": "What is 6*7?", "agent_name": "Calculator", "start_time": "2026-11-30T10:00:00", """
+            """"end_time": "2026-11-30T10:00:01", "iterations": [{"iteration": 1, "thought": "Multiply.", """
+            """"tools": [], "observations": []}], "final_response": "42", "error": null}'"""
+        )
+        if no_serve:
+            return
+        self.stdout.write("")
+        call_command("runserver", addrport, use_reloader=False)

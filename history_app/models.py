@@ -1,0 +1,191 @@
+"""Stored agent history: sessions, runs and everything a run contains.
+
+Sessions and runs are addressed by their external ids (``session_id``, ``run_id``) in
+URLs and APIs; the integer primary keys are internal. Every child table carries ``run``
+directly, so a page fetches a run's iterations, tool calls, interactions and contexts in
+one query each, and every large table reaches its session in one join (the natural
+distribution key if a deployment ever partitions by session).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.db import models
+from django.urls import reverse
+
+from .agent_history.records import CONTEXT_KINDS, CONTEXT_TARGETS, RUN_KINDS, RUN_STATUSES
+
+
+def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(v, v.replace("_", " ")) for v in values]
+
+
+class Session(models.Model):
+    session_id = models.CharField(max_length=255, unique=True)
+    user_id = models.CharField(max_length=255, blank=True, db_index=True)
+    framework = models.CharField(max_length=32, blank=True)
+    agent_name = models.CharField(
+        max_length=255, blank=True, help_text="Agent, team or workflow of the latest run."
+    )
+    run_count = models.PositiveIntegerField(default=0)
+    failed_count = models.PositiveIntegerField(default=0)
+    last_status = models.CharField(max_length=16, blank=True)
+    first_started_at = models.DateTimeField(null=True, blank=True)
+    # The latest time the agent reported for any of its runs, falling back to when we
+    # received the run: sessions are listed, and pruned, by this indexed column.
+    last_activity_at = models.DateTimeField(db_index=True)
+    pinned = models.BooleanField(default=False, help_text="Pinned sessions are never pruned.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["-last_activity_at", "-id"], name="session_activity_idx")]
+
+    def __str__(self) -> str:
+        return self.session_id
+
+    def get_absolute_url(self) -> str:
+        return reverse("history_app:session_detail", args=[self.session_id])
+
+
+class Run(models.Model):
+    run_id = models.CharField(max_length=255, unique=True)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
+    # Not a foreign key: a member run may arrive before the team run that spawned it.
+    parent_run_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)
+    kind = models.CharField(max_length=16, choices=_choices(RUN_KINDS), default="agent")
+    status = models.CharField(max_length=16, choices=_choices(RUN_STATUSES), default="completed")
+    agent_name = models.CharField(max_length=255, blank=True)
+    team_id = models.CharField(max_length=255, blank=True)
+    workflow_id = models.CharField(max_length=255, blank=True)
+    user_id = models.CharField(max_length=255, blank=True)
+    framework = models.CharField(max_length=32, blank=True)
+    input = models.TextField(blank=True)
+    output = models.TextField(null=True, blank=True)
+    output_html = models.TextField(
+        blank=True, help_text="The output as sanitised HTML, rendered once at ingestion."
+    )
+    error = models.TextField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.BigIntegerField(null=True, blank=True)
+    iteration_count = models.PositiveIntegerField(default=0)
+    tool_call_count = models.PositiveIntegerField(default=0)
+    tool_error_count = models.PositiveIntegerField(default=0)
+    metrics = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    redactions = models.JSONField(default=dict, blank=True)
+    source_format = models.CharField(max_length=32, blank=True)
+    content_hash = models.CharField(max_length=64)
+    received_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["session", "started_at", "id"], name="run_session_order_idx"),
+            models.Index(fields=["status"], name="run_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+    def get_absolute_url(self) -> str:
+        return reverse("history_app:run_detail", args=[self.run_id])
+
+    @property
+    def redaction_total(self) -> int:
+        return sum(v for v in self.redactions.values() if isinstance(v, int))
+
+
+class Iteration(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="iterations")
+    position = models.PositiveIntegerField()
+    index = models.IntegerField(help_text="The iteration number the agent reported.")
+    name = models.CharField(max_length=255, blank=True)
+    thought = models.TextField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "position"], name="iteration_run_position_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.index}"
+
+
+class ToolCall(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    iteration = models.ForeignKey(Iteration, on_delete=models.CASCADE, related_name="tool_calls")
+    position = models.PositiveIntegerField()
+    tool = models.CharField(max_length=255)
+    call_id = models.CharField(max_length=255, blank=True)
+    params = models.JSONField(null=True, blank=True)
+    result = models.TextField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["iteration_id", "position"]
+        indexes = [models.Index(fields=["tool"], name="toolcall_tool_idx")]
+
+    def __str__(self) -> str:
+        return self.tool
+
+
+class MemberInteraction(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="member_interactions")
+    position = models.PositiveIntegerField()
+    member = models.CharField(max_length=255)
+    task = models.TextField(blank=True)
+    response = models.TextField(blank=True)
+    member_run_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["position"]
+
+    def __str__(self) -> str:
+        return self.member
+
+
+class InjectedContext(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="injected_contexts")
+    position = models.PositiveIntegerField()
+    step = models.CharField(max_length=255, blank=True)
+    target = models.CharField(max_length=16, choices=_choices(CONTEXT_TARGETS), default="system")
+    kind = models.CharField(max_length=32, choices=_choices(CONTEXT_KINDS), default="custom")
+    text = models.TextField()
+    source_run_ids = models.JSONField(default=list, blank=True)
+    settings = models.JSONField(default=dict, blank=True)
+    reported = models.BooleanField(
+        default=True, help_text="False when reconstructed rather than reported by the agent."
+    )
+
+    class Meta:
+        ordering = ["position"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} for {self.step or 'run'}"
+
+
+class IngestToken(models.Model):
+    """A bearer token for the ingestion API. Only its SHA-256 is stored."""
+
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12, help_text="The first characters, to recognise a token.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def hash(token: str) -> str:
+        return hashlib.sha256(token.encode("utf-8")).hexdigest()

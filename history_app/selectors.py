@@ -1,0 +1,202 @@
+"""Reads: every page and JSON twin gets its data here, in a bounded number of queries.
+
+The number of queries a selector makes never grows with the number of runs, iterations
+or tool calls (tests pin it with ``assertNumQueries``): lists use keyset pagination on
+indexed columns, and a run's children come in one query per table.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Prefetch, Q
+from django.http import Http404
+
+from . import models
+from .agent_history import records
+
+
+class BadCursor(ValueError):
+    """A ``_next`` token that this server did not hand out."""
+
+
+def encode_cursor(when: datetime, pk: int) -> str:
+    raw = json.dumps([when.isoformat(), pk]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(token: str) -> tuple[datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        when, pk = json.loads(raw)
+        return datetime.fromisoformat(when), int(pk)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise BadCursor("the _next token is not valid; start again from the first page") from None
+
+
+@dataclass
+class Page:
+    items: list[Any]
+    next_cursor: str | None
+
+
+def sessions_page(*, after: str | None = None, limit: int = 50) -> Page:
+    """Sessions, newest activity first, ``limit`` at a time after the ``after`` cursor.
+
+    Important: order by (last_activity_at, id) — both in the index — so the database walks
+    the index instead of sorting the table, and a cursor stays valid while runs arrive.
+    """
+    queryset = models.Session.objects.order_by("-last_activity_at", "-id")
+    if after:
+        when, pk = decode_cursor(after)
+        queryset = queryset.filter(Q(last_activity_at__lt=when) | Q(last_activity_at=when, id__lt=pk))
+    rows = list(queryset[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1].last_activity_at, rows[-1].pk)
+    return Page(rows, next_cursor)
+
+
+def get_session(session_id: str) -> models.Session:
+    try:
+        return models.Session.objects.get(session_id=session_id)
+    except models.Session.DoesNotExist:
+        raise Http404("No such session") from None
+
+
+def session_runs(*, session: models.Session) -> list[models.Run]:
+    """The session's runs in the order they started (one query)."""
+    return list(
+        models.Run.objects.filter(session=session)
+        .defer("output_html", "metadata")
+        .order_by("started_at", "received_at", "id")
+    )
+
+
+def run_transcript(run_id: str) -> models.Run:
+    """A run with its iterations and their tool calls, interactions and contexts (5 queries)."""
+    queryset = models.Run.objects.select_related("session").prefetch_related(
+        Prefetch(
+            "iterations",
+            queryset=models.Iteration.objects.prefetch_related(
+                Prefetch("tool_calls", queryset=models.ToolCall.objects.order_by("position"))
+            ),
+        ),
+        "member_interactions",
+        "injected_contexts",
+    )
+    try:
+        return queryset.get(run_id=run_id)
+    except models.Run.DoesNotExist:
+        raise Http404("No such run") from None
+
+
+def run_record(run: models.Run) -> records.Run:
+    """The stored (redacted) run as a canonical record; expects ``run_transcript``'s prefetches."""
+    return records.Run(
+        run_id=run.run_id,
+        session_id=run.session.session_id,
+        kind=run.kind,
+        status=run.status,
+        parent_run_id=run.parent_run_id,
+        agent_name=run.agent_name,
+        team_id=run.team_id,
+        workflow_id=run.workflow_id,
+        user_id=run.user_id,
+        framework=run.framework,
+        input=run.input,
+        output=run.output,
+        error=run.error,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        iterations=[
+            records.Iteration(
+                index=it.index,
+                name=it.name,
+                thought=it.thought,
+                started_at=it.started_at,
+                ended_at=it.ended_at,
+                metadata=it.metadata,
+                tool_calls=[
+                    records.ToolCall(
+                        tool=call.tool,
+                        params=call.params,
+                        result=call.result,
+                        error=call.error,
+                        started_at=call.started_at,
+                        ended_at=call.ended_at,
+                        call_id=call.call_id or None,
+                    )
+                    for call in it.tool_calls.all()
+                ],
+            )
+            for it in run.iterations.all()
+        ],
+        member_interactions=[
+            records.MemberInteraction(
+                member=mi.member, task=mi.task, response=mi.response, member_run_id=mi.member_run_id
+            )
+            for mi in run.member_interactions.all()
+        ],
+        injected_contexts=[
+            records.InjectedContext(
+                text=ctx.text,
+                kind=ctx.kind,
+                target=ctx.target,
+                step=ctx.step,
+                source_run_ids=ctx.source_run_ids,
+                settings=ctx.settings,
+                reported=ctx.reported,
+            )
+            for ctx in run.injected_contexts.all()
+        ],
+        metrics=run.metrics,
+        metadata=run.metadata,
+        redactions=run.redactions,
+    )
+
+
+def session_summary(session: models.Session) -> dict[str, Any]:
+    return {
+        "session_id": session.session_id,
+        "user_id": session.user_id,
+        "framework": session.framework,
+        "agent_name": session.agent_name,
+        "run_count": session.run_count,
+        "failed_count": session.failed_count,
+        "last_status": session.last_status,
+        "first_started_at": _iso(session.first_started_at),
+        "last_activity_at": _iso(session.last_activity_at),
+        "pinned": session.pinned,
+    }
+
+
+def run_summary(run: models.Run) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "parent_run_id": run.parent_run_id,
+        "kind": run.kind,
+        "status": run.status,
+        "agent_name": run.agent_name,
+        "framework": run.framework,
+        "input": run.input,
+        "output": run.output,
+        "error": run.error,
+        "started_at": _iso(run.started_at),
+        "ended_at": _iso(run.ended_at),
+        "duration_ms": run.duration_ms,
+        "iteration_count": run.iteration_count,
+        "tool_call_count": run.tool_call_count,
+        "tool_error_count": run.tool_error_count,
+        "redactions": run.redactions,
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

@@ -1,0 +1,286 @@
+"""Writes: ingesting runs. Keyword-only, transactional service functions.
+
+Every input goes through ``agent_history.formats.parse`` (the one normalisation path),
+is redacted again here whatever the client did (the server never trusts client-side
+redaction), and is written in one transaction per run: a run is stored whole or not at
+all. Ingestion is idempotent on ``run_id``: the same content again is a "duplicate",
+changed content under the same id is an "updated" run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import Count, Max, Min, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from . import models
+from .agent_history import formats
+from .agent_history.records import RecordError, Run
+from .agent_history.redact import Redactor
+from .rendering import render_markdown
+
+logger = logging.getLogger(__name__)
+
+# Identifiers are not redacted (they are how a run is found again); everything else is.
+_ID_KEYS = ("run_id", "session_id", "parent_run_id", "schema", "redactions")
+
+
+@dataclass
+class ItemResult:
+    index: int
+    run_id: str | None = None
+    session_id: str | None = None
+    status: str = "rejected"
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "run_id": self.run_id,
+            "session_id": self.session_id,
+            "status": self.status,
+            "errors": self.errors,
+        }
+
+
+def server_redactor() -> Redactor:
+    return Redactor(max_length=settings.HISTORY_MAX_FIELD_CHARS)
+
+
+def prepare_run(run: Run, *, redactor: Redactor | None = None) -> Run:
+    """Redact (and cap) every content field of ``run``; counts go into ``run.redactions``."""
+    redactor = redactor or server_redactor()
+    data = run.to_dict()
+    kept = {key: data.pop(key) for key in _ID_KEYS if key in data}
+    cleaned, counts = redactor.redact_with_counts(data)
+    cleaned = _without_nul(cleaned)
+    cleaned.update(kept)
+    total: Counter[str] = Counter({k: v for k, v in (run.redactions or {}).items() if isinstance(v, int)})
+    total.update(counts)
+    cleaned["redactions"] = dict(total)
+    return Run.from_dict(cleaned)
+
+
+def _without_nul(value: Any) -> Any:
+    """PostgreSQL text and jsonb cannot hold NUL characters; store U+FFFD instead."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
+
+
+def content_hash(run: Run) -> str:
+    canonical = json.dumps(run.to_dict(), sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is None or timezone.is_aware(value):
+        return value
+    # Naive times (autourgos writes local time without an offset) are taken as TIME_ZONE.
+    return timezone.make_aware(value, timezone.get_default_timezone())
+
+
+def ingest_items(
+    *, items: list[Any], format: str | None = None, redactor: Redactor | None = None
+) -> list[ItemResult]:
+    """Parse, redact and store each item; one result per item, in order."""
+    redactor = redactor or server_redactor()
+    results = []
+    for index, item in enumerate(items):
+        result = ItemResult(index=index)
+        try:
+            runs = formats.parse(item, format=format)
+        except RecordError as exc:
+            result.errors = [{"path": path, "message": message} for path, message in exc.errors]
+            results.append(result)
+            continue
+        statuses = []
+        source = format or formats.detect(item) or ""
+        for run in runs:
+            result.run_id, result.session_id = run.run_id, run.session_id
+            prepared = prepare_run(run, redactor=redactor)
+            try:
+                statuses.append(ingest_run(run=prepared, source_format=source))
+            except DatabaseError as exc:
+                # The transaction rolled back, so nothing of this run was kept.
+                logger.exception("run %s could not be stored", run.run_id)
+                result.errors.append({"path": "$", "message": f"the database refused this run: {exc}"})
+        if result.errors:
+            result.status = "rejected"
+            results.append(result)
+            continue
+        # A payload holding several runs reports the strongest outcome of them.
+        for status in ("created", "updated", "duplicate"):
+            if status in statuses:
+                result.status = status
+                break
+        results.append(result)
+    return results
+
+
+def ingest_run(*, run: Run, source_format: str = "") -> str:
+    """Store one already-redacted run; returns "created", "updated" or "duplicate"."""
+    digest = content_hash(run)
+    try:
+        return _ingest_run(run, digest, source_format)
+    except IntegrityError:
+        # Another writer stored the same run_id between our read and our insert; the
+        # second attempt sees it and reports duplicate/updated instead of failing.
+        return _ingest_run(run, digest, source_format)
+
+
+@transaction.atomic
+def _ingest_run(run: Run, digest: str, source_format: str) -> str:
+    existing = models.Run.objects.select_for_update().filter(run_id=run.run_id).first()
+    if existing is not None and existing.content_hash == digest:
+        return "duplicate"
+    session = _session_for(run)
+    old_session_id = None
+    if existing is None:
+        row = models.Run(run_id=run.run_id)
+        status = "created"
+    else:
+        row = existing
+        old_session_id = existing.session_id if existing.session_id != session.pk else None
+        for related in (
+            existing.tool_calls,
+            existing.iterations,
+            existing.member_interactions,
+            existing.injected_contexts,
+        ):
+            related.all()._raw_delete(related.all().db)
+        status = "updated"
+    _fill_run(row, run, session, digest, source_format)
+    with transaction.atomic():
+        row.save()
+    _write_children(row, run)
+    _refresh_session(session)
+    if old_session_id is not None:
+        _refresh_session(models.Session.objects.select_for_update().get(pk=old_session_id))
+    return status
+
+
+def _session_for(run: Run) -> models.Session:
+    now = timezone.now()
+    session, _ = models.Session.objects.get_or_create(
+        session_id=run.session_id,
+        defaults={"last_activity_at": now, "user_id": run.user_id[:255], "framework": run.framework[:32]},
+    )
+    # Lock the row so concurrent runs of one session update its counts one at a time.
+    return models.Session.objects.select_for_update().get(pk=session.pk)
+
+
+def _fill_run(row: models.Run, run: Run, session: models.Session, digest: str, source_format: str) -> None:
+    row.session = session
+    row.parent_run_id = run.parent_run_id
+    row.kind, row.status = run.kind, run.status
+    row.agent_name = (run.agent_name or run.team_id or run.workflow_id)[:255]
+    row.team_id, row.workflow_id, row.user_id = run.team_id[:255], run.workflow_id[:255], run.user_id[:255]
+    row.framework = run.framework[:32]
+    row.input, row.output, row.error = run.input, run.output, run.error
+    row.output_html = render_markdown(run.output)
+    row.started_at, row.ended_at = _aware(run.started_at), _aware(run.ended_at)
+    row.duration_ms = run.duration_ms
+    row.iteration_count = len(run.iterations)
+    row.tool_call_count = sum(len(it.tool_calls) for it in run.iterations)
+    row.tool_error_count = sum(1 for it in run.iterations for call in it.tool_calls if call.error)
+    row.metrics, row.metadata, row.redactions = run.metrics, run.metadata, run.redactions
+    row.source_format = source_format[:32]
+    row.content_hash = digest
+
+
+def _write_children(row: models.Run, run: Run) -> None:
+    iterations = models.Iteration.objects.bulk_create(
+        models.Iteration(
+            run=row,
+            position=position,
+            index=it.index,
+            name=it.name[:255],
+            thought=it.thought,
+            started_at=_aware(it.started_at),
+            ended_at=_aware(it.ended_at),
+            metadata=it.metadata,
+        )
+        for position, it in enumerate(run.iterations)
+    )
+    models.ToolCall.objects.bulk_create(
+        models.ToolCall(
+            run=row,
+            iteration=stored,
+            position=position,
+            tool=call.tool[:255],
+            call_id=(call.call_id or "")[:255],
+            params=call.params,
+            result=call.result,
+            error=call.error,
+            started_at=_aware(call.started_at),
+            ended_at=_aware(call.ended_at),
+        )
+        for stored, it in zip(iterations, run.iterations, strict=True)
+        for position, call in enumerate(it.tool_calls)
+    )
+    models.MemberInteraction.objects.bulk_create(
+        models.MemberInteraction(
+            run=row,
+            position=position,
+            member=interaction.member[:255],
+            task=interaction.task,
+            response=interaction.response,
+            member_run_id=interaction.member_run_id,
+        )
+        for position, interaction in enumerate(run.member_interactions)
+    )
+    models.InjectedContext.objects.bulk_create(
+        models.InjectedContext(
+            run=row,
+            position=position,
+            step=context.step[:255],
+            target=context.target,
+            kind=context.kind,
+            text=context.text,
+            source_run_ids=context.source_run_ids,
+            settings=context.settings,
+            reported=context.reported,
+        )
+        for position, context in enumerate(run.injected_contexts)
+    )
+
+
+def _refresh_session(session: models.Session) -> None:
+    """Recompute the session's denormalised counts from its runs (one aggregate query)."""
+    runs = models.Run.objects.filter(session=session)
+    stats = runs.aggregate(
+        n=Count("id"),
+        failed=Count("id", filter=Q(status="failed")),
+        first=Min("started_at"),
+        last=Max(Coalesce("ended_at", "started_at", "received_at")),
+    )
+    latest = (
+        runs.order_by(Coalesce("started_at", "received_at").desc(), "-id")
+        .only("status", "agent_name", "framework", "user_id")
+        .first()
+    )
+    session.run_count = stats["n"]
+    session.failed_count = stats["failed"]
+    session.first_started_at = stats["first"]
+    session.last_activity_at = stats["last"] or timezone.now()
+    if latest is not None:
+        session.last_status = latest.status
+        session.agent_name = latest.agent_name
+        session.framework = latest.framework or session.framework
+        session.user_id = latest.user_id or session.user_id
+    session.save()

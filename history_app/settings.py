@@ -1,0 +1,233 @@
+"""One settings file, driven by environment variables.
+
+Every variable is read through a small typed helper that raises ``ImproperlyConfigured``
+on a bad value (a typo in ``DEBUG`` must not silently mean False). Secrets can also come
+from ``NAME_FILE`` (Docker/Kubernetes secrets). With no ``DATABASE_URL`` the app runs on
+SQLite in ``HISTORY_DATA_DIR`` so ``quickstart`` works straight after checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _raw(name: str) -> str | None:
+    value = os.environ.get(name)
+    file_name = os.environ.get(f"{name}_FILE")
+    if value is None and file_name:
+        try:
+            value = Path(file_name).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={file_name!r} cannot be read: {exc}") from exc
+    return value
+
+
+def env_str(name: str, default: str = "") -> str:
+    value = _raw(name)
+    return default if value is None else value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = _raw(name)
+    if value is None or value == "":
+        return default
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false, 1/0, yes/no)")
+
+
+def env_int(name: str, default: int | None, *, minimum: int = 0) -> int | None:
+    value = _raw(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
+    return number
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = _raw(name)
+    if value is None:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+DATA_DIR = Path(env_str("HISTORY_DATA_DIR", str(BASE_DIR / "var")))
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one generated once and kept in DATA_DIR.
+
+    The laptop quickstart needs no configuration, and the key survives restarts so
+    sessions stay valid; production sets SECRET_KEY (or SECRET_KEY_FILE) explicitly.
+    """
+    value = _raw("SECRET_KEY")
+    if value:
+        if len(value) < 32:
+            raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters")
+        return value
+    path = DATA_DIR / "secret_key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(50)
+        path.write_text(key)
+        path.chmod(0o600)
+        return key
+
+
+SECRET_KEY = _secret_key()
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "csp",
+    "history_app.apps.HistoryAppConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "history_app.urls"
+WSGI_APPLICATION = "history_app.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "csp.context_processors.nonce",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            DATABASE_URL,
+            conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+            conn_health_checks=True,
+        )
+    }
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "history.sqlite3",
+            "OPTIONS": {
+                # IMMEDIATE takes the write lock when a transaction starts, so two writers
+                # queue on the busy timeout instead of failing with "database is locked"
+                # when one of them tries to upgrade a read lock.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": (
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                    "PRAGMA foreign_keys=ON; PRAGMA busy_timeout=20000;"
+                ),
+            },
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# Serve straight from the app and package folders, so no collectstatic step is needed on
+# a laptop; production may still run collectstatic for compressed, cache-busted files.
+WHITENOISE_USE_FINDERS = True
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# A strict policy: no inline script or style, nothing from another origin.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+
+# Ingestion limits. The whole body is refused above HISTORY_MAX_BODY_BYTES (413).
+HISTORY_MAX_BODY_BYTES = env_int("HISTORY_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(HISTORY_MAX_BODY_BYTES, 2_621_440)
+# Any stored text field longer than this is cut, with a marker, before it is written.
+HISTORY_MAX_FIELD_CHARS = env_int("HISTORY_MAX_FIELD_CHARS", 256 * 1024, minimum=1024)
+HISTORY_PAGE_SIZE = env_int("HISTORY_PAGE_SIZE", 50, minimum=1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

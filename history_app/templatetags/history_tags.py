@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """JSON with indentation; escaped by the template like any other text."""
+    if value is None:
+        return "null"
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+@register.filter
+def duration(ms: int | None) -> str:
+    if ms is None:
+        return "—"
+    if ms < 1000:
+        return f"{ms} ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, seconds = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+@register.filter
+def redaction_items(redactions: dict[str, int] | None) -> list[tuple[str, int]]:
+    return sorted((redactions or {}).items(), key=lambda item: (-item[1], item[0]))

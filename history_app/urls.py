@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+from . import api, views
+
+app_name = "history_app"
+
+history_patterns = [
+    path("", views.session_list, name="session_list"),
+    path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
+    path("runs/<str:run_id>/", views.run_detail, name="run_detail"),
+    path("api/v1/ingest", api.ingest, name="api_ingest"),
+    path("api/v1/sessions", api.sessions, name="api_sessions"),
+    path("api/v1/sessions/<str:session_id>", api.session_detail, name="api_session_detail"),
+    path("api/v1/runs/<str:run_id>", api.run_detail, name="api_run_detail"),
+]
+
+urlpatterns = [
+    path("", include((history_patterns, "history_app"))),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("admin/", admin.site.urls),
+]
