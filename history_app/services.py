@@ -68,7 +68,15 @@ def prepare_run(run: Run, *, redactor: Redactor | None = None) -> Run:
     total: Counter[str] = Counter({k: v for k, v in (run.redactions or {}).items() if isinstance(v, int)})
     total.update(counts)
     cleaned["redactions"] = dict(total)
-    return Run.from_dict(cleaned)
+    prepared = Run.from_dict(cleaned)
+    # Stored times are aware; normalising here keeps the content hash of a re-sent run
+    # (for example one exported from GET /api/v1/runs/<id>) equal to the stored one.
+    prepared.started_at, prepared.ended_at = _aware(prepared.started_at), _aware(prepared.ended_at)
+    for iteration in prepared.iterations:
+        iteration.started_at, iteration.ended_at = _aware(iteration.started_at), _aware(iteration.ended_at)
+        for call in iteration.tool_calls:
+            call.started_at, call.ended_at = _aware(call.started_at), _aware(call.ended_at)
+    return prepared
 
 
 def _without_nul(value: Any) -> Any:

@@ -187,7 +187,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Set STATIC_ROOT to run collectstatic (production); unset, files are served from the apps.
+STATIC_ROOT = Path(env_str("STATIC_ROOT")) if env_str("STATIC_ROOT") else None
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # Serve straight from the app and package folders, so no collectstatic step is needed on
 # a laptop; production may still run collectstatic for compressed, cache-busted files.

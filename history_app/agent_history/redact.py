@@ -382,7 +382,7 @@ class Redactor:
         for rule in self.rules:
             if rule.present(text):
                 text = rule.apply(text, counts, self.extra_keys)
-        if self.max_length is not None and len(text) > self.max_length:
+        if self.max_length is not None and len(text) > self.max_length and not _already_cut(text, self.max_length):
             removed = len(text) - self.max_length
             text = text[: self.max_length] + TRUNCATION_MARKER.format(removed=removed)
             counts["truncated"] += 1
@@ -408,6 +408,14 @@ class Redactor:
         if isinstance(obj, list | tuple):
             return [self._walk(v, counts) for v in obj]
         return obj
+
+
+_CUT = re.compile(r"\.\.\. \[TRUNCATED \d+ chars\]\Z")
+
+
+def _already_cut(text: str, max_length: int) -> bool:
+    """A value this redactor cut before (re-sent as it was stored) is not cut again."""
+    return len(text) <= max_length + 40 and _CUT.search(text, max_length) is not None
 
 
 def _has_content(value: Any) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from history_app import services
+from history_app.agent_history import formats
 from history_app.agent_history.formats import autourgos
 
 SUFFIXES = {".json", ".jsonl", ".ndjson", ".md"}
@@ -57,6 +58,7 @@ class Command(BaseCommand):
             raise CommandError("no .json, .jsonl, .ndjson or .md files found")
         totals: Counter[str] = Counter()
         problems: list[str] = []
+        skipped: list[str] = []
         for number, path in enumerate(files, start=1):
             self._progress(number, len(files), path)
             try:
@@ -64,6 +66,11 @@ class Command(BaseCommand):
             except (ValueError, OSError) as exc:
                 totals["rejected"] += 1
                 problems.append(f"{path}: {exc}")
+                continue
+            if format_name is None and not any(formats.detect(item) for item in items):
+                # A folder of logs often holds other JSON (a manifest, a config): say so
+                # instead of counting each of its objects as a rejected run.
+                skipped.append(f"{path}: not a history file (matches no accepted format)")
                 continue
             for result in services.ingest_items(items=items, format=format_name):
                 totals[result.status] += 1
@@ -74,8 +81,10 @@ class Command(BaseCommand):
             self.stderr.write("")
         self.stdout.write(
             f"Imported {len(files)} file(s): {totals['created']} created, {totals['updated']} updated, "
-            f"{totals['duplicate']} duplicate, {totals['rejected']} rejected."
+            f"{totals['duplicate']} duplicate, {totals['rejected']} rejected, {len(skipped)} file(s) skipped."
         )
+        for line in skipped:
+            self.stdout.write(f"  skipped {line}")
         for problem in problems:
             self.stdout.write(f"  rejected {problem}")
 

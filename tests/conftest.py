@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+FIXTURES = Path(__file__).parent / "fixtures"
+AUTOURGOS = FIXTURES / "autourgos"
+CORPORA = FIXTURES / "corpora"
+TOKEN = "aht_test-token-for-the-suite-0123456789"
+
+
+def autourgos_logs() -> list[Path]:
+    """The 11 real autourgos-history JSON logs."""
+    return sorted(p for p in AUTOURGOS.glob("*.json") if p.name != "MANIFEST.json")
+
+
+def load_jsonl(name: str) -> list[dict]:
+    return [json.loads(line) for line in (CORPORA / name).read_text().splitlines() if line.strip()]
+
+
+def manifest() -> dict[str, dict]:
+    """MANIFEST.json keyed by the JSON file name of each scenario."""
+    return {entry["files"][0]: entry for entry in json.loads((AUTOURGOS / "MANIFEST.json").read_text())}
+
+
+def database_dump() -> str:
+    """Every row of every table, as text: what an attacker with the database file sees."""
+    chunks = []
+    with connection.cursor() as cursor:
+        for table in connection.introspection.table_names():
+            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
+            chunks.extend(repr(row) for row in cursor.fetchall())
+    return "\n".join(chunks)
+
+
+@pytest.fixture
+def token(db):
+    from history_app.auth import register_token
+
+    register_token(name="suite", token=TOKEN)
+    return TOKEN
+
+
+@pytest.fixture
+def auth_headers(token):
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+@pytest.fixture
+def alice(db, django_user_model):
+    """A logged-in dashboard user."""
+    return django_user_model.objects.create_user("alice", password="alice-password-1")
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def ingest(client, auth_headers):
+    """POST a JSON body to the ingestion endpoint and return the response."""
+
+    def post(payload, content_type="application/json", **extra):
+        body = payload if isinstance(payload, str | bytes) else json.dumps(payload)
+        return client.post("/api/v1/ingest", body, content_type=content_type, **auth_headers, **extra)
+
+    return post

@@ -1,0 +1,44 @@
+"""Settings helpers fail loudly on a bad value."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from history_app import settings as app_settings
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "tru"])
+def test_a_bad_boolean_is_refused(monkeypatch, value):
+    monkeypatch.setenv("DEBUG", value)
+    with pytest.raises(ImproperlyConfigured, match="DEBUG"):
+        app_settings.env_bool("DEBUG", False)
+
+
+def test_booleans_and_integers(monkeypatch):
+    monkeypatch.setenv("X_FLAG", "yes")
+    monkeypatch.setenv("X_SIZE", "12")
+    assert app_settings.env_bool("X_FLAG", False) is True
+    assert app_settings.env_int("X_SIZE", 1) == 12
+    monkeypatch.setenv("X_SIZE", "twelve")
+    with pytest.raises(ImproperlyConfigured, match="X_SIZE"):
+        app_settings.env_int("X_SIZE", 1)
+    monkeypatch.setenv("X_SIZE", "-1")
+    with pytest.raises(ImproperlyConfigured, match="at least"):
+        app_settings.env_int("X_SIZE", 1, minimum=0)
+
+
+def test_values_can_come_from_a_file(monkeypatch, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("from-a-file\n")
+    monkeypatch.delenv("X_SECRET", raising=False)
+    monkeypatch.setenv("X_SECRET_FILE", str(secret))
+    assert app_settings.env_str("X_SECRET") == "from-a-file"
+    monkeypatch.setenv("X_SECRET_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ImproperlyConfigured, match="cannot be read"):
+        app_settings.env_str("X_SECRET")
+
+
+def test_lists(monkeypatch):
+    monkeypatch.setenv("X_HOSTS", "a.example, b.example,,")
+    assert app_settings.env_list("X_HOSTS", []) == ["a.example", "b.example"]

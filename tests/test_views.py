@@ -1,0 +1,239 @@
+"""The HTML pages, through the real client: content, access, fragments and query counts."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from history_app import models
+
+from .conftest import autourgos_logs, load_jsonl
+
+pytestmark = pytest.mark.django_db
+
+
+def native(run_id, session_id="s-1", **fields):
+    return {"schema": "agent-history/v1", "run_id": run_id, "session_id": session_id, **fields}
+
+
+@pytest.fixture
+def samples(ingest):
+    response = ingest([json.loads(p.read_text()) for p in autourgos_logs()])
+    assert response.status_code == 200
+
+
+def html(response) -> str:
+    return response.content.decode()
+
+
+@pytest.mark.parametrize("url", ["/", "/sessions/s-1/", "/runs/r-1/"])
+def test_anonymous_users_are_sent_to_log_in(client, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=")
+
+
+def test_login_page_renders_and_logs_in(client, alice):
+    page = client.get("/accounts/login/")
+    assert "Log in" in html(page)
+    response = client.post("/accounts/login/", {"username": "alice", "password": "alice-password-1"})
+    assert response.status_code == 302
+    assert client.get("/").status_code == 200
+
+
+def test_session_list_shows_newest_activity_first(alice_client, ingest):
+    ingest(
+        [
+            native("old", "older-session", agent_name="OldBot", started_at="2026-01-01T00:00:00Z"),
+            native("new", "newer-session", agent_name="NewBot", status="failed", started_at="2026-02-01T00:00:00Z"),
+        ]
+    )
+    page = html(alice_client.get("/"))
+    assert page.index("newer-session") < page.index("older-session")
+    assert "NewBot" in page and "OldBot" in page
+    assert 'href="/sessions/newer-session/"' in page
+
+
+def test_session_list_pages_with_a_keyset_cursor(alice_client, ingest, settings):
+    settings.HISTORY_PAGE_SIZE = 2
+    ingest([native(f"r{i}", f"sess-{i}", started_at=f"2026-01-0{i + 1}T00:00:00Z") for i in range(5)])
+    first = html(alice_client.get("/"))
+    assert "sess-4" in first and "sess-3" in first and "sess-2" not in first
+    cursor = re.search(r'href="\?_next=([^"]+)"', first).group(1)
+    second = alice_client.get(f"/?_next={cursor}", HTTP_HX_REQUEST="true")
+    assert "<html" not in html(second)
+    assert "sess-2" in html(second) and "sess-1" in html(second) and "sess-4" not in html(second)
+    assert alice_client.get("/?_next=garbage!").status_code == 400
+
+
+def test_empty_dashboard_explains_how_to_send_runs(alice_client):
+    assert "POST /api/v1/ingest" in html(alice_client.get("/"))
+
+
+def test_session_timeline_lists_runs_in_order_with_counts(alice_client, samples):
+    session = models.Session.objects.get(session_id="autourgos:ResearchBot:2026-11-29")
+    page = html(alice_client.get(session.get_absolute_url()))
+    assert "Compare Tokyo and Osaka" in page
+    assert ">6</td>" in page  # iterations
+    assert ">12</td>" in page  # tool calls
+    assert "40 ms" in page
+
+
+def test_missing_objects_give_404(alice_client):
+    assert alice_client.get("/sessions/nope/").status_code == 404
+    assert alice_client.get("/runs/nope/").status_code == 404
+
+
+def test_run_transcript_shows_thoughts_tools_observations_and_answer(alice_client, samples):
+    for path in autourgos_logs():
+        data = json.loads(path.read_text())
+        run = models.Run.objects.get(input=data["query"], started_at__isnull=False, agent_name=data["agent_name"], iteration_count=len(data["iterations"]), output=data["final_response"])
+        page = html(alice_client.get(run.get_absolute_url()))
+        for it in data["iterations"]:
+            assert f"Iteration {it['iteration']}" in page
+            if isinstance(it["thought"], str) and "[REDACTED" not in it["thought"] and "password" not in it["thought"]:
+                assert _escaped(it["thought"][:40]) in page
+            for tool in it["tools"] if isinstance(it["tools"], list) else []:
+                assert f"<code>{tool['tool']}</code>" in page
+        if data["error"]:
+            assert _escaped(data["error"]) in page
+        elif data["final_response"] and "[REDACTED" not in data["final_response"]:
+            assert _escaped(data["final_response"][:30]) in page or "Final answer" in page
+
+
+def _escaped(text: str) -> str:
+    from django.utils.html import escape
+
+    return escape(text)
+
+
+def test_parameters_are_pretty_printed(alice_client, ingest):
+    ingest(native("r-1", iterations=[{"tool_calls": [{"tool": "search", "params": {"query": "tokyo", "n": 2}, "result": "ok"}]}]))
+    page = html(alice_client.get("/runs/r-1/"))
+    assert "{\n  &quot;query&quot;: &quot;tokyo&quot;,\n  &quot;n&quot;: 2\n}" in page
+
+
+def test_final_answer_is_rendered_as_markdown(alice_client, ingest):
+    ingest(native("r-1", output="# Title\n\n**bold** and a [link](https://example.com)\n\n| a | b |\n|---|---|\n| 1 | 2 |"))
+    page = html(alice_client.get("/runs/r-1/"))
+    assert "<h1>Title</h1>" in page
+    assert "<strong>bold</strong>" in page
+    assert 'href="https://example.com"' in page and 'rel="noopener noreferrer nofollow"' in page
+    assert "<table>" in page
+
+
+XSS = [entry["payload"] for entry in load_jsonl("xss.jsonl")]
+OUR_HTMX_ATTRIBUTES = {"hx-boost", "hx-get", "hx-target", "hx-swap", "hx-push-url", "hx-headers"}
+
+
+class _Elements(HTMLParser):
+    """Collects every element and attribute the browser would build from a page."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple[str, dict[str, str]]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, {name: value or "" for name, value in attrs}))
+
+
+def assert_inert(page: str, where: str) -> None:
+    parser = _Elements()
+    parser.feed(page)
+    for tag, attrs in parser.elements:
+        assert tag not in {"iframe", "img", "svg", "math", "object", "embed", "meta", "form", "style"} or (
+            tag == "form" and attrs.get("action") == "/accounts/logout/"
+        ) or (tag == "meta" and "javascript" not in attrs.get("content", "")), (where, tag, attrs)
+        if tag == "script":
+            assert attrs.get("src", "").startswith("/static/"), (where, attrs)
+        for name, value in attrs.items():
+            assert not name.startswith("on"), (where, tag, name)
+            assert name != "style", (where, tag)
+            assert not name.startswith("hx-") or name in OUR_HTMX_ATTRIBUTES, (where, tag, name)
+            if name in {"href", "src", "action", "formaction"}:
+                scheme = value.strip().split(":", 1)[0].lower() if ":" in value else ""
+                assert scheme in {"", "http", "https", "mailto"}, (where, tag, name, value)
+
+
+def test_xss_payloads_render_inert_in_every_field(alice_client, ingest):
+    runs = [
+        native(
+            f"x{i}",
+            input=payload,
+            output=payload,
+            error=payload,
+            agent_name=payload[:200],
+            iterations=[{"thought": payload, "name": payload[:200], "tool_calls": [{"tool": payload[:200], "params": {payload: payload}, "result": payload}]}],
+        )
+        for i, payload in enumerate(XSS)
+    ]
+    assert ingest(runs).status_code == 200
+    for i in range(len(XSS)):
+        for url in (f"/runs/x{i}/", "/sessions/s-1/", "/"):
+            assert_inert(html(alice_client.get(url)), f"{url} with payload {XSS[i]!r}")
+
+
+def test_the_inertness_check_catches_a_live_payload():
+    with pytest.raises(AssertionError):
+        assert_inert('<a href="javascript:alert(1)">x</a>', "self-test")
+    with pytest.raises(AssertionError):
+        assert_inert("<div hx-trigger=load></div>", "self-test")
+    assert_inert('<a title="t&quot; onmouseover=alert(1)" href="/x">x</a>', "self-test")
+
+
+def test_htmx_requests_get_only_the_named_partial(alice_client, ingest):
+    ingest(native("r-1", input="hello"))
+    for url, marker in (("/", "/sessions/s-1/"), ("/sessions/s-1/", 'id="timeline"'), ("/runs/r-1/", 'id="transcript"')):
+        fragment = html(alice_client.get(url, HTTP_HX_REQUEST="true"))
+        assert "<html" not in fragment and marker in fragment
+        boosted = html(alice_client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_BOOSTED="true"))
+        assert "<html" in boosted
+        restore = html(alice_client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true"))
+        assert "<html" in restore
+    assert alice_client.get("/").headers["Vary"].count("HX-Request") == 1
+
+
+def test_pages_carry_a_strict_content_security_policy(alice_client, ingest):
+    ingest(native("r-1"))
+    for url in ("/", "/sessions/s-1/", "/runs/r-1/", "/accounts/login/"):
+        response = alice_client.get(url)
+        policy = response["Content-Security-Policy"]
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "unsafe-eval" not in policy
+        assert "<script>" not in html(response)
+        assert "cdn" not in html(response).lower()
+
+
+def _count_queries(client, url) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def _many_runs(ingest, n_runs, n_iterations, n_tools):
+    iterations = [{"thought": "t", "tool_calls": [{"tool": f"t{j}", "params": {}, "result": "r"} for j in range(n_tools)]} for _ in range(n_iterations)]
+    ingest([native(f"run-{n_runs}-{i}", f"sess-{i % 3}", iterations=iterations) for i in range(n_runs)])
+
+
+@pytest.mark.parametrize("url", ["/", "/sessions/sess-0/", "/runs/run-{n}-0/"])
+def test_query_count_does_not_grow_with_the_data(alice_client, ingest, url, django_assert_num_queries):
+    _many_runs(ingest, 2, 1, 1)
+    small = _count_queries(alice_client, url.format(n=2))
+    _many_runs(ingest, 30, 6, 4)
+    with django_assert_num_queries(small):
+        alice_client.get(url.format(n=30))
+
+
+def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
+    _many_runs(ingest, 10, 3, 3)
+    # session + user lookups (2) and the page's own queries.
+    with django_assert_num_queries(3):
+        alice_client.get("/")
+    with django_assert_num_queries(4):
+        alice_client.get("/sessions/sess-0/")
+    with django_assert_num_queries(7):
+        alice_client.get("/runs/run-10-0/")
