@@ -10,6 +10,7 @@ distribution key if a deployment ever partitions by session).
 from __future__ import annotations
 
 import hashlib
+import json
 
 from django.db import models
 from django.urls import reverse
@@ -124,7 +125,9 @@ class ToolCall(models.Model):
     position = models.PositiveIntegerField()
     tool = models.CharField(max_length=255)
     call_id = models.CharField(max_length=255, blank=True)
-    params = models.JSONField(null=True, blank=True)
+    # JSON text, not a JSONField: PostgreSQL's jsonb reorders keys, and a person reading a
+    # tool call wants the parameters in the order the agent sent them.
+    params_json = models.TextField(default="null")
     result = models.TextField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -136,6 +139,10 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return self.tool
+
+    @property
+    def params(self) -> object:
+        return json.loads(self.params_json)
 
 
 class MemberInteraction(models.Model):

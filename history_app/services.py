@@ -232,7 +232,7 @@ def _write_children(row: models.Run, run: Run) -> None:
             position=position,
             tool=call.tool[:255],
             call_id=(call.call_id or "")[:255],
-            params=call.params,
+            params_json=json.dumps(call.params, ensure_ascii=False),
             result=call.result,
             error=call.error,
             started_at=_aware(call.started_at),

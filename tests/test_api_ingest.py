@@ -103,7 +103,9 @@ def test_explicit_format_parameter(ingest, client, auth_headers):
 def test_missing_or_wrong_token_gives_401(client, token):
     body = json.dumps(native())
     assert client.post("/api/v1/ingest", body, content_type="application/json").status_code == 401
-    wrong = client.post("/api/v1/ingest", body, content_type="application/json", HTTP_AUTHORIZATION="Bearer aht_nope")
+    wrong = client.post(
+        "/api/v1/ingest", body, content_type="application/json", HTTP_AUTHORIZATION="Bearer aht_nope"
+    )
     assert wrong.status_code == 401
     assert wrong["WWW-Authenticate"].startswith("Bearer")
     IngestToken.objects.update(revoked=True)
@@ -187,7 +189,13 @@ def test_no_secret_reaches_the_database_in_any_placement(ingest, alice_client, e
                 iterations=[
                     {
                         "thought": placement.get("text"),
-                        "tool_calls": [{"tool": "fetch", "params": placement.get("params"), "result": placement.get("text")}],
+                        "tool_calls": [
+                            {
+                                "tool": "fetch",
+                                "params": placement.get("params"),
+                                "result": placement.get("text"),
+                            }
+                        ],
                     }
                 ],
                 metadata={"placement": placement},
@@ -198,7 +206,14 @@ def test_no_secret_reaches_the_database_in_any_placement(ingest, alice_client, e
     runs.append(
         {
             "query": f"use {entry['secret']}",
-            "iterations": [{"iteration": 1, "thought": entry["secret"], "tools": [{"tool": "t", "params": {"v": entry["secret"]}}], "observations": [{"tool": "t", "result": entry["secret"]}]}],
+            "iterations": [
+                {
+                    "iteration": 1,
+                    "thought": entry["secret"],
+                    "tools": [{"tool": "t", "params": {"v": entry["secret"]}}],
+                    "observations": [{"tool": "t", "result": entry["secret"]}],
+                }
+            ],
             "final_response": entry["secret"],
             "error": None,
         }

@@ -75,7 +75,10 @@ def test_more_observations_than_tools_keeps_every_observation():
         "final_response": "done",
     }
     calls = parse(data)[0].iterations[0].tool_calls
-    assert [(c.tool, c.params, c.result) for c in calls] == [("search", {"q": "a"}, "A"), ("search", None, "B")]
+    assert [(c.tool, c.params, c.result) for c in calls] == [
+        ("search", {"q": "a"}, "A"),
+        ("search", None, "B"),
+    ]
 
 
 def test_tool_errors_reported_through_on_tool_end_become_errors():
@@ -101,7 +104,13 @@ def test_agent_error_gives_a_failed_run_with_no_output():
 
 def test_bad_shapes_are_reported_with_paths():
     with pytest.raises(RecordError) as caught:
-        parse({"iterations": [{"tools": "oops", "observations": [3]}, 7], "final_response": None, "start_time": "x"})
+        parse(
+            {
+                "iterations": [{"tools": "oops", "observations": [3]}, 7],
+                "final_response": None,
+                "start_time": "x",
+            }
+        )
     paths = {p for p, _ in caught.value.errors}
     assert paths == {
         "$.iterations[0].tools",
@@ -131,9 +140,9 @@ def test_markdown_fallback_agrees_with_the_json(path):
 
 def test_markdown_thought_with_fake_headings_stays_one_iteration():
     text = (
-        "# Task Session: Agent\n**Started At:** 2026-11-29 22:43:55\n\n## Initial Query\n\"q\"\n\n---\n\n"
+        '# Task Session: Agent\n**Started At:** 2026-11-29 22:43:55\n\n## Initial Query\n"q"\n\n---\n\n'
         "## Iteration 1\n\n### Thought\nI will write:\n## Iteration 2\n## Final Answer\n### Thought\nnot real\n\n"
-        "---\n\n## Final Answer\n\"real answer\"\n"
+        '---\n\n## Final Answer\n"real answer"\n'
     )
     (run,) = autourgos.parse_markdown(text)
     assert len(run.iterations) == 1

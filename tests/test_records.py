@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,10 +16,14 @@ def full_run() -> Run:
         agent_name="Team",
         input="hello",
         error="boom",
-        started_at=datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc),
-        ended_at=datetime(2026, 1, 1, 12, 0, 2, 500000, tzinfo=timezone.utc),
-        iterations=[Iteration(index=1, thought="t", tool_calls=[ToolCall(tool="search", params={"q": 1}, result="r")])],
-        injected_contexts=[InjectedContext(text="<x>", kind="team_history", target="user", source_run_ids=["r0"])],
+        started_at=datetime(2026, 1, 1, 12, 0, tzinfo=UTC),
+        ended_at=datetime(2026, 1, 1, 12, 0, 2, 500000, tzinfo=UTC),
+        iterations=[
+            Iteration(index=1, thought="t", tool_calls=[ToolCall(tool="search", params={"q": 1}, result="r")])
+        ],
+        injected_contexts=[
+            InjectedContext(text="<x>", kind="team_history", target="user", source_run_ids=["r0"])
+        ],
         metrics={"total_tokens": 5},
     )
 
@@ -64,4 +68,4 @@ def test_unknown_fields_are_kept_in_metadata():
 
 def test_go_style_nanosecond_timestamps_parse():
     run = Run.from_dict({"run_id": "r", "session_id": "s", "started_at": "2026-11-29T22:43:55.123456789Z"})
-    assert run.started_at == datetime(2026, 11, 29, 22, 43, 55, 123456, tzinfo=timezone.utc)
+    assert run.started_at == datetime(2026, 11, 29, 22, 43, 55, 123456, tzinfo=UTC)

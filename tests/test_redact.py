@@ -33,14 +33,43 @@ def test_innocuous_values_are_untouched(entry):
 
 
 @pytest.mark.parametrize(
-    "key", ["api_key", "apiKey", "x-api-key", "GITHUB_TOKEN", "clientSecret", "Authorization", "Cookie", "db_password", "private_key", "AWS_SECRET_ACCESS_KEY", "pwd", "STRIPE_KEY"]
+    "key",
+    [
+        "api_key",
+        "apiKey",
+        "x-api-key",
+        "GITHUB_TOKEN",
+        "clientSecret",
+        "Authorization",
+        "Cookie",
+        "db_password",
+        "private_key",
+        "AWS_SECRET_ACCESS_KEY",
+        "pwd",
+        "STRIPE_KEY",
+    ],
 )
 def test_secret_key_names(key):
     assert is_secret_key(key)
 
 
 @pytest.mark.parametrize(
-    "key", ["session_id", "max_tokens", "total_tokens", "token_count", "author", "passage", "compass", "secretary", "bypass_cache", "keyboard_layout", "key", "sort_key", "auth_method"]
+    "key",
+    [
+        "session_id",
+        "max_tokens",
+        "total_tokens",
+        "token_count",
+        "author",
+        "passage",
+        "compass",
+        "secretary",
+        "bypass_cache",
+        "keyboard_layout",
+        "key",
+        "sort_key",
+        "auth_method",
+    ],
 )
 def test_innocuous_key_names(key):
     assert not is_secret_key(key)
@@ -57,7 +86,9 @@ def test_prose_is_not_mangled():
 
 
 def test_key_value_pairs_in_text_keep_their_names():
-    out = redact("plain api_key=plainFAKE123 and 'password': 'FAKE-pw' and DATABASE_URL=postgres://u:FAKEpw@h/db")
+    out = redact(
+        "plain api_key=plainFAKE123 and 'password': 'FAKE-pw' and DATABASE_URL=postgres://u:FAKEpw@h/db"
+    )
     assert out == (
         "plain api_key=[REDACTED:key-value] and 'password': '[REDACTED:key-value]' and "
         "DATABASE_URL=postgres://u:[REDACTED:url-credentials]@h/db"
@@ -88,7 +119,20 @@ def test_extra_patterns_and_keys():
 
 @pytest.mark.parametrize(
     "unit",
-    ["a:", "sk-", "x://", "eyJa.", "Bearer ", "api_key=", "token_count:", "Basic ", "a_key:", "-----BEGIN PRIVATE KEY-----", "ghp_", "password: "],
+    [
+        "a:",
+        "sk-",
+        "x://",
+        "eyJa.",
+        "Bearer ",
+        "api_key=",
+        "token_count:",
+        "Basic ",
+        "a_key:",
+        "-----BEGIN PRIVATE KEY-----",
+        "ghp_",
+        "password: ",
+    ],
 )
 def test_adversarial_megabyte_does_not_backtrack(unit):
     text = (unit * (1_000_000 // len(unit) + 1))[:1_000_000]

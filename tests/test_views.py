@@ -50,7 +50,13 @@ def test_session_list_shows_newest_activity_first(alice_client, ingest):
     ingest(
         [
             native("old", "older-session", agent_name="OldBot", started_at="2026-01-01T00:00:00Z"),
-            native("new", "newer-session", agent_name="NewBot", status="failed", started_at="2026-02-01T00:00:00Z"),
+            native(
+                "new",
+                "newer-session",
+                agent_name="NewBot",
+                status="failed",
+                started_at="2026-02-01T00:00:00Z",
+            ),
         ]
     )
     page = html(alice_client.get("/"))
@@ -92,11 +98,21 @@ def test_missing_objects_give_404(alice_client):
 def test_run_transcript_shows_thoughts_tools_observations_and_answer(alice_client, samples):
     for path in autourgos_logs():
         data = json.loads(path.read_text())
-        run = models.Run.objects.get(input=data["query"], started_at__isnull=False, agent_name=data["agent_name"], iteration_count=len(data["iterations"]), output=data["final_response"])
+        run = models.Run.objects.get(
+            input=data["query"],
+            started_at__isnull=False,
+            agent_name=data["agent_name"],
+            iteration_count=len(data["iterations"]),
+            output=data["final_response"],
+        )
         page = html(alice_client.get(run.get_absolute_url()))
         for it in data["iterations"]:
             assert f"Iteration {it['iteration']}" in page
-            if isinstance(it["thought"], str) and "[REDACTED" not in it["thought"] and "password" not in it["thought"]:
+            if (
+                isinstance(it["thought"], str)
+                and "[REDACTED" not in it["thought"]
+                and "password" not in it["thought"]
+            ):
                 assert _escaped(it["thought"][:40]) in page
             for tool in it["tools"] if isinstance(it["tools"], list) else []:
                 assert f"<code>{tool['tool']}</code>" in page
@@ -113,13 +129,25 @@ def _escaped(text: str) -> str:
 
 
 def test_parameters_are_pretty_printed(alice_client, ingest):
-    ingest(native("r-1", iterations=[{"tool_calls": [{"tool": "search", "params": {"query": "tokyo", "n": 2}, "result": "ok"}]}]))
+    ingest(
+        native(
+            "r-1",
+            iterations=[
+                {"tool_calls": [{"tool": "search", "params": {"query": "tokyo", "n": 2}, "result": "ok"}]}
+            ],
+        )
+    )
     page = html(alice_client.get("/runs/r-1/"))
     assert "{\n  &quot;query&quot;: &quot;tokyo&quot;,\n  &quot;n&quot;: 2\n}" in page
 
 
 def test_final_answer_is_rendered_as_markdown(alice_client, ingest):
-    ingest(native("r-1", output="# Title\n\n**bold** and a [link](https://example.com)\n\n| a | b |\n|---|---|\n| 1 | 2 |"))
+    ingest(
+        native(
+            "r-1",
+            output="# Title\n\n**bold** and a [link](https://example.com)\n\n| a | b |\n|---|---|\n| 1 | 2 |",
+        )
+    )
     page = html(alice_client.get("/runs/r-1/"))
     assert "<h1>Title</h1>" in page
     assert "<strong>bold</strong>" in page
@@ -146,9 +174,11 @@ def assert_inert(page: str, where: str) -> None:
     parser = _Elements()
     parser.feed(page)
     for tag, attrs in parser.elements:
-        assert tag not in {"iframe", "img", "svg", "math", "object", "embed", "meta", "form", "style"} or (
-            tag == "form" and attrs.get("action") == "/accounts/logout/"
-        ) or (tag == "meta" and "javascript" not in attrs.get("content", "")), (where, tag, attrs)
+        assert (
+            tag not in {"iframe", "img", "svg", "math", "object", "embed", "meta", "form", "style"}
+            or (tag == "form" and attrs.get("action") == "/accounts/logout/")
+            or (tag == "meta" and "javascript" not in attrs.get("content", ""))
+        ), (where, tag, attrs)
         if tag == "script":
             assert attrs.get("src", "").startswith("/static/"), (where, attrs)
         for name, value in attrs.items():
@@ -168,7 +198,13 @@ def test_xss_payloads_render_inert_in_every_field(alice_client, ingest):
             output=payload,
             error=payload,
             agent_name=payload[:200],
-            iterations=[{"thought": payload, "name": payload[:200], "tool_calls": [{"tool": payload[:200], "params": {payload: payload}, "result": payload}]}],
+            iterations=[
+                {
+                    "thought": payload,
+                    "name": payload[:200],
+                    "tool_calls": [{"tool": payload[:200], "params": {payload: payload}, "result": payload}],
+                }
+            ],
         )
         for i, payload in enumerate(XSS)
     ]
@@ -188,7 +224,11 @@ def test_the_inertness_check_catches_a_live_payload():
 
 def test_htmx_requests_get_only_the_named_partial(alice_client, ingest):
     ingest(native("r-1", input="hello"))
-    for url, marker in (("/", "/sessions/s-1/"), ("/sessions/s-1/", 'id="timeline"'), ("/runs/r-1/", 'id="transcript"')):
+    for url, marker in (
+        ("/", "/sessions/s-1/"),
+        ("/sessions/s-1/", 'id="timeline"'),
+        ("/runs/r-1/", 'id="transcript"'),
+    ):
         fragment = html(alice_client.get(url, HTTP_HX_REQUEST="true"))
         assert "<html" not in fragment and marker in fragment
         boosted = html(alice_client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_BOOSTED="true"))
@@ -215,7 +255,13 @@ def _count_queries(client, url) -> int:
 
 
 def _many_runs(ingest, n_runs, n_iterations, n_tools):
-    iterations = [{"thought": "t", "tool_calls": [{"tool": f"t{j}", "params": {}, "result": "r"} for j in range(n_tools)]} for _ in range(n_iterations)]
+    iterations = [
+        {
+            "thought": "t",
+            "tool_calls": [{"tool": f"t{j}", "params": {}, "result": "r"} for j in range(n_tools)],
+        }
+        for _ in range(n_iterations)
+    ]
     ingest([native(f"run-{n_runs}-{i}", f"sess-{i % 3}", iterations=iterations) for i in range(n_runs)])
 
 

@@ -382,7 +382,11 @@ class Redactor:
         for rule in self.rules:
             if rule.present(text):
                 text = rule.apply(text, counts, self.extra_keys)
-        if self.max_length is not None and len(text) > self.max_length and not _already_cut(text, self.max_length):
+        if (
+            self.max_length is not None
+            and len(text) > self.max_length
+            and not _already_cut(text, self.max_length)
+        ):
             removed = len(text) - self.max_length
             text = text[: self.max_length] + TRUNCATION_MARKER.format(removed=removed)
             counts["truncated"] += 1

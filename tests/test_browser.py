@@ -1,0 +1,179 @@
+"""The main path in a real browser: headless Debian Chromium driven by Playwright.
+
+Skips where no Chromium is installed (a user's laptop); CI installs it and sets
+HISTORY_REQUIRE_BROWSER=1, which turns that skip into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from history_app import services
+from history_app.agent_history import parse
+
+from .conftest import AUTOURGOS, load_jsonl
+
+CHROMIUM = Path(os.environ.get("HISTORY_CHROMIUM", "/usr/bin/chromium"))
+OUTPUT = Path(os.environ.get("TEST_OUTPUT_DIR", Path(__file__).resolve().parent.parent / "test-output"))
+
+if not CHROMIUM.exists():
+    if os.environ.get("HISTORY_REQUIRE_BROWSER"):
+        raise RuntimeError(f"HISTORY_REQUIRE_BROWSER is set but {CHROMIUM} does not exist")
+    pytest.skip(
+        f"no Chromium at {CHROMIUM}: install Debian's chromium to run browser tests", allow_module_level=True
+    )
+
+# Playwright's sync API runs an event loop in this thread; Django's ORM refuses to run
+# "inside" one unless told that this test code is really synchronous.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+sync_api = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def browser_page(live_server):
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-background-networking",
+                "--disable-gpu",
+                "--disable-component-update",
+            ],
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        problems: list[str] = []
+        page.on(
+            "console",
+            lambda m: (
+                problems.append(f"console {m.type}: {m.text} at {page.url} {m.location}")
+                if m.type in {"error", "warning"}
+                else None
+            ),
+        )
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.on("dialog", lambda d: (problems.append(f"dialog opened: {d.message}"), d.dismiss()))
+        live_host = urlparse(live_server.url).netloc
+        page.on(
+            "request",
+            lambda r: (
+                problems.append(f"foreign request: {r.url}")
+                if urlparse(r.url).netloc not in {live_host, ""} and not r.url.startswith("data:")
+                else None
+            ),
+        )
+        page.problems = problems
+        yield page
+        context.close()
+        browser.close()
+
+
+def shot(page, name: str) -> None:
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(OUTPUT / f"{name}.png"), full_page=True)
+
+
+def log_in(page, live_server, django_user_model):
+    django_user_model.objects.create_user("alice", password="alice-password-1")
+    page.goto(f"{live_server.url}/")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", "alice-password-1")
+    page.click("button[type=submit]")
+    page.wait_for_selector("h1:has-text('Sessions')")
+
+
+def test_main_path_log_in_open_session_open_run(browser_page, live_server, django_user_model):
+    for name in ("Task_20261129_224355_551407_bc481e3f.json", "Task_20261129_224355_610116_7bfd7d3a.json"):
+        services.ingest_items(items=[json.loads((AUTOURGOS / name).read_text())])
+    page = browser_page
+    log_in(page, live_server, django_user_model)
+    shot(page, "01-sessions")
+    page.click("text=autourgos:ResearchBot:2026-11-29")
+    page.wait_for_selector("#timeline")
+    assert "Compare Tokyo and Osaka" in page.inner_text("#timeline")
+    shot(page, "02-session")
+    page.click("#timeline a >> nth=0")
+    page.wait_for_selector("#transcript")
+    text = page.inner_text("#transcript")
+    assert "Search for both cities' background" in text
+    assert "web_search" in text and "Tokyo population" in text
+    assert "Tokyo (~37.4M metro)" in page.inner_text(".answer")
+    shot(page, "03-run")
+    # Back to the list with the browser's own history, restored by htmx.
+    page.go_back()
+    page.wait_for_selector("#timeline")
+    page.goto(f"{live_server.url}/")
+    page.click("text=autourgos:Agent:2026-11-29")
+    page.click("#timeline a >> nth=0")
+    page.wait_for_selector(".error-card")
+    assert "HTTP 502" in page.inner_text(".error-card")
+    assert page.problems == []
+
+
+def test_pages_work_without_javascript(live_server, django_user_model):
+    services.ingest_items(items=[json.loads((AUTOURGOS / "named_run_custom.json").read_text())])
+    django_user_model.objects.create_user("alice", password="alice-password-1")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=["--no-sandbox", "--disable-background-networking"],
+        )
+        page = browser.new_context(java_script_enabled=False).new_page()
+        page.goto(f"{live_server.url}/")
+        page.fill("#id_username", "alice")
+        page.fill("#id_password", "alice-password-1")
+        page.click("button[type=submit]")
+        page.click("text=autourgos:Agent:2026-11-29")
+        page.click("#timeline a >> nth=0")
+        assert "Quick answer." in page.inner_text("#transcript")
+        browser.close()
+
+
+def test_xss_payloads_open_no_dialog_and_fetch_nothing(browser_page, live_server, django_user_model):
+    payloads = [entry["payload"] for entry in load_jsonl("xss.jsonl")]
+    runs = [
+        {
+            "schema": "agent-history/v1",
+            "run_id": f"xss-{i}",
+            "session_id": "xss-session",
+            "agent_name": payload[:100],
+            "input": payload,
+            "output": payload,
+            "iterations": [
+                {
+                    "thought": payload,
+                    "tool_calls": [{"tool": "t", "params": {"p": payload}, "result": payload}],
+                }
+            ],
+        }
+        for i, payload in enumerate(payloads)
+    ]
+    services.ingest_items(items=runs)
+    page = browser_page
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/sessions/xss-session/")
+    for i in range(len(payloads)):
+        page.goto(f"{live_server.url}/runs/xss-{i}/")
+        page.wait_for_selector("#transcript")
+        for link in page.query_selector_all(".markdown a, .markdown details, pre"):
+            link.hover()
+        for href in page.eval_on_selector_all(".markdown a", "links => links.map(a => a.href)"):
+            assert href == "" or urlparse(href).scheme in {"http", "https", "mailto"}, href
+    shot(page, "04-xss-run")
+    assert page.problems == []
+
+
+def test_library_parser_is_the_one_the_server_uses():
+    """Guards the single normalisation path: the page shows what the library parses."""
+    data = json.loads((AUTOURGOS / "named_run_custom.json").read_text())
+    assert parse(data)[0].output == "42"
