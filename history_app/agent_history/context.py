@@ -1,0 +1,223 @@
+"""Renderers of history context blocks, byte-for-byte as the seed frameworks write them.
+
+Entries may be ``Run`` records, any object with the attributes, or plain dicts.
+
+Content is not escaped by agno or agno-go, so an answer containing
+``</team_history_context>`` closes the block early and whatever follows reads as
+instructions. Our renderers neutralise that: a closing tag of the block's own kind
+inside content is written ``<\\/tag>`` (a backslash before the slash). Nothing else in the
+content changes, so ordinary text renders byte-for-byte as the originals.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+WORKFLOW_HEADER = "<workflow_history_context>"
+WORKFLOW_FOOTER = "</workflow_history_context>"
+TEAM_HEADER = "<team_history_context>"
+TEAM_FOOTER = "</team_history_context>"
+INTERACTIONS_HEADER = "<member_interaction_context>"
+INTERACTIONS_FOOTER = "</member_interaction_context>"
+INTERACTIONS_INTRO = "See below interactions with other team members."
+
+
+def field(entry: Any, *names: str, default: Any = None) -> Any:
+    """The first present, non-None value of ``names`` on a dict or an object."""
+    for name in names:
+        value = entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+_closers: dict[str, re.Pattern[str]] = {}
+
+
+def neutralise(text: str, footer: str) -> str:
+    """Write a closing ``footer`` tag inside content as ``<\\/tag>`` so it cannot end the block."""
+    if "</" not in text:
+        return text
+    tag = footer.strip()[2:-1]
+    pattern = _closers.get(tag)
+    if pattern is None:
+        pattern = _closers[tag] = re.compile(r"</(\s*" + re.escape(tag) + r"\s*)>", re.IGNORECASE)
+    return pattern.sub(r"<\\/\1>", text)
+
+
+def render_workflow_history(
+    entries: Sequence[Any],
+    *,
+    header: str = WORKFLOW_HEADER,
+    footer: str = WORKFLOW_FOOTER,
+    include_input: bool = True,
+    include_output: bool = True,
+    include_timestamp: bool = False,
+    input_label: str = "input",
+    output_label: str = "output",
+    run_label: str = "run-{n}",
+) -> str:
+    """agno-go's ``FormatHistoryForAgent``: runs numbered from 1, oldest first, no trailing newline.
+
+    With ``run_label="Workflow Run-{n}"``, ``input_label="User input"`` and
+    ``output_label="Workflow output"`` it writes agno's (Python) workflow history block.
+    """
+    if not entries:
+        return ""
+    parts = [header, "\n"]
+    for n, entry in enumerate(entries, start=1):
+        parts.append(f"[{run_label.format(n=n)}]")
+        if include_timestamp:
+            when = field(entry, "started_at", "created_at", "timestamp")
+            if isinstance(when, datetime):
+                parts.append(f" ({when:%Y-%m-%d %H:%M:%S})")
+            elif when:
+                parts.append(f" ({when})")
+        parts.append("\n")
+        if include_input:
+            value = _text(field(entry, "input"))
+            if value:
+                parts.append(f"{input_label}: {neutralise(value, footer)}\n")
+        if include_output:
+            value = _text(field(entry, "output", "content", "response"))
+            if value:
+                parts.append(f"{output_label}: {neutralise(value, footer)}\n")
+        parts.append("\n")
+    parts.append(footer)
+    return "".join(parts)
+
+
+def render_agno_workflow_history(entries: Sequence[Any]) -> str:
+    """agno's own workflow history block (``[Workflow Run-N]``, ``User input:``)."""
+    return render_workflow_history(
+        entries, run_label="Workflow Run-{n}", input_label="User input", output_label="Workflow output"
+    )
+
+
+def render_team_history(runs: Sequence[Any]) -> str:
+    """agno's team history for members: like the workflow block, ``response:``, ends with ``\\n``."""
+    if not runs:
+        return ""
+    parts = [TEAM_HEADER, "\n"]
+    for n, run in enumerate(runs, start=1):
+        parts.append(f"[run-{n}]\n")
+        value = _text(field(run, "input"))
+        if value:
+            parts.append(f"input: {neutralise(value, TEAM_FOOTER)}\n")
+        value = _text(field(run, "response", "output", "content"))
+        if value:
+            parts.append(f"response: {neutralise(value, TEAM_FOOTER)}\n")
+        parts.append("\n")
+    parts.append(TEAM_FOOTER + "\n")
+    return "".join(parts)
+
+
+def render_member_interactions(interactions: Sequence[Any]) -> str:
+    """agno's shared member interactions; the name falls back to the id, then ``Unknown``."""
+    if not interactions:
+        return ""
+    parts = [INTERACTIONS_HEADER, "\n", INTERACTIONS_INTRO, "\n"]
+    for item in interactions:
+        name = _text(field(item, "member", "member_name", "name", "member_id", default="Unknown")) or "Unknown"
+        task = _text(field(item, "task"))
+        response = _text(field(item, "response", "output", "content"))
+        parts.append(f"Member: {neutralise(name, INTERACTIONS_FOOTER)}\n")
+        parts.append(f"Task: {neutralise(task, INTERACTIONS_FOOTER)}\n")
+        parts.append(f"Response: {neutralise(response, INTERACTIONS_FOOTER)}\n")
+        parts.append("\n")
+    parts.append(INTERACTIONS_FOOTER + "\n")
+    return "".join(parts)
+
+
+def compose_member_task(
+    task: str,
+    *,
+    interactions: Sequence[Any] | str | None = None,
+    team_history: Sequence[Any] | str | None = None,
+) -> str:
+    """The member's user message as agno assembles it: blocks joined by ``"\\n\\n"``, empty ones left out.
+
+    Each block ends with ``\\n``, so three newlines stand between parts, exactly as agno sends.
+    """
+    blocks = [
+        interactions if isinstance(interactions, str) else render_member_interactions(interactions or []),
+        team_history if isinstance(team_history, str) else render_team_history(team_history or []),
+        task,
+    ]
+    return "\n\n".join(block for block in blocks if block)
+
+
+# -- CoT process history (SmartClient) ---------------------------------------------
+
+DEFAULT_DETAIL_ITEMS = 5
+DEFAULT_RESULT_MAX_CHARS = 160
+_ACTION_KEYS = ("goTo", "taskID", "action", "step", "task")
+_RESULT_KEYS = ("summary", "result", "intent")
+
+
+def _action_and_result(entry: Any) -> tuple[str, str]:
+    action = _text(field(entry, *_ACTION_KEYS, default="(entry)"))
+    result = _text(field(entry, *_RESULT_KEYS, default=""))
+    if not result and isinstance(entry, Mapping):
+        rest = {k: v for k, v in entry.items() if k not in _ACTION_KEYS and k != "ts"}
+        result = json.dumps(rest, ensure_ascii=False, default=str) if rest else ""
+    return action, result
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def render_cot_history(
+    entries: Iterable[Any],
+    *,
+    detail_items: int = DEFAULT_DETAIL_ITEMS,
+    result_max_chars: int = DEFAULT_RESULT_MAX_CHARS,
+    truncate: int | None = None,
+) -> str:
+    """A CoT process's history in two zones; nothing is omitted unless ``truncate`` asks.
+
+    Earlier entries: one ``N. action | result`` line each, the result cut at
+    ``result_max_chars`` (with ``…``). The last ``detail_items`` entries: every field in
+    full, with ``intent`` and ``stepAfter``. ``truncate=N`` (partial prompts) keeps only
+    the last N entries and says how many earlier ones were left out.
+    """
+    items = list(entries)
+    if not items:
+        return ""
+    lines = []
+    start = 0
+    if truncate is not None and 0 <= truncate < len(items):
+        start = len(items) - truncate
+        lines.append(f"[{start} earlier entries omitted]")
+    detail_from = max(start, len(items) - max(detail_items, 0))
+    for n in range(start, detail_from):
+        action, result = _action_and_result(items[n])
+        result = _one_line(result)
+        if len(result) > result_max_chars:
+            result = result[:result_max_chars] + "…"
+        lines.append(f"{n + 1}. {_one_line(action)} | {result}")
+    for n in range(detail_from, len(items)):
+        entry = items[n]
+        action, _ = _action_and_result(entry)
+        lines.append(f"{n + 1}. {action}")
+        if isinstance(entry, Mapping):
+            for key, value in entry.items():
+                if key in _ACTION_KEYS and _text(value) == action:
+                    continue
+                lines.append(f"   {key}: {_text(value)}")
+        else:
+            lines.append(f"   {_text(entry)}")
+    return "\n".join(lines)
