@@ -130,7 +130,9 @@ def render_member_interactions(interactions: Sequence[Any]) -> str:
         return ""
     parts = [INTERACTIONS_HEADER, "\n", INTERACTIONS_INTRO, "\n"]
     for item in interactions:
-        name = _text(field(item, "member", "member_name", "name", "member_id", default="Unknown")) or "Unknown"
+        name = (
+            _text(field(item, "member", "member_name", "name", "member_id", default="Unknown")) or "Unknown"
+        )
         task = _text(field(item, "task"))
         response = _text(field(item, "response", "output", "content"))
         parts.append(f"Member: {neutralise(name, INTERACTIONS_FOOTER)}\n")

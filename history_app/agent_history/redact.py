@@ -349,7 +349,8 @@ class Redactor:
     """Replaces secrets in any JSON-like value; counts what each rule replaced.
 
     ``extra_patterns`` are extra regular expressions (whole match replaced), ``extra_keys``
-    extra key words, ``max_length`` cuts longer strings with a marker (``None`` = never).
+    extra key words, ``max_length`` cuts longer strings with ``truncation_marker``
+    (``{removed}`` is the number of characters cut; ``None`` = never cut).
     Instances are stateless between calls and safe to share between threads.
     """
 
@@ -359,6 +360,7 @@ class Redactor:
         extra_patterns: Iterable[str | re.Pattern[str]] = (),
         extra_keys: Iterable[str] = (),
         max_length: int | None = None,
+        truncation_marker: str = TRUNCATION_MARKER,
         rules: Iterable[ValueRule | KeyValueRule] | None = None,
     ):
         self.rules: list[ValueRule | KeyValueRule] = list(DEFAULT_RULES if rules is None else rules)
@@ -367,6 +369,9 @@ class Redactor:
             self.rules.append(ValueRule(f"custom-{i + 1}", "", compiled))
         self.extra_keys = frozenset(k.lower() for k in extra_keys)
         self.max_length = max_length
+        self.truncation_marker = truncation_marker
+        marker = re.escape(truncation_marker).replace(re.escape("{removed}"), r"\d+")
+        self._cut = re.compile(marker + r"\Z")
 
     # -- public API --------------------------------------------------------------
 
@@ -382,15 +387,16 @@ class Redactor:
         for rule in self.rules:
             if rule.present(text):
                 text = rule.apply(text, counts, self.extra_keys)
-        if (
-            self.max_length is not None
-            and len(text) > self.max_length
-            and not _already_cut(text, self.max_length)
-        ):
+        if self.max_length is not None and len(text) > self.max_length and not self._already_cut(text):
             removed = len(text) - self.max_length
-            text = text[: self.max_length] + TRUNCATION_MARKER.format(removed=removed)
+            text = text[: self.max_length] + self.truncation_marker.format(removed=removed)
             counts["truncated"] += 1
         return text
+
+    def _already_cut(self, text: str) -> bool:
+        """A value this redactor cut before (re-sent as it was stored) is not cut again."""
+        assert self.max_length is not None
+        return len(text) <= self.max_length + 40 and self._cut.search(text, self.max_length) is not None
 
     def is_secret_key(self, key: str) -> bool:
         return is_secret_key(key, self.extra_keys)
@@ -412,14 +418,6 @@ class Redactor:
         if isinstance(obj, list | tuple):
             return [self._walk(v, counts) for v in obj]
         return obj
-
-
-_CUT = re.compile(r"\.\.\. \[TRUNCATED \d+ chars\]\Z")
-
-
-def _already_cut(text: str, max_length: int) -> bool:
-    """A value this redactor cut before (re-sent as it was stored) is not cut again."""
-    return len(text) <= max_length + 40 and _CUT.search(text, max_length) is not None
 
 
 def _has_content(value: Any) -> bool:

@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .context import render_workflow_history
@@ -23,7 +23,7 @@ from .records import FINISHED_STATUSES, Run, parse_time
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def as_run(session_id: str, run: Run | Mapping[str, Any]) -> Run:
@@ -102,7 +102,9 @@ def _stats(sessions: list[WorkflowSession]) -> dict[str, Any]:
     }
 
 
-def _page(sessions: list[WorkflowSession], workflow_id: str | None, user_id: str | None, limit: int, offset: int):
+def _page(
+    sessions: list[WorkflowSession], workflow_id: str | None, user_id: str | None, limit: int, offset: int
+):
     chosen = [
         s
         for s in sessions
@@ -124,11 +126,15 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def get_or_create_session(self, session_id: str, workflow_id: str = "", user_id: str | None = None) -> WorkflowSession:
+    def get_or_create_session(
+        self, session_id: str, workflow_id: str = "", user_id: str | None = None
+    ) -> WorkflowSession:
         with self._lock:
             session = self._sessions.get(session_id)
             if session is None:
-                session = WorkflowSession(session_id=session_id, workflow_id=workflow_id, user_id=user_id or "")
+                session = WorkflowSession(
+                    session_id=session_id, workflow_id=workflow_id, user_id=user_id or ""
+                )
                 self._sessions[session_id] = session
                 self._evict()
             else:
@@ -161,7 +167,9 @@ class MemoryStore:
             # session can never linger in the order (agno-go's store grew past its bound).
             return self._sessions.pop(session_id, None) is not None
 
-    def list_sessions(self, *, workflow_id: str | None = None, user_id: str | None = None, limit: int = 0, offset: int = 0) -> list[WorkflowSession]:
+    def list_sessions(
+        self, *, workflow_id: str | None = None, user_id: str | None = None, limit: int = 0, offset: int = 0
+    ) -> list[WorkflowSession]:
         with self._lock:
             return _page(list(self._sessions.values()), workflow_id, user_id, limit, offset)
 
@@ -230,7 +238,9 @@ class SQLiteStore:
     def close(self) -> None:
         self._db.close()
 
-    def get_or_create_session(self, session_id: str, workflow_id: str = "", user_id: str | None = None) -> WorkflowSession:
+    def get_or_create_session(
+        self, session_id: str, workflow_id: str = "", user_id: str | None = None
+    ) -> WorkflowSession:
         now = _now().isoformat()
         with self._lock:
             self._db.execute(
@@ -306,7 +316,9 @@ class SQLiteStore:
                         "VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM history_runs WHERE session_id = ?), ?, ?, ?, ?, ?, ?, ?, ?)",
                         (session_id, session_id, record.run_id, *values),
                     )
-                self._db.execute("UPDATE history_sessions SET updated_at = ? WHERE session_id = ?", (now, session_id))
+                self._db.execute(
+                    "UPDATE history_sessions SET updated_at = ? WHERE session_id = ?", (now, session_id)
+                )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -315,9 +327,14 @@ class SQLiteStore:
 
     def delete_session(self, session_id: str) -> bool:
         with self._lock:
-            return self._db.execute("DELETE FROM history_sessions WHERE session_id = ?", (session_id,)).rowcount > 0
+            return (
+                self._db.execute("DELETE FROM history_sessions WHERE session_id = ?", (session_id,)).rowcount
+                > 0
+            )
 
-    def list_sessions(self, *, workflow_id: str | None = None, user_id: str | None = None, limit: int = 0, offset: int = 0) -> list[WorkflowSession]:
+    def list_sessions(
+        self, *, workflow_id: str | None = None, user_id: str | None = None, limit: int = 0, offset: int = 0
+    ) -> list[WorkflowSession]:
         clauses, params = [], []
         if workflow_id is not None:
             clauses.append("workflow_id = ?")
