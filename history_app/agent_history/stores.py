@@ -211,6 +211,7 @@ CREATE TABLE IF NOT EXISTS history_runs (
     error TEXT,
     started_at TEXT,
     ended_at TEXT,
+    duration_ms INTEGER,
     record TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
 );
@@ -297,6 +298,7 @@ class SQLiteStore:
             record.error,
             record.started_at.isoformat() if record.started_at else None,
             record.ended_at.isoformat() if record.ended_at else None,
+            record.duration_ms,
             record.to_json(),
         )
         with self._lock:
@@ -307,13 +309,15 @@ class SQLiteStore:
                     (session_id, now, now),
                 )
                 updated = self._db.execute(
-                    "UPDATE history_runs SET status=?, input=?, output=?, error=?, started_at=?, ended_at=?, record=? WHERE run_id=?",
+                    "UPDATE history_runs SET status=?, input=?, output=?, error=?, started_at=?, ended_at=?, duration_ms=?, record=? "
+                    "WHERE run_id=?",
                     (*values, record.run_id),
                 ).rowcount
                 if not updated:
                     self._db.execute(
-                        "INSERT INTO history_runs (session_id, seq, run_id, status, input, output, error, started_at, ended_at, record) "
-                        "VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM history_runs WHERE session_id = ?), ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO history_runs (session_id, seq, run_id, status, input, output, error, started_at, ended_at, "
+                        "duration_ms, record) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM history_runs "
+                        "WHERE session_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (session_id, session_id, record.run_id, *values),
                     )
                 self._db.execute(
@@ -364,9 +368,7 @@ class SQLiteStore:
             row = self._db.execute(
                 "SELECT COUNT(*), "
                 "SUM(status IN ('completed', 'failed', 'cancelled')), SUM(status = 'completed'), "
-                "SUM(status = 'failed'), SUM(status = 'cancelled'), "
-                "AVG(CASE WHEN started_at IS NOT NULL AND ended_at IS NOT NULL "
-                "THEN (julianday(ended_at) - julianday(started_at)) * 86400000.0 END) FROM history_runs"
+                "SUM(status = 'failed'), SUM(status = 'cancelled'), AVG(duration_ms) FROM history_runs"
             ).fetchone()
         return {
             "total_sessions": sessions,
