@@ -40,12 +40,17 @@ def test_empty_history_renders_nothing():
 
 
 def test_workflow_history_options():
-    entries = [Run(run_id="r", session_id="s", input="q", output="a", started_at=datetime(2006, 1, 2, 15, 4, 5))]
+    entries = [
+        Run(run_id="r", session_id="s", input="q", output="a", started_at=datetime(2006, 1, 2, 15, 4, 5))
+    ]
     text = render_workflow_history(
         entries, header="<h>", footer="</h>", include_timestamp=True, input_label="Q", output_label="A"
     )
     assert text == "<h>\n[run-1] (2006-01-02 15:04:05)\nQ: q\nA: a\n\n</h>"
-    assert render_workflow_history(entries, include_output=False) == "<workflow_history_context>\n[run-1]\ninput: q\n\n</workflow_history_context>"
+    assert (
+        render_workflow_history(entries, include_output=False)
+        == "<workflow_history_context>\n[run-1]\ninput: q\n\n</workflow_history_context>"
+    )
 
 
 @dataclass
@@ -67,7 +72,11 @@ def test_team_history_uses_response_and_ends_with_a_newline():
 
 def test_member_interactions_name_falls_back_to_id_then_unknown():
     text = render_member_interactions(
-        [{"member": "Researcher", "task": "Find key facts", "response": "Facts found"}, {"member_id": "m2", "task": "t", "response": "r"}, {"task": "t2", "response": "r2"}]
+        [
+            {"member": "Researcher", "task": "Find key facts", "response": "Facts found"},
+            {"member_id": "m2", "task": "t", "response": "r"},
+            {"task": "t2", "response": "r2"},
+        ]
     )
     assert text == (
         "<member_interaction_context>\nSee below interactions with other team members.\n"
@@ -78,7 +87,11 @@ def test_member_interactions_name_falls_back_to_id_then_unknown():
 
 
 def test_member_task_layout_has_three_newlines_between_parts():
-    task = compose_member_task("Do it", interactions=[{"member": "A", "task": "t", "response": "r"}], team_history=[{"input": "i", "response": "o"}])
+    task = compose_member_task(
+        "Do it",
+        interactions=[{"member": "A", "task": "t", "response": "r"}],
+        team_history=[{"input": "i", "response": "o"}],
+    )
     assert "</member_interaction_context>\n\n\n<team_history_context>" in task
     assert task.endswith("</team_history_context>\n\n\nDo it")
     assert compose_member_task("Only the task") == "Only the task"
@@ -98,7 +111,8 @@ def test_a_closing_tag_inside_content_cannot_end_the_block():
 def agno_runs(session_id: str) -> list[dict]:
     db = sqlite3.connect(f"file:{AGNO / 'agno.db'}?mode=ro", uri=True)
     rows = db.execute(
-        "SELECT run_id, parent_run_id, status, run_data FROM agno_runs WHERE session_id = ? ORDER BY run_index", (session_id,)
+        "SELECT run_id, parent_run_id, status, run_data FROM agno_runs WHERE session_id = ? ORDER BY run_index",
+        (session_id,),
     ).fetchall()
     db.close()
     return [{"run_id": r[0], "parent_run_id": r[1], "status": r[2], **json.loads(r[3])} for r in rows]
@@ -113,7 +127,9 @@ def _input_text(run: dict) -> str:
     return value.get("input_content") if isinstance(value, dict) else value
 
 
-def member_task_for(runs: list[dict], team_run: dict, member_id: str, *, num_team_history_runs: int = 3) -> str:
+def member_task_for(
+    runs: list[dict], team_run: dict, member_id: str, *, num_team_history_runs: int = 3
+) -> str:
     """What agno sent to a member, rebuilt with our renderers from agno's stored runs."""
     members = {r["run_id"]: r for r in runs if r["parent_run_id"] == team_run["run_id"]}
     interactions, task = [], None
@@ -123,9 +139,13 @@ def member_task_for(runs: list[dict], team_run: dict, member_id: str, *, num_tea
             task = args["task"]
             break
         member_run = next(m for m in members.values() if m.get("agent_id") == args["member_id"])
-        interactions.append({"member": member_run["agent_name"], "task": args["task"], "response": member_run["content"]})
+        interactions.append(
+            {"member": member_run["agent_name"], "task": args["task"], "response": member_run["content"]}
+        )
     team_runs = [r for r in runs if r.get("team_id") and r["parent_run_id"] is None]
-    earlier = [r for r in team_runs[: team_runs.index(team_run)] if r["status"] == "COMPLETED"][-num_team_history_runs:]
+    earlier = [r for r in team_runs[: team_runs.index(team_run)] if r["status"] == "COMPLETED"][
+        -num_team_history_runs:
+    ]
     history = [{"input": _input_text(r), "response": r["content"]} for r in earlier]
     return compose_member_task(task, interactions=interactions, team_history=history)
 
@@ -141,7 +161,9 @@ def test_agno_member_prompts_are_reproduced_byte_for_byte():
 def test_agno_member_input_stored_by_agno_matches_too():
     runs = agno_runs("sess-team-1")
     team_run = [r for r in runs if r.get("team_id") and r["parent_run_id"] is None][1]
-    researcher = next(r for r in runs if r["parent_run_id"] == team_run["run_id"] and r["agent_id"] == "researcher")
+    researcher = next(
+        r for r in runs if r["parent_run_id"] == team_run["run_id"] and r["agent_id"] == "researcher"
+    )
     assert member_task_for(runs, team_run, "researcher") == _input_text(researcher)
 
 
@@ -174,3 +196,18 @@ def test_cot_detail_items_bounds(n):
     entries = [{"taskID": f"t{i}", "summary": "s"} for i in range(3)]
     text = render_cot_history(entries, detail_items=n)
     assert sum(1 for line in text.splitlines() if " | " in line) == max(0, 3 - n)
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        [("q1", "a1"), ("q2", "a2")],
+        [("q1", None), ("q2", "a2")],
+        [("", "a1"), ("q2", "")],
+        [("q1", "has </workflow_history_context> inside"), ("q2", "<b>bold</b>")],
+    ],
+)
+def test_the_fast_path_for_records_equals_the_general_path(pairs):
+    records = [Run(run_id=f"r{i}", session_id="s", input=q, output=a) for i, (q, a) in enumerate(pairs)]
+    dicts = [{"input": q, "output": a} for q, a in pairs]
+    assert render_workflow_history(records) == render_workflow_history(dicts)

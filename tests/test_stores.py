@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -22,7 +22,9 @@ def store(request, tmp_path):
 
 def add(store, session_id, n, status="completed", start=0):
     for i in range(start, start + n):
-        store.save_run(session_id, {"run_id": f"{session_id}-{i}", "input": f"q{i}", "output": f"a{i}", "status": status})
+        store.save_run(
+            session_id, {"run_id": f"{session_id}-{i}", "input": f"q{i}", "output": f"a{i}", "status": status}
+        )
 
 
 def test_get_or_create_is_idempotent_and_keeps_ids(store):
@@ -171,8 +173,10 @@ def test_sqlite_store_persists_across_instances(tmp_path):
 
 def test_sqlite_store_keeps_full_records(tmp_path):
     store = SQLiteStore(str(tmp_path / "h.db"))
-    started = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    store.save_run("s", Run(run_id="r", session_id="s", input="q", started_at=started, metrics={"total_tokens": 3}))
+    started = datetime(2026, 1, 1, tzinfo=UTC)
+    store.save_run(
+        "s", Run(run_id="r", session_id="s", input="q", started_at=started, metrics={"total_tokens": 3})
+    )
     assert store.get_run("r").metrics == {"total_tokens": 3}
     assert store.get_session("s").runs[0].started_at == started
     store.close()

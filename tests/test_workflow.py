@@ -108,7 +108,9 @@ def test_step_can_opt_in_when_the_workflow_opts_out(store):
     wf.run("a", "s1")
     wf.run("b", "s1")
     assert "[run-1]" in agent.seen[-1]
-    disabled = Workflow("w2", [Step("s", EchoAgent(), add_history_to_step=True)], store=store, enable_history=False)
+    disabled = Workflow(
+        "w2", [Step("s", EchoAgent(), add_history_to_step=True)], store=store, enable_history=False
+    )
     disabled.run("x", "s2")
     assert disabled.run("y", "s2").history_count == 0
 
@@ -157,7 +159,11 @@ def test_shared_agent_across_threads_never_sees_another_sessions_history():
             time.sleep(0.001)
             session = input.split(":")[0]
             # Every run in this block must belong to this input's session.
-            assert all(line.split(": ")[1].startswith(session) for line in instructions.splitlines() if line.startswith("input: "))
+            assert all(
+                line.split(": ")[1].startswith(session)
+                for line in instructions.splitlines()
+                if line.startswith("input: ")
+            )
             assert self.instructions == instructions
             return f"{input} done"
 

@@ -12,6 +12,7 @@ content changes, so ordinary text renders byte-for-byte as the originals.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -57,6 +58,45 @@ def neutralise(text: str, footer: str) -> str:
     return pattern.sub(r"<\\/\1>", text)
 
 
+_get_input = operator.attrgetter("input")
+_get_output = operator.attrgetter("output")
+
+
+def _fast_body(entries: Sequence[Any]) -> str | None:
+    """The common case at close to the cost of a plain ``str.join``: records whose inputs
+    and outputs are all non-empty, default labels.
+
+    The checks run as C-level passes (``map``/``all``/``set``) instead of per-entry Python
+    code; anything unusual (a missing output, a closing tag in the content) sends the
+    caller the long way, which is exact in every case.
+    """
+    try:
+        if not (all(map(_get_input, entries)) and all(map(_get_output, entries))):
+            return None
+    except AttributeError:  # dicts, and objects without the two attributes
+        return None
+    # Values are strings in a Run (``from_dict`` turns structures into JSON text); a
+    # hand-made record holding another type is rendered with ``str`` on this path.
+    body = "".join([f"[run-{n}]\ninput: {e.input}\noutput: {e.output}\n\n" for n, e in enumerate(entries, 1)])
+    # "<" is found by memchr; the exact "</" test runs only when one is there.
+    if "<" in body and "</" in body:
+        return None
+    return body
+
+
+def _clean(value: Any, footer: str) -> str:
+    if type(value) is not str:
+        value = _text(value)
+    return neutralise(value, footer) if "</" in value else value
+
+
+def _stamp(entry: Any) -> str:
+    when = field(entry, "started_at", "created_at", "timestamp")
+    if isinstance(when, datetime):
+        return f" ({when:%Y-%m-%d %H:%M:%S})"
+    return f" ({when})" if when else ""
+
+
 def render_workflow_history(
     entries: Sequence[Any],
     *,
@@ -76,26 +116,49 @@ def render_workflow_history(
     """
     if not entries:
         return ""
+    defaults = run_label == "run-{n}" and input_label == "input" and output_label == "output"
+    if defaults and include_input and include_output and not include_timestamp:
+        fast = _fast_body(entries)
+        if fast is not None:
+            return f"{header}\n{fast}{footer}"
+    label_prefix, _, label_suffix = run_label.partition("{n}")
+    input_prefix, output_prefix = f"{input_label}: ", f"{output_label}: "
     parts = [header, "\n"]
+    append = parts.append
     for n, entry in enumerate(entries, start=1):
-        parts.append(f"[{run_label.format(n=n)}]")
-        if include_timestamp:
-            when = field(entry, "started_at", "created_at", "timestamp")
-            if isinstance(when, datetime):
-                parts.append(f" ({when:%Y-%m-%d %H:%M:%S})")
-            elif when:
-                parts.append(f" ({when})")
-        parts.append("\n")
-        if include_input:
-            value = _text(field(entry, "input"))
-            if value:
-                parts.append(f"{input_label}: {neutralise(value, footer)}\n")
-        if include_output:
-            value = _text(field(entry, "output", "content", "response"))
-            if value:
-                parts.append(f"{output_label}: {neutralise(value, footer)}\n")
-        parts.append("\n")
-    parts.append(footer)
+        # The general loop of history injection: direct lookups, one string per entry in the
+        # common case, helpers only when a value needs converting or neutralising.
+        if type(entry) is dict:
+            value_in = entry.get("input")
+            value_out = entry.get("output")
+        else:
+            try:
+                value_in, value_out = entry.input, entry.output
+            except AttributeError:
+                value_in = getattr(entry, "input", None)
+                value_out = getattr(entry, "output", None)
+        if value_out is None:
+            value_out = field(entry, "content", "response")
+        stamp = _stamp(entry) if include_timestamp else ""
+        if not (include_input and value_in):
+            value_in = ""
+        elif type(value_in) is not str or "</" in value_in:
+            value_in = _clean(value_in, footer)
+        if not (include_output and value_out):
+            value_out = ""
+        elif type(value_out) is not str or "</" in value_out:
+            value_out = _clean(value_out, footer)
+        if value_in and value_out:
+            append(
+                f"[{label_prefix}{n}{label_suffix}]{stamp}\n{input_prefix}{value_in}\n{output_prefix}{value_out}\n\n"
+            )
+        elif value_in:
+            append(f"[{label_prefix}{n}{label_suffix}]{stamp}\n{input_prefix}{value_in}\n\n")
+        elif value_out:
+            append(f"[{label_prefix}{n}{label_suffix}]{stamp}\n{output_prefix}{value_out}\n\n")
+        else:
+            append(f"[{label_prefix}{n}{label_suffix}]{stamp}\n\n")
+    append(footer)
     return "".join(parts)
 
 

@@ -298,7 +298,7 @@ class AgentHistoryMiddleware:
 
     def redactor_for_sinks(self) -> Redactor:
         # The dashboard keeps fields up to its own cap; only the files use autourgos's 512.
-        return Redactor(rules=self.redactor.rules)
+        return Redactor(rules=self.redactor.rule_set, extra_keys=self.redactor.extra_keys)
 
     def autourgos_log(self, state: _State, *, for_markdown: bool = False) -> dict[str, Any]:
         """The JSON document autourgos-history writes for a run, redacted, plus our ids.

@@ -53,7 +53,6 @@ _SECRET_WORDS = frozenset(
         "privatekey",
         "accesskey",
         "sessiontoken",
-        "signature",
     }
 )
 # A key ending in one of these describes a secret rather than holding one.
@@ -163,7 +162,7 @@ def _is_secret_key(key: str, extra_words: frozenset[str]) -> bool:
     return last == "key" and len(words) > 1 and words[-2] not in _PLAIN_KEY_PREFIXES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ValueRule:
     """A secret shape: ``literal`` is the cheap prefilter, ``pattern`` the exact match.
 
@@ -221,7 +220,8 @@ def _is_basic_credential(match: re.Match[str]) -> bool:
 # at the separator (one C-level scan; text without such a word yields nothing); each
 # candidate's full name is then judged by the cached word rule, and the value is matched
 # only after its name was judged secret.
-_KV_HINTS = r"(?:pass|pwd|secret|token|key|auth|cookie|credential|jwt|bearer|signature)"
+_KV_HINT_WORDS = ("pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential", "jwt", "bearer")
+_KV_HINTS = "(?:" + "|".join(_KV_HINT_WORDS) + ")"
 _KV_CANDIDATE = re.compile(_KV_HINTS + r"([a-z0-9_.\-]{0,63})[\"']?[ \t]*[:=][ \t]*[\"']?")
 _KV_CANDIDATE_ANY_CASE = re.compile("(?i)" + _KV_HINTS + r"([a-z0-9_.\-]{0,63})[\"']?[ \t]*[:=][ \t]*[\"']?")
 _KV_VALUE = re.compile(r"[^\s\"',;&)}\]]{1,1000}")
@@ -233,12 +233,13 @@ class KeyValueRule:
     """Secret-named ``key=value`` pairs inside strings; only the value is replaced."""
 
     name = "key-value"
+    marker = MARKER.format(rule="key-value")
 
     def present(self, text: str) -> bool:
         return "=" in text or ":" in text
 
     def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
-        marker = MARKER.format(rule=self.name)
+        marker = self.marker
         lowered = text.lower()
         # A few characters change length when lower-cased; search those texts case-blind.
         if len(lowered) == len(text):
@@ -303,7 +304,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ),
     ValueRule(
         "github",
-        ("gh", "github_pat_"),
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
         re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{40,255})"),
     ),
     ValueRule("google-api-key", "AIza", re.compile(_B + r"AIza[0-9A-Za-z_\-]{30,100}")),
@@ -345,6 +346,15 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
 DEFAULT_RULES: tuple[ValueRule | KeyValueRule, ...] = (*DEFAULT_VALUE_RULES, KeyValueRule())
 
 
+def _gate(literal: str) -> str:
+    for gate in ("://", "-", "_", "."):
+        if gate in literal:
+            return gate
+    if literal[:1] == "A" and literal.isupper():
+        return "A"
+    return literal
+
+
 class Redactor:
     """Replaces secrets in any JSON-like value; counts what each rule replaced.
 
@@ -368,6 +378,26 @@ class Redactor:
             compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
             self.rules.append(ValueRule(f"custom-{i + 1}", "", compiled))
         self.extra_keys = frozenset(k.lower() for k in extra_keys)
+        self.rule_set = tuple(self.rules)
+        # Key-value pairs run last, on text the shape rules have already cleaned.
+        kv = [rule for rule in self.rules if isinstance(rule, KeyValueRule)]
+        self._key_value = kv[0] if kv else None
+        self.rules = [rule for rule in self.rules if not isinstance(rule, KeyValueRule)]
+        self._by_literal: dict[str, list[ValueRule]] = {}
+        self._always: set[ValueRule] = set()
+        for rule in self.rules:
+            literals = (rule.literal,) if isinstance(rule.literal, str) else rule.literal
+            if not all(literals):
+                self._always.add(rule)
+                continue
+            for literal in literals:
+                self._by_literal.setdefault(literal, []).append(rule)
+        # Literals are grouped behind a shorter "gate" substring they all contain, so
+        # ordinary text pays for ten substring tests rather than thirty.
+        gates: dict[str, list[tuple[str, list[ValueRule]]]] = {}
+        for literal, rules_for_literal in self._by_literal.items():
+            gates.setdefault(_gate(literal), []).append((literal, rules_for_literal))
+        self._gates = list(gates.items())
         self.max_length = max_length
         self.truncation_marker = truncation_marker
         marker = re.escape(truncation_marker).replace(re.escape("{removed}"), r"\d+")
@@ -384,9 +414,26 @@ class Redactor:
 
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
         counts = counts if counts is not None else Counter()
-        for rule in self.rules:
-            if rule.present(text):
-                text = rule.apply(text, counts, self.extra_keys)
+        # The cheap prefilter: plain substring tests (no call, no regex) decide which
+        # rules run at all; most text meets none of their literals.
+        wanted = None
+        for gate, items in self._gates:
+            if gate in text:
+                for literal, rules in items:
+                    if literal in text:
+                        if wanted is None:
+                            wanted = set()
+                        wanted.update(rules)
+        if wanted is not None or self._always:
+            for rule in self.rules:
+                if rule in self._always or (wanted is not None and rule in wanted):
+                    text = rule.apply(text, counts, self.extra_keys)
+        if self._key_value is not None and ("=" in text or ":" in text):
+            lowered = text.lower()
+            for hint in _KV_HINT_WORDS:
+                if hint in lowered:
+                    text = self._key_value.apply(text, counts, self.extra_keys)
+                    break
         if self.max_length is not None and len(text) > self.max_length and not self._already_cut(text):
             removed = len(text) - self.max_length
             text = text[: self.max_length] + self.truncation_marker.format(removed=removed)
@@ -404,19 +451,23 @@ class Redactor:
     # -- internals ---------------------------------------------------------------
 
     def _walk(self, obj: Any, counts: Counter[str]) -> Any:
-        if isinstance(obj, str):
+        # Exact type checks first: this runs once per value of a large transcript.
+        kind = type(obj)
+        if kind is str:
             return self.redact_text(obj, counts)
-        if isinstance(obj, dict):
+        if kind is dict or isinstance(obj, dict):
             out = {}
             for key, value in obj.items():
-                if isinstance(key, str) and self.is_secret_key(key) and _has_content(value):
+                if type(key) is str and self.is_secret_key(key) and _has_content(value):
                     counts["secret-key"] += 1
-                    out[key] = MARKER.format(rule="secret-key")
+                    out[key] = _SECRET_KEY_MARKER
                 else:
                     out[key] = self._walk(value, counts)
             return out
-        if isinstance(obj, list | tuple):
+        if kind is list or kind is tuple or isinstance(obj, list | tuple):
             return [self._walk(v, counts) for v in obj]
+        if isinstance(obj, str):
+            return self.redact_text(str(obj), counts)
         return obj
 
 
@@ -429,6 +480,7 @@ def _has_content(value: Any) -> bool:
     return not (isinstance(value, dict | list) and not value)
 
 
+_SECRET_KEY_MARKER = MARKER.format(rule="secret-key")
 _default = Redactor()
 
 

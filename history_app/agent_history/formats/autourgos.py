@@ -70,7 +70,10 @@ def _pair_tool_calls(tools: list[dict[str, Any]], observations: list[dict[str, A
             answered.append(False)
             slot = len(calls) - 1
         answered[slot] = True
-        if isinstance(result, str) and result.startswith(_TOOL_ERROR_PREFIXES):
+        if obs.get("error") is not None:
+            # Written by this project's middleware, which keeps on_tool_error's message.
+            calls[slot].error = _as_text(obs["error"])
+        elif isinstance(result, str) and result.startswith(_TOOL_ERROR_PREFIXES):
             calls[slot].error = result
         else:
             calls[slot].result = result
@@ -273,7 +276,7 @@ def _parse_md_iteration(number: int, body: list[str]) -> dict[str, Any]:
         elif current:
             parts[current].append(line)
     thought = "\n".join(parts.get("### Thought", [])).strip("\n") or None
-    tools: list[dict[str, Any]] | str = []
+    tools: list[dict[str, Any]] = []
     lines = parts.get("### Action (Tools)", [])
     i = 0
     while i < len(lines):
@@ -288,23 +291,17 @@ def _parse_md_iteration(number: int, body: list[str]) -> dict[str, Any]:
                 )
                 params = _json_literal("\n".join(lines[fence_start + 1 : fence_end]))
                 i = fence_end
-            if params == SOURCE_REDACTED:
-                tools = SOURCE_REDACTED
-            elif isinstance(tools, list):
-                tools.append({"tool": match.group(1), "params": params})
+            # A withheld call still names its tool in Markdown: keep the name.
+            tools.append({"tool": match.group(1), "params": params})
         i += 1
-    observations: list[dict[str, Any]] | str = []
+    observations: list[dict[str, Any]] = []
     obs_lines = parts.get("### Observations", [])
     current_tool, buffer = None, []
     for line in [*obs_lines, "**__end__**:"]:
         match = _OBSERVATION.match(line)
         if match:
             if current_tool is not None:
-                result = _json_literal("\n".join(buffer))
-                if result == SOURCE_REDACTED:
-                    observations = SOURCE_REDACTED
-                elif isinstance(observations, list):
-                    observations.append({"tool": current_tool, "result": result})
+                observations.append({"tool": current_tool, "result": _json_literal("\n".join(buffer))})
             current_tool, buffer = match.group(1), []
         else:
             buffer.append(line)

@@ -1,0 +1,208 @@
+"""AgentHistoryMiddleware replays each real autourgos scenario and writes the same files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from history_app.agent_history import AgentHistoryMiddleware, parse, record_injection
+from history_app.agent_history.formats import autourgos
+
+from .conftest import autourgos_logs, load_jsonl, manifest
+
+QUERY_LENGTH = re.compile(r"\[REDACTED: length=(\d+)\]")
+
+
+def replay(path, tmp_path):
+    """Drive the middleware with the callbacks autourgos fired for a real log."""
+    entry = manifest()[path.name]
+    data = json.loads(path.read_text())
+    md_run = autourgos.parse_markdown(path.with_suffix(".md").read_text())[0]
+    flags = {k: v for k, v in entry["middleware_flags"].items() if k.startswith("include_")}
+    mw = AgentHistoryMiddleware(
+        folder=str(tmp_path), file_path=entry["middleware_flags"]["file_path"] and path.name, **flags
+    )
+    agent = SimpleNamespace(name=data["agent_name"])
+    hidden = QUERY_LENGTH.fullmatch(data["query"] or "")
+    mw.on_agent_start("q" * int(hidden.group(1)) if hidden else data["query"], agent=agent)
+    for position, iteration in enumerate(data["iterations"]):
+        mw.on_iteration_start(iteration["iteration"], agent=agent)
+        thought = iteration["thought"]
+        mw.on_llm_end(
+            None
+            if thought is None
+            else thought
+            if isinstance(thought, str)
+            else json.dumps({"thought": thought}),
+            agent=agent,
+        )
+        tools = iteration["tools"]
+        if tools == "[REDACTED]":  # the JSON withheld them; the Markdown names them
+            tools = [{"tool": c.tool, "params": c.params} for c in md_run.iterations[position].tool_calls]
+        observations = iteration["observations"]
+        if observations == "[REDACTED]":
+            observations = [
+                {"tool": c.tool, "result": c.result} for c in md_run.iterations[position].tool_calls
+            ]
+        for tool in tools:
+            mw.on_tool_start(tool["tool"], tool["params"], agent=agent)
+        for observation in observations:
+            mw.on_tool_end(observation["tool"], observation["result"], agent=agent)
+    if data["error"]:
+        mw.on_agent_error(data["error"], agent=agent)
+    else:
+        mw.on_agent_end(data["final_response"] if flags["include_final"] else "hidden", agent=agent)
+    return mw, data
+
+
+SECRETS_SCENARIO = "Task_20261129_224355_630165_f0f3ce5c.json"
+
+
+@pytest.mark.parametrize("path", autourgos_logs(), ids=lambda p: manifest()[p.name]["scenario"])
+def test_files_match_the_real_package_field_for_field(path, tmp_path):
+    mw, real = replay(path, tmp_path)
+    md_path, json_path = mw.last_files
+    if manifest()[path.name]["middleware_flags"]["file_path"]:
+        assert (md_path.name, json_path.name) == ("named_run_custom.md", "named_run_custom.json")
+    else:
+        assert re.fullmatch(r"Task_\d{8}_\d{6}_\d{6}_[0-9a-f]{8}\.json", json_path.name)
+    ours = json.loads(json_path.read_text())
+    # Our additions: ids, and the contexts injected during the run.
+    assert ours.pop("run_id") and ours.pop("session_id") and ours.pop("injected_contexts") == []
+    for key in ("start_time", "end_time"):
+        assert ours.pop(key) and real.pop(key)
+    if path.name == SECRETS_SCENARIO:
+        # Deliberately better redaction: structure equal, every planted secret gone.
+        assert [len(i["tools"]) for i in ours["iterations"]] == [len(i["tools"]) for i in real["iterations"]]
+        for fake in (
+            "FAKEinUrl123",
+            "FAKE51HxEXAMPLE0000",
+            "FAKE-EXAMPLE-0000",
+            "FAKEhunter2",
+            "plainFAKE123",
+            "FAKE-pw-123",
+            "FAKE-not-shaped",
+        ):
+            assert fake not in json_path.read_text() and fake not in md_path.read_text()
+        return
+    assert ours == real
+    # The same parser reads our files and the real package's, with the same result.
+    assert parse(ours)[0].iterations == parse(real)[0].iterations
+    real_md = path.with_suffix(".md").read_text()
+    started = re.compile(r"\*\*Started At:\*\* .*")
+    assert started.sub("", md_path.read_text()) == started.sub("", real_md)
+
+
+def test_tool_errors_from_worker_threads_are_kept(tmp_path):
+    mw = AgentHistoryMiddleware(folder=str(tmp_path), include_query=True)
+    agent = SimpleNamespace(name="Agent")
+    mw.on_agent_start("read it", agent=agent)
+    mw.on_iteration_start(1, agent=agent)
+    mw.on_tool_start("read_file", {"path": "x"}, agent=agent)
+    # autourgos runs tools on a worker thread whose context holds no run state.
+    worker = threading.Thread(
+        target=mw.on_tool_error, args=("read_file", FileNotFoundError("x")), kwargs={"agent": agent}
+    )
+    worker.start()
+    worker.join()
+    mw.on_agent_end("could not read", agent=agent)
+    data = json.loads(mw.last_files[1].read_text())
+    assert data["iterations"][0]["observations"] == [{"tool": "read_file", "result": "x", "error": "x"}]
+    assert parse(data)[0].iterations[0].tool_calls[0].error == "x"
+
+
+def test_concurrent_asyncio_runs_never_mix(tmp_path):
+    mw = AgentHistoryMiddleware(folder=str(tmp_path), include_query=True)
+
+    async def one_run(n):
+        agent = SimpleNamespace(name=f"agent-{n}")
+        mw.on_agent_start(f"question {n}", agent=agent)
+        for i in range(3):
+            mw.on_iteration_start(i + 1)
+            await asyncio.sleep(0)
+            mw.on_llm_end(json.dumps({"thought": f"thinking {n}.{i}"}))
+            mw.on_tool_start("t", {"n": n})
+            await asyncio.sleep(0)
+            mw.on_tool_end("t", f"result {n}")
+        mw.on_agent_end(f"answer {n}")
+        return mw.last_files
+
+    async def main():
+        # A synchronous run first: its state must not leak into the tasks.
+        mw.on_agent_start("sync run", agent=None)
+        mw.on_agent_end("sync answer")
+        return await asyncio.gather(*(one_run(n) for n in range(5)))
+
+    asyncio.run(main())
+    logs = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert len(logs) == 6
+    for log in logs:
+        if log["query"] == "sync run":
+            assert log["iterations"] == []
+            continue
+        n = log["query"].split()[-1]
+        assert log["final_response"] == f"answer {n}"
+        assert [it["thought"] for it in log["iterations"]] == [f"thinking {n}.{i}" for i in range(3)]
+        assert all(obs["result"] == f"result {n}" for it in log["iterations"] for obs in it["observations"])
+
+
+def test_thought_rules(tmp_path):
+    mw = AgentHistoryMiddleware(folder=str(tmp_path))
+    mw.on_agent_start("q")
+    for i, response in enumerate(
+        [
+            '```json\n{"thought": ["a", "b"]}\n```',
+            "plain text",
+            '{"thought": null, "final_answer": "x"}',
+            None,
+        ]
+    ):
+        mw.on_iteration_start(i + 1)
+        mw.on_llm_end(response)
+    mw.on_agent_end("done")
+    thoughts = [it["thought"] for it in json.loads(mw.last_files[1].read_text())["iterations"]]
+    assert thoughts == [["a", "b"], "plain text", '{"thought": null, "final_answer": "x"}', None]
+
+
+def test_injections_during_a_run_are_recorded_and_written(tmp_path):
+    mw = AgentHistoryMiddleware(folder=str(tmp_path))
+    mw.on_agent_start("q")
+    record_injection(
+        "<workflow_history_context>\n…</workflow_history_context>", kind="workflow_history", step="plan"
+    )
+    mw.on_agent_end("done")
+    contexts = json.loads(mw.last_files[1].read_text())["injected_contexts"]
+    assert contexts[0]["kind"] == "workflow_history" and contexts[0]["step"] == "plan"
+    assert parse(json.loads(mw.last_files[1].read_text()))[0].injected_contexts[0].step == "plan"
+
+
+def test_secrets_never_reach_the_files(tmp_path):
+    mw = AgentHistoryMiddleware(folder=str(tmp_path), include_query=True)
+    for entry in load_jsonl("secrets.jsonl"):
+        for placement in entry["placements"]:
+            mw.on_agent_start(placement.get("text") or "q")
+            mw.on_iteration_start(1)
+            mw.on_tool_start("fetch", placement.get("params") or {})
+            mw.on_tool_end("fetch", placement.get("text") or "ok")
+            mw.on_agent_end(entry["secret"])
+            for path in mw.last_files:
+                assert entry["secret"] not in path.read_text()
+                assert json.dumps(entry["secret"])[1:-1] not in path.read_text()
+
+
+def test_runs_go_to_sinks_redacted(tmp_path):
+    sent = []
+    mw = AgentHistoryMiddleware(
+        folder=str(tmp_path), sinks=[SimpleNamespace(send=sent.append, flush=lambda t: True)]
+    )
+    mw.on_agent_start("use sk-proj-" + "a" * 40)
+    mw.on_agent_end("x" * 2000)
+    assert sent[0].status == "completed"
+    assert "sk-proj-" not in sent[0].input
+    assert len(sent[0].output) == 2000  # the files' 512-character cut is not the dashboard's
+    assert mw.flush(1) is True
