@@ -1,0 +1,24 @@
+"""Every Python example in the README's library section runs as written."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+LIBRARY = README[README.index("## The library") : README.index("## Configuration")]
+EXAMPLES = re.findall(r"```python\n(.*?)```", LIBRARY, re.DOTALL)
+
+
+def test_the_library_section_has_an_example_per_feature():
+    assert len(EXAMPLES) >= 9
+
+
+@pytest.mark.parametrize("code", EXAMPLES, ids=lambda c: c.splitlines()[0][:50])
+def test_example_runs(code, tmp_path, monkeypatch):
+    # The HttpSink example spools into the temporary folder: keep it inside this test's.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
