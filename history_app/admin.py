@@ -1,8 +1,45 @@
+"""The admin, built for big tables: no full counts, related rows fetched in the same query,
+raw id widgets, ingested data read-only; plus the retention page and audit log."""
+
 from __future__ import annotations
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import path
+from django.utils.functional import cached_property
 
-from . import models
+from . import models, services
+
+COUNT_CAP = 10_000
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most COUNT_CAP + 1 rows: a COUNT(*) over millions of runs would take
+    seconds on every page of the admin; "10,000+" is as useful to a person."""
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list[: COUNT_CAP + 1].count()
+
+
+class BigTableAdmin(admin.ModelAdmin):
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+    list_per_page = 50
+
+
+class ReadOnlyAdmin(BigTableAdmin):
+    """Ingested data is what the agent reported: it is read, not edited, in the admin."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
 
 
 @admin.register(models.IngestToken)
@@ -11,12 +48,35 @@ class IngestTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["token_hash", "prefix", "created_at", "last_used_at"]
     fields = ["name", "revoked", *readonly_fields]
 
-    def has_add_permission(self, request):  # noqa: ARG002 — tokens come from the command
-        return False
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tokens are created by `create_ingest_token`, which shows them once
+
+
+class RetentionForm(forms.Form):
+    older_than_days = forms.FloatField(min_value=0, initial=90, label="Last activity older than (days)")
+    status = forms.MultipleChoiceField(
+        required=False,
+        choices=[(s, s) for s in ("pending", "running", "completed", "failed", "cancelled")],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Only sessions whose last run has one of these statuses (none: any).",
+    )
+    agent = forms.CharField(required=False, help_text="Only sessions of this agent, team or workflow.")
+    batch_size = forms.IntegerField(
+        min_value=1, max_value=10_000, initial=500, label="Sessions per transaction"
+    )
+
+    def prune_kwargs(self) -> dict[str, object]:
+        data = self.cleaned_data
+        return {
+            "older_than_days": data["older_than_days"],
+            "statuses": data["status"],
+            "agents": [data["agent"]] if data["agent"] else [],
+            "batch_size": data["batch_size"],
+        }
 
 
 @admin.register(models.Session)
-class SessionAdmin(admin.ModelAdmin):
+class SessionAdmin(BigTableAdmin):
     list_display = [
         "session_id",
         "agent_name",
@@ -28,14 +88,88 @@ class SessionAdmin(admin.ModelAdmin):
     ]
     list_filter = ["pinned", "framework", "last_status"]
     search_fields = ["=session_id", "=user_id", "agent_name"]
-    show_full_result_count = False
     readonly_fields = [f.name for f in models.Session._meta.fields if f.name != "pinned"]
+    actions = ["pin_sessions", "unpin_sessions", "prune_selected"]
+    change_list_template = "admin/history_app/session/change_list.html"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_actions(self, request: HttpRequest):
+        actions = super().get_actions(request)
+        # Django's own bulk delete loads every related row into memory first; ours is batched.
+        actions.pop("delete_selected", None)
+        return actions
+
+    @admin.action(description="Pin (legal hold: never pruned)", permissions=["change"])
+    def pin_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
+        count = queryset.update(pinned=True)
+        self.message_user(request, f"Pinned {count} session(s).")
+
+    @admin.action(description="Unpin", permissions=["change"])
+    def unpin_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
+        count = queryset.update(pinned=False)
+        self.message_user(request, f"Unpinned {count} session(s).")
+
+    @admin.action(
+        description="Delete selected sessions (batched; pinned ones are kept)", permissions=["delete"]
+    )
+    def prune_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        result = services.prune_sessions(session_ids=ids, trigger="action", user=request.user.get_username())
+        text = f"Deleted {result.counts['sessions']} session(s) and {result.total_rows - result.counts['sessions']} related rows."
+        if result.skipped_pinned:
+            text += f" Kept {result.skipped_pinned} pinned session(s)."
+        self.message_user(request, text, messages.SUCCESS)
+
+    def get_urls(self):
+        return [
+            path(
+                "retention/",
+                self.admin_site.admin_view(self.retention_view),
+                name="history_app_session_retention",
+            ),
+            *super().get_urls(),
+        ]
+
+    def retention_view(self, request: HttpRequest) -> HttpResponse:
+        """Criteria → dry-run preview with exact counts → confirmation → the prune."""
+        if not self.has_delete_permission(request):
+            return HttpResponse("You may not delete sessions.", status=403)
+        form = RetentionForm(request.POST or None)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Retention: prune old sessions",
+            "form": form,
+            "opts": self.model._meta,
+        }
+        if request.method == "POST" and form.is_valid():
+            kwargs = form.prune_kwargs()
+            user = request.user.get_username()
+            if "confirm" in request.POST:
+                progress: list[str] = []
+                result = services.prune_sessions(
+                    **kwargs,
+                    trigger="admin",
+                    user=user,
+                    progress=lambda r: progress.append(
+                        f"Batch {r.batches}: {r.counts['sessions']} sessions, {r.total_rows} rows"
+                    ),
+                )
+                context.update(result=result, progress=progress, done=True)
+            else:
+                context.update(
+                    result=services.prune_sessions(**kwargs, dry_run=True, trigger="admin", user=user),
+                    preview=True,
+                )
+        return render(request, "admin/history_app/session/retention.html", context)
 
 
 @admin.register(models.Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ReadOnlyAdmin):
     list_display = [
         "run_id",
+        "session",
         "agent_name",
         "status",
         "kind",
@@ -47,7 +181,45 @@ class RunAdmin(admin.ModelAdmin):
     search_fields = ["=run_id", "=session__session_id", "agent_name", "=user_id"]
     list_select_related = ["session"]
     raw_id_fields = ["session"]
-    show_full_result_count = False
 
-    def has_change_permission(self, request, obj=None):  # noqa: ARG002 — ingested data is read-only
-        return False
+
+@admin.register(models.Iteration)
+class IterationAdmin(ReadOnlyAdmin):
+    list_display = ["run", "index", "name", "started_at"]
+    search_fields = ["=run__run_id"]
+    list_select_related = ["run"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(models.ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    list_display = ["tool", "run", "iteration", "position", "started_at"]
+    search_fields = ["=run__run_id", "=tool"]
+    list_select_related = ["run", "iteration"]
+    raw_id_fields = ["run", "iteration"]
+
+
+@admin.register(models.MemberInteraction)
+class MemberInteractionAdmin(ReadOnlyAdmin):
+    list_display = ["member", "run", "member_run_id"]
+    search_fields = ["=run__run_id", "member", "=member_run_id"]
+    list_select_related = ["run"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(models.InjectedContext)
+class InjectedContextAdmin(ReadOnlyAdmin):
+    list_display = ["kind", "target", "step", "run", "reported"]
+    list_filter = ["kind", "target", "reported"]
+    search_fields = ["=run__run_id", "step"]
+    list_select_related = ["run"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(models.PruneLog)
+class PruneLogAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "trigger", "user", "dry_run", "batches", "longest_transaction_ms", "counts"]
+    list_filter = ["trigger", "dry_run"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # the audit trail is not for editing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -13,6 +14,8 @@ from django.views.decorators.http import require_GET, require_POST
 from . import selectors, services
 from .agent_history import formats
 from .auth import error_response, token_required
+
+logger = logging.getLogger(__name__)
 
 JSON_TYPES = {"application/json"}
 NDJSON_TYPES = {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
@@ -117,6 +120,11 @@ def ingest(request: HttpRequest) -> JsonResponse:
                 index=index, errors=[{"path": item.path, "message": str(item)}]
             ).as_dict()
     rejected = sum(1 for r in results if r["status"] == "rejected")
+    stored = sum(1 for r in results if r["status"] in {"created", "updated"})
+    try:
+        services.maybe_prune_automatically(new_runs=stored)
+    except Exception:  # noqa: BLE001 — retention must never fail an ingestion request
+        logger.exception("automatic retention failed")
     status = 200 if rejected == 0 else 207 if rejected < len(results) else 400
     return JsonResponse({"ok": rejected == 0, "results": results}, status=status)
 

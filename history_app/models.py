@@ -196,3 +196,30 @@ class IngestToken(models.Model):
     @staticmethod
     def hash(token: str) -> str:
         return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class PruneLog(models.Model):
+    """Audit of every prune: who, when, by which criteria, and what it removed."""
+
+    TRIGGERS = [
+        ("command", "command"),
+        ("admin", "admin page"),
+        ("action", "admin action"),
+        ("automatic", "automatic"),
+    ]
+
+    started_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    trigger = models.CharField(max_length=16, choices=TRIGGERS)
+    user = models.CharField(max_length=150, blank=True, help_text="Who ran it (user name or OS user).")
+    dry_run = models.BooleanField(default=False)
+    criteria = models.JSONField(default=dict)
+    counts = models.JSONField(default=dict)
+    batches = models.PositiveIntegerField(default=0)
+    longest_transaction_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_trigger_display()} prune at {self.started_at:%Y-%m-%d %H:%M}"

@@ -224,6 +224,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(HISTORY_MAX_BODY_BYTES, 2_621_440)
 # Any stored text field longer than this is cut, with a marker, before it is written.
 HISTORY_MAX_FIELD_CHARS = env_int("HISTORY_MAX_FIELD_CHARS", 256 * 1024, minimum=1024)
 HISTORY_PAGE_SIZE = env_int("HISTORY_PAGE_SIZE", 50, minimum=1)
+# Retention: unset keeps everything forever. When set, a bounded prune (one batch) runs
+# every HISTORY_RETENTION_EVERY_RUNS ingested runs; `prune_history` is there for cron.
+HISTORY_RETENTION_DAYS = env_int("HISTORY_RETENTION_DAYS", None, minimum=1)
+HISTORY_RETENTION_EVERY_RUNS = env_int("HISTORY_RETENTION_EVERY_RUNS", 1000, minimum=1)
+HISTORY_RETENTION_BATCH_SIZE = env_int("HISTORY_RETENTION_BATCH_SIZE", 500, minimum=1)
 
 LOGGING = {
     "version": 1,

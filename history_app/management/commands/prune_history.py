@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import getpass
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from history_app.services import PRUNE_COUNT_KEYS, PruneResult, prune_sessions
+
+
+def summary(result: PruneResult) -> str:
+    verb = "Would remove" if result.dry_run else "Removed"
+    parts = ", ".join(f"{result.counts[key]} {key.replace('_', ' ')}" for key in PRUNE_COUNT_KEYS)
+    return f"{verb}: {parts}."
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete sessions whose last activity is older than DAYS, with all their runs, in short "
+        "batched transactions. Pinned sessions are never deleted. Safe to interrupt and re-run."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--older-than", type=float, required=True, metavar="DAYS")
+        parser.add_argument("--dry-run", action="store_true", help="Count what would go; delete nothing.")
+        parser.add_argument(
+            "--batch-size", type=int, default=500, metavar="N", help="Sessions per transaction (500)."
+        )
+        parser.add_argument(
+            "--status",
+            action="append",
+            default=[],
+            help="Only sessions whose last run has this status (repeatable).",
+        )
+        parser.add_argument(
+            "--agent",
+            action="append",
+            default=[],
+            help="Only sessions of this agent, team or workflow (repeatable).",
+        )
+
+    def handle(
+        self,
+        *args,
+        older_than: float,
+        dry_run: bool,
+        batch_size: int,
+        status: list[str],
+        agent: list[str],
+        **options,
+    ):
+        if older_than < 0:
+            raise CommandError("--older-than must be zero or more days")
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1")
+        started = time.perf_counter()
+
+        def progress(result: PruneResult) -> None:
+            self.stderr.write(
+                f"batch {result.batches}: {result.counts['sessions']} sessions, {result.total_rows} rows so far"
+            )
+
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = ""
+        result = prune_sessions(
+            older_than_days=older_than,
+            statuses=status,
+            agents=agent,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            trigger="command",
+            user=user,
+            progress=progress,
+        )
+        elapsed = time.perf_counter() - started
+        self.stdout.write(summary(result))
+        if not dry_run:
+            self.stdout.write(
+                f"{result.batches} batch(es) in {elapsed:.2f} s; longest transaction "
+                f"{result.longest_transaction_s * 1000:.0f} ms."
+            )
