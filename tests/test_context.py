@@ -211,3 +211,18 @@ def test_the_fast_path_for_records_equals_the_general_path(pairs):
     records = [Run(run_id=f"r{i}", session_id="s", input=q, output=a) for i, (q, a) in enumerate(pairs)]
     dicts = [{"input": q, "output": a} for q, a in pairs]
     assert render_workflow_history(records) == render_workflow_history(dicts)
+
+
+def test_agno_replayed_history_messages_are_the_last_runs_messages():
+    """Prompt 007: agno replays the last 3 runs' messages (flagged from_history), which it
+    does not store; rebuilt here from the stored runs, message for message."""
+    runs = agno_runs("sess-agent-travel")
+    current = next(i for i, r in enumerate(runs) if r["run_id"] == "d73d0369-28e8-4c4a-b311-27d660080309")
+    rebuilt = [
+        (m["role"], m.get("content"))
+        for run in runs[current - 3 : current]
+        for m in run["messages"]
+        if m["role"] != "system" and not m.get("from_history")
+    ]
+    replayed = [(m["role"], m.get("content")) for m in prompt("007_agent_sess-agent-travel_run5_assistant.json") if m.get("from_history")]
+    assert rebuilt == replayed
