@@ -13,11 +13,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from . import selectors, services
 from .agent_history import formats
+from .agent_history.formats import autourgos
+from .agent_history.records import RecordError
 from .auth import error_response, token_required
 
 logger = logging.getLogger(__name__)
 
 JSON_TYPES = {"application/json"}
+MARKDOWN_TYPES = {"text/markdown", "text/x-markdown"}
 NDJSON_TYPES = {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
 
 
@@ -63,6 +66,13 @@ def parse_items(body: bytes, content_type: str) -> list[Any]:
         text = body.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BadBody(f"the body is not UTF-8 (byte {exc.start})") from None
+    if content_type in MARKDOWN_TYPES:
+        # An autourgos Markdown log (for runs whose .json is gone): parsed defensively,
+        # then ingested as the canonical record it becomes.
+        try:
+            return [run.to_dict() for run in autourgos.parse_markdown(text)]
+        except RecordError as exc:
+            raise BadBody(str(exc)) from None
     if content_type in NDJSON_TYPES:
         items: list[Any] = []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -86,9 +96,10 @@ def parse_items(body: bytes, content_type: str) -> list[Any]:
 @token_required(allow_session=False)
 def ingest(request: HttpRequest) -> JsonResponse:
     content_type = request.content_type.lower()
-    if content_type not in JSON_TYPES | NDJSON_TYPES:
+    if content_type not in JSON_TYPES | NDJSON_TYPES | MARKDOWN_TYPES:
         return error_response(
-            f"unsupported content type {content_type or '(none)'!r}; send application/json or application/x-ndjson",
+            f"unsupported content type {content_type or '(none)'!r}; send application/json, "
+            "application/x-ndjson or text/markdown (an autourgos .md log)",
             415,
         )
     body = _read_body(request)

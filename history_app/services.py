@@ -178,6 +178,7 @@ def _ingest_run(run: Run, digest: str, source_format: str) -> str:
     with transaction.atomic():
         row.save()
     _write_children(row, run)
+    link_context_sources(row)
     _refresh_session(session)
     if old_session_id is not None:
         _refresh_session(models.Session.objects.select_for_update().get(pk=old_session_id))
@@ -268,6 +269,60 @@ def _write_children(row: models.Run, run: Run) -> None:
         )
         for position, context in enumerate(run.injected_contexts)
     )
+
+
+def _entry_markers(candidate: models.Run, kind: str) -> list[str]:
+    """The text a run leaves in a history block of ``kind``, in each supported layout."""
+    if kind == "team_history":
+        return [f"input: {candidate.input}\nresponse: {candidate.output}\n"]
+    if kind == "workflow_history":
+        return [
+            f"input: {candidate.input}\noutput: {candidate.output}\n",
+            f"User input: {candidate.input}\nWorkflow output: {candidate.output}\n",
+        ]
+    return [f"Member: {candidate.agent_name}\n", f"Response: {candidate.output}\n"]
+
+
+def link_context_sources(row: models.Run) -> None:
+    """Provenance for reported history blocks: which stored runs each entry came from.
+
+    A candidate run is linked when the exact text it would leave in the block (the
+    renderers' own layout) is in the block; the links keep the block's order. Runs that
+    arrive later are not linked retroactively (re-import to refresh).
+    """
+    contexts = [
+        c
+        for c in models.InjectedContext.objects.filter(run=row, source_run_ids=[])
+        if c.kind in {"team_history", "workflow_history", "member_interactions"}
+    ]
+    if not contexts:
+        return
+    session_runs = (
+        models.Run.objects.filter(session_id=row.session_id)
+        .exclude(pk=row.pk)
+        .only("run_id", "input", "output", "agent_name", "kind", "parent_run_id")
+    )
+    pools = {
+        "team_history": [r for r in session_runs if r.kind == "team" and r.output],
+        "workflow_history": [r for r in session_runs if r.kind == "workflow"],
+        "member_interactions": [
+            r for r in session_runs if row.parent_run_id and r.parent_run_id == row.parent_run_id and r.output
+        ],
+    }
+    for context in contexts:
+        found = []
+        for candidate in pools[context.kind]:
+            markers = _entry_markers(candidate, context.kind)
+            if context.kind == "member_interactions":
+                if all(marker in context.text for marker in markers):
+                    found.append((context.text.index(markers[1]), candidate.run_id))
+                continue
+            positions = [context.text.find(marker) for marker in markers if marker in context.text]
+            if positions:
+                found.append((min(positions), candidate.run_id))
+        if found:
+            context.source_run_ids = [run_id for _, run_id in sorted(found)]
+            context.save(update_fields=["source_run_ids"])
 
 
 def _refresh_session(session: models.Session) -> None:

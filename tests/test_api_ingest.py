@@ -56,7 +56,10 @@ def test_some_rejected_gives_207_with_paths(ingest):
 def test_none_accepted_gives_400(ingest):
     response = ingest({"hello": "world"})
     assert response.status_code == 400
-    assert "accepted formats: native, autourgos" in response.json()["results"][0]["errors"][0]["message"]
+    assert (
+        "accepted formats: native, autourgos, agno-go, agno, cot"
+        in response.json()["results"][0]["errors"][0]["message"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -97,7 +100,7 @@ def test_explicit_format_parameter(ingest, client, auth_headers):
     assert response.status_code == 200
     unknown = client.post("/api/v1/ingest?format=zork", "{}", content_type="application/json", **auth_headers)
     assert unknown.status_code == 400
-    assert "accepted: native, autourgos" in unknown.json()["error"]
+    assert "accepted: native, autourgos, agno-go, agno, cot" in unknown.json()["error"]
 
 
 def test_missing_or_wrong_token_gives_401(client, token):

@@ -224,5 +224,9 @@ def test_agno_replayed_history_messages_are_the_last_runs_messages():
         for m in run["messages"]
         if m["role"] != "system" and not m.get("from_history")
     ]
-    replayed = [(m["role"], m.get("content")) for m in prompt("007_agent_sess-agent-travel_run5_assistant.json") if m.get("from_history")]
+    replayed = [
+        (m["role"], m.get("content"))
+        for m in prompt("007_agent_sess-agent-travel_run5_assistant.json")
+        if m.get("from_history")
+    ]
     assert rebuilt == replayed

@@ -39,7 +39,14 @@ def test_four_processes_write_at_once_without_lock_errors(tmp_path):
     env.pop("DATABASE_URL", None)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(n)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(n)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for n in range(4)
     ]
     outputs = [w.communicate(timeout=120) for w in writers]

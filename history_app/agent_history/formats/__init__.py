@@ -9,12 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import RecordError, Run
-from . import autourgos, native
+from . import agno, agno_go, autourgos, cot, native
 
 # name -> (detector, parser); detection tries them in this order.
 FORMATS = {
     "native": (native.detect, native.parse),
     "autourgos": (autourgos.detect, autourgos.parse),
+    # agno-go before agno: both have run_id and workflow_id; agno-go's RFC 3339 times and
+    # lower-case statuses tell them apart.
+    "agno-go": (agno_go.detect, agno_go.parse),
+    "agno": (agno.detect, agno.parse),
+    "cot": (cot.detect, cot.parse),
 }
 
 
@@ -47,4 +52,4 @@ def parse(payload: Any, format: str | None = None) -> list[Run]:
     return FORMATS[name][1](payload)
 
 
-__all__ = ["FORMATS", "accepted_formats", "detect", "parse", "autourgos", "native"]
+__all__ = ["FORMATS", "accepted_formats", "agno", "agno_go", "autourgos", "cot", "detect", "native", "parse"]

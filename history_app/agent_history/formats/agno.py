@@ -1,0 +1,269 @@
+"""agno 3.x runs: the ``run_data`` rows of ``SqliteDb``/``PostgresDb`` and run outputs
+(``RunOutput.to_dict()``, ``TeamRunOutput``, ``WorkflowRunOutput``).
+
+* Agent runs: one iteration per assistant message (its text as the thought), its tool
+  calls joined with the ``tools`` executions (result, error, timings) by call id.
+* Team runs: the leader's ``delegate_task_to_member`` calls as tool calls, and a member
+  interaction per delegation. A run output's ``member_responses`` become member runs
+  (``include_members``); stored member runs are rows of their own (``parent_run_id``).
+* Workflow runs: one iteration per step (``step_results``), with the step executor's
+  tool calls; the history block a step was given is recorded as an injected context.
+* Injected contexts: every ``<member_interaction_context>``, ``<team_history_context>`` or
+  ``<workflow_history_context>`` block in a run's user message, exactly as sent; and the
+  messages agno replayed as history (``from_history``, present only in run outputs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..records import InjectedContext, Iteration, MemberInteraction, RecordError, Run, ToolCall
+
+FRAMEWORK = "agno"
+STATUSES = {
+    "COMPLETED": "completed",
+    "ERROR": "failed",
+    "CANCELLED": "cancelled",
+    "RUNNING": "running",
+    "PENDING": "pending",
+    "PAUSED": "running",
+}
+BLOCKS = (
+    (
+        "member_interactions",
+        re.compile(r"<member_interaction_context>\n.*?</member_interaction_context>\n?", re.DOTALL),
+    ),
+    ("team_history", re.compile(r"<team_history_context>\n.*?</team_history_context>\n?", re.DOTALL)),
+    (
+        "workflow_history",
+        re.compile(r"<workflow_history_context>\n.*?</workflow_history_context>", re.DOTALL),
+    ),
+)
+
+
+def detect(payload: dict[str, Any]) -> bool:
+    return (
+        "run_id" in payload
+        and "schema" not in payload
+        and any(key in payload for key in ("agent_id", "team_id", "workflow_id"))
+        and any(key in payload for key in ("messages", "step_results", "content", "status"))
+    )
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _input(payload: dict[str, Any]) -> str:
+    value = payload.get("input")
+    if isinstance(value, dict):
+        value = value.get("input_content", value)
+    return _text(value) or ""
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, tz=UTC)
+    return None
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dict[str, Any]]]:
+    """Iterations from the run's own messages, with tool executions joined by call id."""
+    executions = {t.get("tool_call_id"): t for t in payload.get("tools") or [] if isinstance(t, dict)}
+    used: set[Any] = set()
+
+    def call_from(execution: dict[str, Any] | None, *, name: str, params: Any, call_id: Any) -> ToolCall:
+        call = ToolCall(tool=name or "unknown", params=params, call_id=_text(call_id))
+        if execution is not None:
+            used.add(call_id)
+            result = _text(execution.get("result"))
+            if execution.get("tool_call_error"):
+                call.error = result or "tool call failed"
+            else:
+                call.result = result
+            timing = execution.get("metrics") or {}
+            call.started_at, call.ended_at = _time(timing.get("start_time")), _time(timing.get("end_time"))
+        return call
+
+    iterations: list[Iteration] = []
+    for message in payload.get("messages") or []:
+        if not isinstance(message, dict) or message.get("from_history") or message.get("role") != "assistant":
+            continue
+        iteration = Iteration(index=len(iterations) + 1, thought=_text(message.get("content")) or None)
+        for raw in message.get("tool_calls") or []:
+            function = raw.get("function") or {}
+            call_id = raw.get("id")
+            iteration.tool_calls.append(
+                call_from(
+                    executions.get(call_id),
+                    name=function.get("name"),
+                    params=_arguments(function.get("arguments")),
+                    call_id=call_id,
+                )
+            )
+        iterations.append(iteration)
+    leftovers = [t for key, t in executions.items() if key not in used]
+    if leftovers:
+        iterations.append(
+            Iteration(
+                index=len(iterations) + 1,
+                tool_calls=[
+                    call_from(
+                        t, name=t.get("tool_name"), params=t.get("tool_args"), call_id=t.get("tool_call_id")
+                    )
+                    for t in leftovers
+                ],
+            )
+        )
+    return iterations, executions
+
+
+def _contexts(payload: dict[str, Any], step: str) -> list[InjectedContext]:
+    contexts = []
+    messages = [m for m in payload.get("messages") or [] if isinstance(m, dict)]
+    user = next((m for m in messages if m.get("role") == "user" and not m.get("from_history")), None)
+    text = _text(user.get("content")) if user else None
+    if text is None and not messages:
+        text = _input(payload)
+    for kind, pattern in BLOCKS:
+        for match in pattern.finditer(text or ""):
+            contexts.append(InjectedContext(text=match.group(0), kind=kind, target="user", step=step))
+    replayed = [m for m in messages if m.get("from_history")]
+    if replayed:
+        lines = [f"{m.get('role')}: {_text(m.get('content')) or ''}" for m in replayed]
+        contexts.append(
+            InjectedContext(
+                text="\n".join(lines),
+                kind="chat_history",
+                target="user",
+                step=step,
+                settings={"messages": len(replayed), "replayed_as": "messages flagged from_history"},
+            )
+        )
+    return contexts
+
+
+def _base(payload: dict[str, Any], kind: str, name: str) -> Run:
+    started = _time(payload.get("created_at"))
+    metrics = payload.get("metrics") if isinstance(payload.get("metrics"), dict) else {}
+    duration = metrics.get("duration")
+    ended = started + timedelta(seconds=duration) if started and isinstance(duration, int | float) else None
+    status = STATUSES.get(str(payload.get("status") or "COMPLETED").upper(), "completed")
+    content = _text(payload.get("content"))
+    known = {"run_id", "session_id", "user_id", "parent_run_id", "content", "status", "created_at", "metrics",
+             "messages", "tools", "input", "member_responses", "step_results", "step_executor_runs",
+             "agent_name", "team_name", "workflow_name", "agent_id", "team_id", "workflow_id", "session_state"}  # fmt: skip
+    return Run(
+        run_id=str(payload["run_id"]),
+        session_id=str(payload.get("session_id") or f"agno:{payload['run_id']}"),
+        parent_run_id=_text(payload.get("parent_run_id")),
+        kind=kind,
+        status=status,
+        agent_name=name,
+        team_id=_text(payload.get("team_id")) or "",
+        workflow_id=_text(payload.get("workflow_id")) or "",
+        user_id=_text(payload.get("user_id")) or "",
+        framework=FRAMEWORK,
+        input=_input(payload),
+        output=None if status == "failed" else content,
+        error=(content or "the run failed") if status == "failed" else None,
+        started_at=started,
+        ended_at=ended,
+        metrics=metrics,
+        metadata={k: v for k, v in payload.items() if k not in known and v is not None},
+    )
+
+
+def parse(payload: dict[str, Any], *, include_members: bool = True) -> list[Run]:
+    if not payload.get("run_id"):
+        raise RecordError([("$.run_id", "is required")])
+    try:
+        if payload.get("step_results") is not None or (
+            payload.get("workflow_id") and not payload.get("agent_id")
+        ):
+            return [_workflow(payload)]
+        if payload.get("team_id") and not payload.get("agent_id"):
+            return _team(payload, include_members)
+        return [_agent(payload)]
+    except (AttributeError, TypeError, KeyError) as exc:
+        raise RecordError([("$", f"not a readable agno run: {exc}")]) from None
+
+
+def _agent(payload: dict[str, Any]) -> Run:
+    name = _text(payload.get("agent_name") or payload.get("agent_id")) or "Agent"
+    kind = "member" if payload.get("parent_run_id") and not payload.get("workflow_step_id") else "agent"
+    run = _base(payload, kind, name)
+    run.iterations, _ = _tool_calls(payload)
+    run.injected_contexts = _contexts(payload, name)
+    return run
+
+
+def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
+    run = _base(payload, "team", _text(payload.get("team_name") or payload.get("team_id")) or "Team")
+    run.iterations, _ = _tool_calls(payload)
+    run.injected_contexts = _contexts(payload, run.agent_name)
+    members = [m for m in payload.get("member_responses") or [] if isinstance(m, dict)]
+    by_agent = {m.get("agent_id"): m for m in members}
+    for iteration in run.iterations:
+        for call in iteration.tool_calls:
+            if call.tool != "delegate_task_to_member" or not isinstance(call.params, dict):
+                continue
+            member_id = call.params.get("member_id")
+            member = by_agent.get(member_id, {})
+            run.member_interactions.append(
+                MemberInteraction(
+                    member=_text(member.get("agent_name") or member_id) or "Unknown",
+                    task=_text(call.params.get("task")) or "",
+                    response=call.result or call.error or "",
+                    member_run_id=_text(member.get("run_id")),
+                )
+            )
+    runs = [run]
+    if include_members:
+        for member in members:
+            runs.append(_agent({**member, "parent_run_id": member.get("parent_run_id") or run.run_id}))
+    return runs
+
+
+def _workflow(payload: dict[str, Any]) -> Run:
+    run = _base(
+        payload, "workflow", _text(payload.get("workflow_name") or payload.get("workflow_id")) or "Workflow"
+    )
+    executors = {e.get("run_id"): e for e in payload.get("step_executor_runs") or [] if isinstance(e, dict)}
+    for position, step in enumerate(payload.get("step_results") or [], start=1):
+        if not isinstance(step, dict):
+            continue
+        name = _text(step.get("step_name")) or f"step-{position}"
+        executor = executors.get(step.get("step_run_id"), {})
+        calls = [call for it in _tool_calls(executor)[0] for call in it.tool_calls] if executor else []
+        run.iterations.append(
+            Iteration(
+                index=position,
+                name=name,
+                tool_calls=calls,
+                metadata={
+                    "output": _text(step.get("content")),
+                    "executor": step.get("executor_name"),
+                    "step_run_id": step.get("step_run_id"),
+                    "success": step.get("success"),
+                    "error": step.get("error"),
+                },
+            )
+        )
+        if executor:
+            run.injected_contexts.extend(_contexts(executor, name))
+    return run

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from history_app import services
+
+QUERY = (
+    "SELECT r.run_data, r.session_id, r.parent_run_id, r.user_id, r.status, r.created_at "
+    "FROM {schema}agno_runs r {where} ORDER BY r.created_at, r.run_index"
+)
+
+
+def read_sqlite(path: str, since: int | None) -> list[tuple]:
+    """Rows of an agno SqliteDb, opened read-only through SQLite (never by copying the
+    file: with WAL the newest runs live in the -wal file until a checkpoint)."""
+    if not Path(path).exists():
+        raise CommandError(f"{path}: no such file")
+    uri = f"file:{Path(path).resolve()}?mode=ro"
+    try:
+        db = sqlite3.connect(uri, uri=True, timeout=10)
+        db.execute("SELECT 1 FROM agno_runs LIMIT 1")
+    except sqlite3.OperationalError as exc:
+        raise CommandError(f"{path}: cannot read agno tables ({exc})") from None
+    where, params = ("WHERE r.updated_at >= ? OR r.created_at >= ?", (since, since)) if since else ("", ())
+    try:
+        return db.execute(QUERY.format(schema="", where=where), params).fetchall()
+    finally:
+        db.close()
+
+
+def read_postgres(url: str, schema: str, since: int | None) -> list[tuple]:
+    import psycopg
+
+    where, params = ("WHERE r.updated_at >= %s OR r.created_at >= %s", (since, since)) if since else ("", ())
+    try:
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+            conn.execute("SET default_transaction_read_only = on")
+            rows = conn.execute(QUERY.format(schema=f'"{schema}".', where=where), params).fetchall()
+    except psycopg.Error as exc:
+        raise CommandError(f"cannot read agno tables in schema {schema!r}: {exc}") from None
+    return [(json.dumps(r[0]) if not isinstance(r[0], str) else r[0], *r[1:]) for r in rows]
+
+
+def parse_since(value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise CommandError("--since takes epoch seconds or an ISO date/time") from None
+    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp())
+
+
+class Command(BaseCommand):
+    help = "Import the sessions and runs of an agno SqliteDb file or PostgresDb (agno 3.x)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("source", help="An agno SQLite file, or a postgresql:// URL.")
+        parser.add_argument("--since", help="Only runs created or updated since (epoch seconds or ISO date).")
+        parser.add_argument(
+            "--schema", default="ai", help="PostgreSQL schema of the agno tables (agno's default: ai)."
+        )
+
+    def handle(self, *args, source: str, since: str | None, schema: str, **options):
+        since_epoch = parse_since(since)
+        if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
+            rows = read_postgres(source, schema, since_epoch)
+        else:
+            rows = read_sqlite(source, since_epoch)
+        totals: Counter[str] = Counter()
+        problems: list[str] = []
+        for number, (run_data, session_id, parent_run_id, user_id, status, created_at) in enumerate(
+            rows, start=1
+        ):
+            self._progress(number, len(rows))
+            try:
+                payload = json.loads(run_data)
+            except (TypeError, ValueError) as exc:
+                totals["rejected"] += 1
+                problems.append(f"row {number}: run_data is not JSON ({exc})")
+                continue
+            # The row's columns are the truth where run_data leaves a field out.
+            payload.setdefault("session_id", session_id)
+            payload.setdefault("user_id", user_id)
+            payload.setdefault("status", status)
+            payload.setdefault("created_at", created_at)
+            if parent_run_id:
+                payload.setdefault("parent_run_id", parent_run_id)
+            # Member runs are rows of their own here; embedded copies would be duplicates.
+            payload["member_responses"] = []
+            for result in services.ingest_items(items=[payload], format="agno"):
+                totals[result.status] += 1
+                problems.extend(f"{result.run_id}: {e['path']}: {e['message']}" for e in result.errors)
+        if sys.stderr.isatty() and rows:
+            self.stderr.write("")
+        self.stdout.write(
+            f"Read {len(rows)} agno run(s): {totals['created']} created, {totals['updated']} updated, "
+            f"{totals['duplicate']} duplicate, {totals['rejected']} rejected."
+        )
+        for problem in problems:
+            self.stdout.write(f"  rejected {problem}")
+
+    def _progress(self, number: int, total: int) -> None:
+        bar = "#" * (30 * number // total)
+        line = f"[{bar:<30}] {number}/{total}"
+        if sys.stderr.isatty():
+            self.stderr.write("\r" + line, ending="")
+        elif number == total or number % 100 == 1:
+            self.stderr.write(line)
