@@ -223,3 +223,11 @@ class PruneLogAdmin(ReadOnlyAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False  # the audit trail is not for editing
+
+
+@admin.register(models.IngestReceipt)
+class IngestReceiptAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "source", "token", "label", "counts"]
+    list_filter = ["source"]
+    list_select_related = ["token"]
+    raw_id_fields = ["token"]

@@ -91,53 +91,64 @@ def parse_items(body: bytes, content_type: str) -> list[Any]:
     raise BadBody("the body must be a JSON object or an array of objects")
 
 
+def _refuse(request: HttpRequest, message: str, status: int, path: str = "$") -> JsonResponse:
+    """Refuse the whole request, and leave a receipt saying why."""
+    services.record_receipt(
+        source="api",
+        token=getattr(request, "ingest_token", None),
+        results=[services.ItemResult(index=0, errors=[{"path": path, "message": message}])],
+    )
+    return error_response(message, status, errors=[{"path": path, "message": message}])
+
+
 @csrf_exempt
 @require_POST
 @token_required(allow_session=False)
 def ingest(request: HttpRequest) -> JsonResponse:
     content_type = request.content_type.lower()
     if content_type not in JSON_TYPES | NDJSON_TYPES | MARKDOWN_TYPES:
-        return error_response(
+        return _refuse(
+            request,
             f"unsupported content type {content_type or '(none)'!r}; send application/json, "
             "application/x-ndjson or text/markdown (an autourgos .md log)",
             415,
         )
     body = _read_body(request)
     if body is None:
-        return error_response(f"the body is larger than {settings.HISTORY_MAX_BODY_BYTES} bytes", 413)
+        return _refuse(request, f"the body is larger than {settings.HISTORY_MAX_BODY_BYTES} bytes", 413)
     format_name = request.GET.get("format") or None
     if format_name is not None and format_name not in formats.FORMATS:
-        return error_response(
+        return _refuse(
+            request,
             f"unknown format {format_name!r}; accepted: {', '.join(formats.accepted_formats())}",
             400,
-            errors=[{"path": "format", "message": "unknown format"}],
+            "format",
         )
     try:
         items = parse_items(body, content_type)
     except BadBody as exc:
-        return error_response(str(exc), 400, errors=[{"path": exc.path, "message": str(exc)}])
+        return _refuse(request, str(exc), 400, exc.path)
     if not items:
-        return error_response("the body holds no runs", 400, errors=[{"path": "$", "message": "empty"}])
+        return _refuse(request, "the body holds no runs", 400)
 
     good = [(i, item) for i, item in enumerate(items) if not isinstance(item, BadBody)]
     stored = services.ingest_items(items=[item for _, item in good], format=format_name)
-    results: list[dict[str, Any]] = [{}] * len(items)
+    results: list[services.ItemResult] = [services.ItemResult(index=i) for i in range(len(items))]
     for (index, _), result in zip(good, stored, strict=True):
         result.index = index
-        results[index] = result.as_dict()
+        results[index] = result
     for index, item in enumerate(items):
         if isinstance(item, BadBody):
-            results[index] = services.ItemResult(
-                index=index, errors=[{"path": item.path, "message": str(item)}]
-            ).as_dict()
-    rejected = sum(1 for r in results if r["status"] == "rejected")
-    stored = sum(1 for r in results if r["status"] in {"created", "updated"})
+            results[index].errors = [{"path": item.path, "message": str(item)}]
+    services.record_receipt(source="api", token=request.ingest_token, results=results)
+    rejected = sum(1 for r in results if r.status == "rejected")
+    changed = sum(1 for r in results if r.status in {"created", "updated"})
     try:
-        services.maybe_prune_automatically(new_runs=stored)
+        services.maybe_prune_automatically(new_runs=changed)
     except Exception:  # noqa: BLE001 — retention must never fail an ingestion request
         logger.exception("automatic retention failed")
     status = 200 if rejected == 0 else 207 if rejected < len(results) else 400
-    return JsonResponse({"ok": rejected == 0, "results": results}, status=status)
+    return JsonResponse({"ok": rejected == 0, "results": [r.as_dict() for r in results]}, status=status)
 
 
 @require_GET
@@ -177,3 +188,15 @@ def run_detail(request: HttpRequest, run_id: str) -> JsonResponse:
     except selectors.Http404:
         return error_response(f"no run {run_id!r}", 404)
     return JsonResponse({"ok": True, "run": selectors.run_record(run).to_dict()})
+
+
+@require_GET
+@token_required(allow_session=True)
+def receipts(request: HttpRequest) -> JsonResponse:
+    try:
+        page = selectors.receipts_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
+    except selectors.BadCursor as exc:
+        return error_response(str(exc), 400)
+    return JsonResponse(
+        {"ok": True, "receipts": [selectors.receipt_summary(r) for r in page.items], "next": page.next_cursor}
+    )

@@ -223,3 +223,33 @@ class PruneLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_trigger_display()} prune at {self.started_at:%Y-%m-%d %H:%M}"
+
+
+class IngestReceipt(models.Model):
+    """One per ingestion request or import: counts, every rejection with its reason and
+    path, and every field the server redacted or cut, with the rule (never the value)."""
+
+    SOURCES = [
+        ("api", "API"),
+        ("import_history", "import_history"),
+        ("import_agno", "import_agno"),
+        ("quickstart", "quickstart"),
+    ]
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    source = models.CharField(max_length=32, choices=SOURCES)
+    token = models.ForeignKey(IngestToken, null=True, blank=True, on_delete=models.SET_NULL)
+    label = models.CharField(max_length=255, blank=True, help_text="The file or folder imported.")
+    counts = models.JSONField(default=dict)
+    rejections = models.JSONField(default=list)
+    changed_fields = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_source_display()} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())

@@ -200,3 +200,30 @@ def run_summary(run: models.Run) -> dict[str, Any]:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+def receipts_page(*, after: str | None = None, limit: int = 50) -> Page:
+    """Ingestion receipts, newest first (keyset on the indexed creation time)."""
+    queryset = models.IngestReceipt.objects.select_related("token").order_by("-created_at", "-id")
+    if after:
+        when, pk = decode_cursor(after)
+        queryset = queryset.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=pk))
+    rows = list(queryset[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1].created_at, rows[-1].pk)
+    return Page(rows, next_cursor)
+
+
+def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:
+    return {
+        "id": receipt.pk,
+        "created_at": _iso(receipt.created_at),
+        "source": receipt.source,
+        "token": receipt.token.name if receipt.token else None,
+        "label": receipt.label,
+        "counts": receipt.counts,
+        "rejections": receipt.rejections,
+        "changed_fields": receipt.changed_fields,
+    }

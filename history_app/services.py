@@ -44,6 +44,8 @@ class ItemResult:
     session_id: str | None = None
     status: str = "rejected"
     errors: list[dict[str, str]] = field(default_factory=list)
+    # Fields the server redacted or cut: paths and rule names, never the values.
+    changed_fields: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -59,12 +61,17 @@ def server_redactor() -> Redactor:
     return Redactor(max_length=settings.HISTORY_MAX_FIELD_CHARS)
 
 
-def prepare_run(run: Run, *, redactor: Redactor | None = None) -> Run:
-    """Redact (and cap) every content field of ``run``; counts go into ``run.redactions``."""
+def prepare_run(
+    run: Run, *, redactor: Redactor | None = None, report: list[dict[str, Any]] | None = None
+) -> Run:
+    """Redact (and cap) every content field of ``run``; counts go into ``run.redactions``,
+    and, with ``report``, each changed field's path and rules are appended to it."""
     redactor = redactor or server_redactor()
     data = run.to_dict()
     kept = {key: data.pop(key) for key in _ID_KEYS if key in data}
-    cleaned, counts = redactor.redact_with_counts(data)
+    cleaned, counts, fields = redactor.redact_with_report(data)
+    if report is not None:
+        report.extend(fields)
     cleaned = _without_nul(cleaned)
     cleaned.update(kept)
     total: Counter[str] = Counter({k: v for k, v in (run.redactions or {}).items() if isinstance(v, int)})
@@ -122,7 +129,15 @@ def ingest_items(
         source = format or formats.detect(item) or ""
         for run in runs:
             result.run_id, result.session_id = run.run_id, run.session_id
-            prepared = prepare_run(run, redactor=redactor)
+            report: list[dict[str, Any]] = []
+            try:
+                prepared = prepare_run(run, redactor=redactor, report=report)
+            except RecordError as exc:
+                # Redaction can only shorten or mark values, but a record that no longer
+                # validates is refused with its paths rather than half-handled.
+                result.errors.extend({"path": path, "message": message} for path, message in exc.errors)
+                continue
+            result.changed_fields.extend({"run_id": run.run_id, **item} for item in report)
             try:
                 statuses.append(ingest_run(run=prepared, source_format=source))
             except DatabaseError as exc:
@@ -140,6 +155,28 @@ def ingest_items(
                 break
         results.append(result)
     return results
+
+
+def record_receipt(
+    *, source: str, results: list[ItemResult], token: models.IngestToken | None = None, label: str = ""
+) -> models.IngestReceipt:
+    """What a request or an import did, so a person can answer "why is my run missing?"."""
+    counts = dict.fromkeys(("created", "updated", "duplicate", "rejected"), 0)
+    for result in results:
+        counts[result.status] += 1
+    return models.IngestReceipt.objects.create(
+        source=source,
+        token=token,
+        label=label[:255],
+        counts=counts,
+        rejections=[
+            {"index": r.index, "run_id": r.run_id, **error}
+            for r in results
+            if r.status == "rejected"
+            for error in r.errors
+        ][:1000],
+        changed_fields=[item for r in results for item in r.changed_fields][:1000],
+    )
 
 
 def ingest_run(*, run: Run, source_format: str = "") -> str:

@@ -70,3 +70,23 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     return render(
         request, _template(request, "run_detail", "transcript"), {"run": run, "session": run.session}
     )
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def receipt_list(request: HttpRequest) -> HttpResponse:
+    """Recent ingestion receipts: the answer to "why is my run missing?"."""
+    try:
+        page = selectors.receipts_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
+    except selectors.BadCursor as exc:
+        return HttpResponseBadRequest(str(exc))
+    return render(
+        request,
+        _template(request, "receipt_list", "receipt-rows"),
+        {
+            "receipts": page.items,
+            "next_cursor": page.next_cursor,
+            "is_next_page": bool(request.GET.get("_next")),
+        },
+    )

@@ -204,6 +204,7 @@ def test_staff_without_delete_permission_cannot_prune(client, django_user_model,
         "/admin/history_app/injectedcontext/",
         "/admin/history_app/ingesttoken/",
         "/admin/history_app/prunelog/",
+        "/admin/history_app/ingestreceipt/",
     ],
 )
 def test_every_admin_list_renders_with_bounded_queries(

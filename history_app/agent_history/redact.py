@@ -412,6 +412,36 @@ class Redactor:
         counts: Counter[str] = Counter()
         return self._walk(obj, counts), counts
 
+    def redact_with_report(self, obj: Any, path: str = "$") -> tuple[Any, Counter[str], list[dict[str, Any]]]:
+        """Like ``redact_with_counts``, plus which fields changed and by which rules:
+        ``[{"path": "$.iterations[0].thought", "rules": {"openai": 1}}]`` (never the values)."""
+        counts: Counter[str] = Counter()
+        fields: list[dict[str, Any]] = []
+        return self._walk_report(obj, counts, path, fields), counts, fields
+
+    def _walk_report(self, obj: Any, counts: Counter[str], path: str, fields: list[dict[str, Any]]) -> Any:
+        if isinstance(obj, str):
+            local: Counter[str] = Counter()
+            cleaned = self.redact_text(obj, local)
+            if local:
+                fields.append({"path": path, "rules": dict(local)})
+                counts.update(local)
+            return cleaned
+        if isinstance(obj, dict):
+            out = {}
+            for key, value in obj.items():
+                child = f"{path}.{key}"
+                if isinstance(key, str) and self.is_secret_key(key) and _has_content(value):
+                    counts["secret-key"] += 1
+                    fields.append({"path": child, "rules": {"secret-key": 1}})
+                    out[key] = _SECRET_KEY_MARKER
+                else:
+                    out[key] = self._walk_report(value, counts, child, fields)
+            return out
+        if isinstance(obj, list | tuple):
+            return [self._walk_report(v, counts, f"{path}[{i}]", fields) for i, v in enumerate(obj)]
+        return obj
+
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
         counts = counts if counts is not None else Counter()
         # The cheap prefilter: plain substring tests (no call, no regex) decide which

@@ -36,7 +36,8 @@ def derive_run_id(payload: dict[str, Any]) -> str:
 
 def derive_session_id(agent_name: str, started_at: datetime | None) -> str:
     """Logs of one agent on one day form a session, since autourgos has no sessions."""
-    name = (agent_name or "Agent").replace("/", "-")
+    # Session ids may not hold "/" or control characters; an agent name may.
+    name = "".join("-" if c == "/" or ord(c) < 32 else c for c in (agent_name or "Agent"))
     day = started_at.date().isoformat() if started_at else "undated"
     return f"autourgos:{name}:{day}"[:255]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from history_app import services
+from history_app.agent_history import redact
 
 QUERY = (
     "SELECT r.run_data, r.session_id, r.parent_run_id, r.user_id, r.status, r.created_at "
@@ -80,6 +81,7 @@ class Command(BaseCommand):
             rows = read_sqlite(source, since_epoch)
         totals: Counter[str] = Counter()
         problems: list[str] = []
+        all_results: list[services.ItemResult] = []
         for number, (run_data, session_id, parent_run_id, user_id, status, created_at) in enumerate(
             rows, start=1
         ):
@@ -100,8 +102,12 @@ class Command(BaseCommand):
             # Member runs are rows of their own here; embedded copies would be duplicates.
             payload["member_responses"] = []
             for result in services.ingest_items(items=[payload], format="agno"):
+                result.index = number - 1
+                all_results.append(result)
                 totals[result.status] += 1
                 problems.extend(f"{result.run_id}: {e['path']}: {e['message']}" for e in result.errors)
+        # A PostgreSQL URL can carry a password: the receipt keeps the redacted form.
+        services.record_receipt(source="import_agno", results=all_results, label=redact(source))
         if sys.stderr.isatty() and rows:
             self.stderr.write("")
         self.stdout.write(

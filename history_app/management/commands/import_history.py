@@ -59,6 +59,7 @@ class Command(BaseCommand):
         totals: Counter[str] = Counter()
         problems: list[str] = []
         skipped: list[str] = []
+        all_results: list[services.ItemResult] = []
         for number, path in enumerate(files, start=1):
             self._progress(number, len(files), path)
             try:
@@ -66,6 +67,11 @@ class Command(BaseCommand):
             except (ValueError, OSError) as exc:
                 totals["rejected"] += 1
                 problems.append(f"{path}: {exc}")
+                all_results.append(
+                    services.ItemResult(
+                        index=len(all_results), errors=[{"path": str(path), "message": str(exc)}]
+                    )
+                )
                 continue
             if format_name is None and not any(formats.detect(item) for item in items):
                 # A folder of logs often holds other JSON (a manifest, a config): say so
@@ -73,10 +79,12 @@ class Command(BaseCommand):
                 skipped.append(f"{path}: not a history file (matches no accepted format)")
                 continue
             for result in services.ingest_items(items=items, format=format_name):
+                all_results.append(result)
                 totals[result.status] += 1
                 for error in result.errors:
                     where = f"[{result.index}]" if len(items) > 1 else ""
                     problems.append(f"{path}{where}: {error['path']}: {error['message']}")
+        services.record_receipt(source="import_history", results=all_results, label=", ".join(paths))
         if sys.stderr.isatty():
             self.stderr.write("")
         self.stdout.write(

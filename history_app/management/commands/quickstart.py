@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand
 
 from history_app.auth import register_token
 from history_app.management.commands.import_history import collect_files, read_items
-from history_app.services import ingest_items
+from history_app.services import ingest_items, record_receipt
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "demo"
 
@@ -43,10 +43,13 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS("Ingest token: ") + token)
 
         counts = {"created": 0, "updated": 0, "duplicate": 0, "rejected": 0}
+        results = []
         for path in collect_files([str(DEMO_DIR)]):
             items, format_name = read_items(path)
             for result in ingest_items(items=items, format=format_name):
+                results.append(result)
                 counts[result.status] += 1
+        record_receipt(source="quickstart", results=results, label="demo data")
         self.stdout.write(
             self.style.SUCCESS("Demo data: ")
             + f"{counts['created']} runs created, {counts['duplicate']} already there, {counts['rejected']} rejected."
