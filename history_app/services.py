@@ -112,9 +112,16 @@ def _aware(value: datetime | None) -> datetime | None:
 
 
 def ingest_items(
-    *, items: list[Any], format: str | None = None, redactor: Redactor | None = None
+    *,
+    items: list[Any],
+    format: str | None = None,
+    redactor: Redactor | None = None,
+    source_format: str | None = None,
 ) -> list[ItemResult]:
-    """Parse, redact and store each item; one result per item, in order."""
+    """Parse, redact and store each item; one result per item, in order.
+
+    ``source_format`` names where the items came from when they were converted first
+    (an importer that enriched agno runs and sends them as native records)."""
     redactor = redactor or server_redactor()
     results = []
     for index, item in enumerate(items):
@@ -126,7 +133,7 @@ def ingest_items(
             results.append(result)
             continue
         statuses = []
-        source = format or formats.detect(item) or ""
+        source = source_format or format or formats.detect(item) or ""
         for run in runs:
             result.run_id, result.session_id = run.run_id, run.session_id
             report: list[dict[str, Any]] = []

@@ -201,3 +201,34 @@ def test_import_agno_from_postgres():
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP SCHEMA agnotest CASCADE")
+
+
+@pytest.mark.django_db
+def test_history_agno_did_not_store_is_reconstructed_and_marked():
+    run_import(str(DB), "--history-runs", "3")
+    fifth = models.Run.objects.get(run_id="d73d0369-28e8-4c4a-b311-27d660080309")
+    (context,) = fifth.injected_contexts.filter(kind="chat_history")
+    assert context.reported is False and context.settings["num_history_runs"] == 3
+    assert context.source_run_ids == [
+        "f6bdb6b8-cfe2-4933-8ccd-8db6ff474b0e",
+        "15d365cc-a557-46f4-abf6-a3be909f379d",
+        "5a9c0417-27e8-4d27-8b36-48bc82a70380",
+    ]
+    # Exactly what agno sent (prompt 007), rebuilt from what agno stored.
+    sent = [
+        m
+        for m in json.loads(
+            (AGNO / "prompts" / "007_agent_sess-agent-travel_run5_assistant.json").read_text()
+        )["messages"]
+        if m.get("from_history")
+    ]
+    assert context.text == agno.replay_text(sent)
+    # And for run 3, it matches what agno's own run output reported.
+    (reported_run,) = agno.parse(
+        json.loads((AGNO / "run_outputs" / "agent_sess-agent-travel_run3.json").read_text())
+    )
+    third = models.Run.objects.get(run_id=reported_run.run_id).injected_contexts.get(kind="chat_history")
+    assert third.text == reported_run.injected_contexts[0].text
+    assert not models.Run.objects.get(
+        run_id="3d7a2aec-12ca-4c3f-b808-01929e1287b5"
+    ).injected_contexts.exists()

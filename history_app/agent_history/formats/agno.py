@@ -132,6 +132,37 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
     return iterations, executions
 
 
+def replay_text(messages: list[dict[str, Any]]) -> str:
+    """History messages as one text, a ``role: content`` line each."""
+    return "\n".join(f"{m.get('role')}: {_text(m.get('content')) or ''}" for m in messages)
+
+
+def replayable_messages(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages agno replays from a stored run: everything but system and replays."""
+    return [
+        m
+        for m in payload.get("messages") or []
+        if isinstance(m, dict) and m.get("role") != "system" and not m.get("from_history")
+    ]
+
+
+def reconstructed_history(previous: list[dict[str, Any]], num_history_runs: int) -> InjectedContext | None:
+    """The replay agno would have sent (``add_history_to_context``) rebuilt from stored
+    runs, marked as reconstructed: agno does not store the replayed messages."""
+    window = previous[-num_history_runs:] if num_history_runs > 0 else previous
+    messages = [m for run in window for m in replayable_messages(run)]
+    if not messages:
+        return None
+    return InjectedContext(
+        text=replay_text(messages),
+        kind="chat_history",
+        target="user",
+        source_run_ids=[str(run["run_id"]) for run in window],
+        settings={"num_history_runs": num_history_runs, "messages": len(messages)},
+        reported=False,
+    )
+
+
 def _contexts(payload: dict[str, Any], step: str) -> list[InjectedContext]:
     contexts = []
     messages = [m for m in payload.get("messages") or [] if isinstance(m, dict)]
@@ -144,10 +175,9 @@ def _contexts(payload: dict[str, Any], step: str) -> list[InjectedContext]:
             contexts.append(InjectedContext(text=match.group(0), kind=kind, target="user", step=step))
     replayed = [m for m in messages if m.get("from_history")]
     if replayed:
-        lines = [f"{m.get('role')}: {_text(m.get('content')) or ''}" for m in replayed]
         contexts.append(
             InjectedContext(
-                text="\n".join(lines),
+                text=replay_text(replayed),
                 kind="chat_history",
                 target="user",
                 step=step,

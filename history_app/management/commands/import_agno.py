@@ -11,6 +11,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from history_app import services
 from history_app.agent_history import redact
+from history_app.agent_history.formats import agno
+from history_app.agent_history.records import RecordError
 
 QUERY = (
     "SELECT r.run_data, r.session_id, r.parent_run_id, r.user_id, r.status, r.created_at "
@@ -72,8 +74,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--schema", default="ai", help="PostgreSQL schema of the agno tables (agno's default: ai)."
         )
+        parser.add_argument(
+            "--history-runs",
+            type=int,
+            default=None,
+            metavar="N",
+            help="The agents ran with add_history_to_context and num_history_runs=N: rebuild the replayed "
+            "history of each agent run from the stored runs (agno does not store it), marked as reconstructed.",
+        )
 
-    def handle(self, *args, source: str, since: str | None, schema: str, **options):
+    def handle(self, *args, source: str, since: str | None, schema: str, history_runs: int | None, **options):
         since_epoch = parse_since(since)
         if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
             rows = read_postgres(source, schema, since_epoch)
@@ -82,6 +92,7 @@ class Command(BaseCommand):
         totals: Counter[str] = Counter()
         problems: list[str] = []
         all_results: list[services.ItemResult] = []
+        earlier: dict[tuple[str, str], list[dict]] = {}
         for number, (run_data, session_id, parent_run_id, user_id, status, created_at) in enumerate(
             rows, start=1
         ):
@@ -101,7 +112,21 @@ class Command(BaseCommand):
                 payload.setdefault("parent_run_id", parent_run_id)
             # Member runs are rows of their own here; embedded copies would be duplicates.
             payload["member_responses"] = []
-            for result in services.ingest_items(items=[payload], format="agno"):
+            items, format_name = [payload], "agno"
+            if history_runs is not None and payload.get("agent_id") and not payload.get("parent_run_id"):
+                previous = earlier.setdefault((str(payload.get("session_id")), str(payload["agent_id"])), [])
+                try:
+                    (run,) = agno.parse(payload)
+                except RecordError:
+                    run = None
+                if run is not None:
+                    context = agno.reconstructed_history(previous, history_runs)
+                    if context is not None:
+                        context.step = run.agent_name
+                        run.injected_contexts.append(context)
+                    items, format_name = [run.to_dict()], "native"
+                previous.append(payload)
+            for result in services.ingest_items(items=items, format=format_name, source_format="agno"):
                 result.index = number - 1
                 all_results.append(result)
                 totals[result.status] += 1
