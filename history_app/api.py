@@ -151,16 +151,18 @@ def ingest(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": rejected == 0, "results": [r.as_dict() for r in results]}, status=status)
 
 
+def _json_page(request: HttpRequest, selector, summary, key: str) -> JsonResponse:
+    try:
+        page = selector(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
+    except selectors.BadCursor as exc:
+        return error_response(str(exc), 400)
+    return JsonResponse({"ok": True, key: [summary(row) for row in page.items], "next": page.next_cursor})
+
+
 @require_GET
 @token_required(allow_session=True)
 def sessions(request: HttpRequest) -> JsonResponse:
-    try:
-        page = selectors.sessions_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
-    except selectors.BadCursor as exc:
-        return error_response(str(exc), 400)
-    return JsonResponse(
-        {"ok": True, "sessions": [selectors.session_summary(s) for s in page.items], "next": page.next_cursor}
-    )
+    return _json_page(request, selectors.sessions_page, selectors.session_summary, "sessions")
 
 
 @require_GET
@@ -193,10 +195,4 @@ def run_detail(request: HttpRequest, run_id: str) -> JsonResponse:
 @require_GET
 @token_required(allow_session=True)
 def receipts(request: HttpRequest) -> JsonResponse:
-    try:
-        page = selectors.receipts_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
-    except selectors.BadCursor as exc:
-        return error_response(str(exc), 400)
-    return JsonResponse(
-        {"ok": True, "receipts": [selectors.receipt_summary(r) for r in page.items], "next": page.next_cursor}
-    )
+    return _json_page(request, selectors.receipts_page, selectors.receipt_summary, "receipts")

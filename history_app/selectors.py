@@ -45,22 +45,27 @@ class Page:
     next_cursor: str | None
 
 
-def sessions_page(*, after: str | None = None, limit: int = 50) -> Page:
-    """Sessions, newest activity first, ``limit`` at a time after the ``after`` cursor.
+def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int) -> Page:
+    """Rows ordered by (``field``, id) descending, ``limit`` at a time after a cursor.
 
-    Important: order by (last_activity_at, id) — both in the index — so the database walks
-    the index instead of sorting the table, and a cursor stays valid while runs arrive.
+    Important: order by (field, id) — both in an index — so the database walks the
+    index instead of sorting the table, and a cursor stays valid while rows arrive.
     """
-    queryset = models.Session.objects.order_by("-last_activity_at", "-id")
+    queryset = queryset.order_by(f"-{field}", "-id")
     if after:
         when, pk = decode_cursor(after)
-        queryset = queryset.filter(Q(last_activity_at__lt=when) | Q(last_activity_at=when, id__lt=pk))
+        queryset = queryset.filter(Q(**{f"{field}__lt": when}) | Q(**{field: when, "id__lt": pk}))
     rows = list(queryset[: limit + 1])
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1].last_activity_at, rows[-1].pk)
+        next_cursor = encode_cursor(getattr(rows[-1], field), rows[-1].pk)
     return Page(rows, next_cursor)
+
+
+def sessions_page(*, after: str | None = None, limit: int = 50) -> Page:
+    """Sessions, newest activity first."""
+    return keyset_page(models.Session.objects.all(), field="last_activity_at", after=after, limit=limit)
 
 
 def get_session(session_id: str) -> models.Session:
@@ -203,17 +208,10 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def receipts_page(*, after: str | None = None, limit: int = 50) -> Page:
-    """Ingestion receipts, newest first (keyset on the indexed creation time)."""
-    queryset = models.IngestReceipt.objects.select_related("token").order_by("-created_at", "-id")
-    if after:
-        when, pk = decode_cursor(after)
-        queryset = queryset.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=pk))
-    rows = list(queryset[: limit + 1])
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1].created_at, rows[-1].pk)
-    return Page(rows, next_cursor)
+    """Ingestion receipts, newest first."""
+    return keyset_page(
+        models.IngestReceipt.objects.select_related("token"), field="created_at", after=after, limit=limit
+    )
 
 
 def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:

@@ -30,23 +30,25 @@ def _template(request: HttpRequest, name: str, partial: str) -> str:
     return template
 
 
+def _paged_list(request: HttpRequest, selector, name: str, partial: str, items: str) -> HttpResponse:
+    """A keyset-paged list page; an htmx "older" request gets just the next rows."""
+    try:
+        page = selector(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
+    except selectors.BadCursor as exc:
+        return HttpResponseBadRequest(str(exc))
+    context = {
+        items: page.items,
+        "next_cursor": page.next_cursor,
+        "is_next_page": bool(request.GET.get("_next")),
+    }
+    return render(request, _template(request, name, partial), context)
+
+
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
 def session_list(request: HttpRequest) -> HttpResponse:
-    try:
-        page = selectors.sessions_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
-    except selectors.BadCursor as exc:
-        return HttpResponseBadRequest(str(exc))
-    return render(
-        request,
-        _template(request, "session_list", "session-rows"),
-        {
-            "sessions": page.items,
-            "next_cursor": page.next_cursor,
-            "is_next_page": bool(request.GET.get("_next")),
-        },
-    )
+    return _paged_list(request, selectors.sessions_page, "session_list", "session-rows", "sessions")
 
 
 @require_GET
@@ -77,16 +79,4 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def receipt_list(request: HttpRequest) -> HttpResponse:
     """Recent ingestion receipts: the answer to "why is my run missing?"."""
-    try:
-        page = selectors.receipts_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
-    except selectors.BadCursor as exc:
-        return HttpResponseBadRequest(str(exc))
-    return render(
-        request,
-        _template(request, "receipt_list", "receipt-rows"),
-        {
-            "receipts": page.items,
-            "next_cursor": page.next_cursor,
-            "is_next_page": bool(request.GET.get("_next")),
-        },
-    )
+    return _paged_list(request, selectors.receipts_page, "receipt_list", "receipt-rows", "receipts")

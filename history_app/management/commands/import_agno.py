@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +12,7 @@ from history_app import services
 from history_app.agent_history import redact
 from history_app.agent_history.formats import agno
 from history_app.agent_history.records import RecordError
+from history_app.management.progress import show_progress
 
 QUERY = (
     "SELECT r.run_data, r.session_id, r.parent_run_id, r.user_id, r.status, r.created_at "
@@ -96,7 +96,7 @@ class Command(BaseCommand):
         for number, (run_data, session_id, parent_run_id, user_id, status, created_at) in enumerate(
             rows, start=1
         ):
-            self._progress(number, len(rows))
+            show_progress(self.stderr, number, len(rows))
             try:
                 payload = json.loads(run_data)
             except (TypeError, ValueError) as exc:
@@ -133,19 +133,9 @@ class Command(BaseCommand):
                 problems.extend(f"{result.run_id}: {e['path']}: {e['message']}" for e in result.errors)
         # A PostgreSQL URL can carry a password: the receipt keeps the redacted form.
         services.record_receipt(source="import_agno", results=all_results, label=redact(source))
-        if sys.stderr.isatty() and rows:
-            self.stderr.write("")
         self.stdout.write(
             f"Read {len(rows)} agno run(s): {totals['created']} created, {totals['updated']} updated, "
             f"{totals['duplicate']} duplicate, {totals['rejected']} rejected."
         )
         for problem in problems:
             self.stdout.write(f"  rejected {problem}")
-
-    def _progress(self, number: int, total: int) -> None:
-        bar = "#" * (30 * number // total)
-        line = f"[{bar:<30}] {number}/{total}"
-        if sys.stderr.isatty():
-            self.stderr.write("\r" + line, ending="")
-        elif number == total or number % 100 == 1:
-            self.stderr.write(line)

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from history_app import services
 from history_app.agent_history import formats
 from history_app.agent_history.formats import autourgos
+from history_app.management.progress import show_progress
 
 SUFFIXES = {".json", ".jsonl", ".ndjson", ".md"}
 
@@ -61,7 +61,7 @@ class Command(BaseCommand):
         skipped: list[str] = []
         all_results: list[services.ItemResult] = []
         for number, path in enumerate(files, start=1):
-            self._progress(number, len(files), path)
+            show_progress(self.stderr, number, len(files), path.name)
             try:
                 items, format_name = read_items(path)
             except (ValueError, OSError) as exc:
@@ -85,8 +85,6 @@ class Command(BaseCommand):
                     where = f"[{result.index}]" if len(items) > 1 else ""
                     problems.append(f"{path}{where}: {error['path']}: {error['message']}")
         services.record_receipt(source="import_history", results=all_results, label=", ".join(paths))
-        if sys.stderr.isatty():
-            self.stderr.write("")
         self.stdout.write(
             f"Imported {len(files)} file(s): {totals['created']} created, {totals['updated']} updated, "
             f"{totals['duplicate']} duplicate, {totals['rejected']} rejected, {len(skipped)} file(s) skipped."
@@ -95,13 +93,3 @@ class Command(BaseCommand):
             self.stdout.write(f"  skipped {line}")
         for problem in problems:
             self.stdout.write(f"  rejected {problem}")
-
-    def _progress(self, number: int, total: int, path: Path) -> None:
-        width = 30
-        filled = width * number // total
-        bar = "#" * filled + "-" * (width - filled)
-        line = f"[{bar}] {number}/{total} {path.name[:40]}"
-        if sys.stderr.isatty():
-            self.stderr.write("\r" + line.ljust(80), ending="")
-        elif number == total or number % 50 == 1:
-            self.stderr.write(line)
