@@ -92,8 +92,14 @@ def log_in(page, live_server, django_user_model):
 
 
 def test_main_path_log_in_open_session_open_run(browser_page, live_server, django_user_model):
-    for name in ("Task_20261129_224355_551407_bc481e3f.json", "Task_20261129_224355_610116_7bfd7d3a.json"):
-        services.ingest_items(items=[json.loads((AUTOURGOS / name).read_text())])
+    results = []
+    for name in (
+        "Task_20261129_224355_551407_bc481e3f.json",
+        "Task_20261129_224355_610116_7bfd7d3a.json",
+        "Task_20261129_224355_630165_f0f3ce5c.json",
+    ):
+        results += services.ingest_items(items=[json.loads((AUTOURGOS / name).read_text())])
+    services.record_receipt(source="import_history", results=results, label="tests/fixtures/autourgos")
     page = browser_page
     log_in(page, live_server, django_user_model)
     shot(page, "01-sessions")
@@ -116,6 +122,9 @@ def test_main_path_log_in_open_session_open_run(browser_page, live_server, djang
     page.click("#timeline a >> nth=0")
     page.wait_for_selector(".error-card")
     assert "HTTP 502" in page.inner_text(".error-card")
+    page.click("text=Receipts")
+    page.wait_for_selector("h1:has-text('Ingestion receipts')")
+    shot(page, "05-receipts")
     assert page.problems == []
 
 
