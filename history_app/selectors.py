@@ -225,3 +225,51 @@ def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:
         "rejections": receipt.rejections,
         "changed_fields": receipt.changed_fields,
     }
+
+
+def session_records(*, session: models.Session) -> list[records.Run]:
+    """Every run of a session as canonical records, in order: 5 queries whatever the size."""
+    runs = (
+        models.Run.objects.filter(session=session)
+        .select_related("session")
+        .prefetch_related(
+            Prefetch(
+                "iterations",
+                queryset=models.Iteration.objects.prefetch_related(
+                    Prefetch("tool_calls", queryset=models.ToolCall.objects.order_by("position"))
+                ),
+            ),
+            "member_interactions",
+            "injected_contexts",
+        )
+        .order_by("started_at", "received_at", "id")
+    )
+    return [run_record(run) for run in runs]
+
+
+def autourgos_document(record: records.Run) -> dict[str, Any]:
+    """A run in autourgos-history's JSON layout, for its Markdown export."""
+    return {
+        "query": record.input,
+        "agent_name": record.agent_name or "Agent",
+        "start_time": record.started_at.isoformat() if record.started_at else None,
+        "end_time": record.ended_at.isoformat() if record.ended_at else None,
+        "iterations": [
+            {
+                "iteration": it.index,
+                "thought": it.thought,
+                "tools": [
+                    {"tool": c.tool, "params": c.params if c.params is not None else {}}
+                    for c in it.tool_calls
+                ],
+                "observations": [
+                    {"tool": c.tool, "result": c.result if c.result is not None else c.error}
+                    for c in it.tool_calls
+                    if c.result is not None or c.error is not None
+                ],
+            }
+            for it in record.iterations
+        ],
+        "final_response": record.output,
+        "error": record.error,
+    }

@@ -7,14 +7,23 @@ and must get the full page.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from . import selectors
+from .agent_history.recorder import render_autourgos_markdown
+from .rendering import render_markdown
+
+# The offline export carries its style inside it: it must open with no server at all.
+_EXPORT_CSS = Path(settings.BASE_DIR) / "static" / "history_app" / "app.css"
 
 
 def _template(request: HttpRequest, name: str, partial: str) -> str:
@@ -80,3 +89,54 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
 def receipt_list(request: HttpRequest) -> HttpResponse:
     """Recent ingestion receipts: the answer to "why is my run missing?"."""
     return _paged_list(request, selectors.receipts_page, "receipt_list", "receipt-rows", "receipts")
+
+
+def _download(content: str | bytes, content_type: str, filename: str) -> HttpResponse:
+    response = HttpResponse(content, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _safe_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:120] or "export"
+
+
+@require_GET
+@login_required
+def run_export(request: HttpRequest, run_id: str, fmt: str) -> HttpResponse:
+    """A run as autourgos-style Markdown (``.md``) or as its canonical JSON (``.json``)."""
+    if fmt not in {"md", "json"}:
+        raise Http404("Runs export as .md or .json")
+    record = selectors.run_record(selectors.run_transcript(run_id))
+    name = _safe_name(run_id)
+    if fmt == "md":
+        text = render_autourgos_markdown(selectors.autourgos_document(record))
+        return _download(text, "text/markdown; charset=utf-8", f"{name}.md")
+    return _download(record.to_json(indent=2), "application/json", f"{name}.json")
+
+
+@require_GET
+@login_required
+def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpResponse:
+    """A session as a JSON bundle, or as one self-contained HTML file that opens offline."""
+    if fmt not in {"json", "html"}:
+        raise Http404("Sessions export as .json or .html")
+    session = selectors.get_session(session_id)
+    runs = selectors.session_records(session=session)
+    name = _safe_name(session_id)
+    if fmt == "json":
+        bundle = {
+            "schema": "agent-history/session-bundle/v1",
+            "session": selectors.session_summary(session),
+            "runs": [run.to_dict() for run in runs],
+        }
+        return _download(json.dumps(bundle, ensure_ascii=False, indent=2), "application/json", f"{name}.json")
+    html = render_to_string(
+        "history_app/session_export.html",
+        {
+            "session": session,
+            "entries": [(run, render_markdown(run.output)) for run in runs],
+            "css": _EXPORT_CSS.read_text(),
+        },
+    )
+    return _download(html, "text/html; charset=utf-8", f"{name}.html")

@@ -1,0 +1,107 @@
+"""Exports: a run as autourgos Markdown and canonical JSON; a session as a JSON bundle and
+as one offline HTML file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from history_app.agent_history import parse
+from history_app.agent_history.formats import autourgos
+
+from .conftest import AUTOURGOS, load_jsonl
+from .test_views import assert_inert
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def stored(ingest):
+    data = json.loads((AUTOURGOS / "Task_20261129_224355_551407_bc481e3f.json").read_text())
+    result = ingest(data).json()["results"][0]
+    return data, result["run_id"], result["session_id"]
+
+
+def test_run_markdown_export_is_an_autourgos_log_that_parses_back(alice_client, stored):
+    data, run_id, _ = stored
+    response = alice_client.get(f"/runs/{run_id}/export.md")
+    assert response["Content-Disposition"] == f'attachment; filename="{run_id}.md"'
+    (back,) = autourgos.parse_markdown(response.content.decode())
+    original = parse(data)[0]
+    assert [it.thought for it in back.iterations] == [it.thought for it in original.iterations]
+    assert [[c.tool for c in it.tool_calls] for it in back.iterations] == [
+        [c.tool for c in it.tool_calls] for it in original.iterations
+    ]
+    assert back.output == original.output
+
+
+def test_run_json_export_is_the_canonical_record(alice_client, stored, ingest):
+    _, run_id, _ = stored
+    record = json.loads(alice_client.get(f"/runs/{run_id}/export.json").content)
+    assert record["schema"] == "agent-history/v1" and record["run_id"] == run_id
+    assert ingest(record).json()["results"][0]["status"] == "duplicate"
+
+
+def test_session_bundle(alice_client, stored):
+    _, run_id, session_id = stored
+    bundle = json.loads(alice_client.get(f"/sessions/{session_id}/export.json").content)
+    assert bundle["schema"] == "agent-history/session-bundle/v1"
+    assert bundle["session"]["session_id"] == session_id
+    assert [r["run_id"] for r in bundle["runs"]] == [run_id]
+
+
+def test_offline_html_is_self_contained(alice_client, stored):
+    _, _, session_id = stored
+    html = alice_client.get(f"/sessions/{session_id}/export.html").content.decode()
+    assert "Compare Tokyo and Osaka" in html and "web_search" in html and "Tokyo (~37.4M metro)" in html
+    assert "<style>" in html and "<script" not in html and "<link" not in html
+    assert 'src="' not in html and "url(" not in html  # nothing for the browser to fetch
+
+
+def test_exports_are_login_only_and_validate_the_format(client, stored, alice_client):
+    _, run_id, session_id = stored
+    anonymous = __import__("django.test", fromlist=["Client"]).Client()
+    assert anonymous.get(f"/runs/{run_id}/export.md").status_code == 302
+    assert alice_client.get(f"/runs/{run_id}/export.exe").status_code == 404
+    assert alice_client.get(f"/sessions/{session_id}/export.pdf").status_code == 404
+    assert alice_client.get("/sessions/nope/export.json").status_code == 404
+
+
+def test_session_export_query_count_does_not_grow(alice_client, ingest, django_assert_num_queries):
+    runs = [
+        {
+            "schema": "agent-history/v1",
+            "run_id": f"r{i}",
+            "session_id": "big",
+            "iterations": [{"tool_calls": [{"tool": "t"}] * 3}] * 3,
+        }
+        for i in range(20)
+    ]
+    ingest(runs)
+    with django_assert_num_queries(8):
+        alice_client.get("/sessions/big/export.html")
+    ingest([{**r, "run_id": f"x{r['run_id']}"} for r in runs])
+    with django_assert_num_queries(8):
+        alice_client.get("/sessions/big/export.json")
+
+
+def test_xss_payloads_are_inert_in_the_offline_file(alice_client, ingest):
+    payloads = [e["payload"] for e in load_jsonl("xss.jsonl")]
+    ingest(
+        [
+            {
+                "schema": "agent-history/v1",
+                "run_id": f"x{i}",
+                "session_id": "xss",
+                "input": p,
+                "output": p,
+                "iterations": [{"thought": p}],
+            }
+            for i, p in enumerate(payloads)
+        ]
+    )
+    html = alice_client.get("/sessions/xss/export.html").content.decode()
+    # The file's own <style> sits in its head; everything from the runs is in the body.
+    assert html.count("<style>") == 1 and html.index("<style>") < html.index("<body>")
+    assert_inert(html.split("<body>", 1)[1], "offline export")
