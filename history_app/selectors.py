@@ -84,9 +84,10 @@ def session_runs(*, session: models.Session) -> list[models.Run]:
     )
 
 
-def run_transcript(run_id: str) -> models.Run:
-    """A run with its iterations and their tool calls, interactions and contexts (5 queries)."""
-    queryset = models.Run.objects.select_related("session").prefetch_related(
+def _transcript_queryset() -> Any:
+    """Runs with their iterations and tool calls, interactions and contexts: one query
+    per table, whatever their number."""
+    return models.Run.objects.select_related("session").prefetch_related(
         Prefetch(
             "iterations",
             queryset=models.Iteration.objects.prefetch_related(
@@ -96,8 +97,12 @@ def run_transcript(run_id: str) -> models.Run:
         "member_interactions",
         "injected_contexts",
     )
+
+
+def run_transcript(run_id: str) -> models.Run:
+    """A run with everything it contains (5 queries)."""
     try:
-        return queryset.get(run_id=run_id)
+        return _transcript_queryset().get(run_id=run_id)
     except models.Run.DoesNotExist:
         raise Http404("No such run") from None
 
@@ -229,21 +234,7 @@ def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:
 
 def session_records(*, session: models.Session) -> list[records.Run]:
     """Every run of a session as canonical records, in order: 5 queries whatever the size."""
-    runs = (
-        models.Run.objects.filter(session=session)
-        .select_related("session")
-        .prefetch_related(
-            Prefetch(
-                "iterations",
-                queryset=models.Iteration.objects.prefetch_related(
-                    Prefetch("tool_calls", queryset=models.ToolCall.objects.order_by("position"))
-                ),
-            ),
-            "member_interactions",
-            "injected_contexts",
-        )
-        .order_by("started_at", "received_at", "id")
-    )
+    runs = _transcript_queryset().filter(session=session).order_by("started_at", "received_at", "id")
     return [run_record(run) for run in runs]
 
 
