@@ -127,13 +127,13 @@ def ingest_items(
     for index, item in enumerate(items):
         result = ItemResult(index=index)
         try:
-            runs = formats.parse(item, format=format)
+            detected, runs = formats.parse_detected(item, format=format)
         except RecordError as exc:
             result.errors = [{"path": path, "message": message} for path, message in exc.errors]
             results.append(result)
             continue
         statuses = []
-        source = source_format or format or formats.detect(item) or ""
+        source = source_format or detected
         for run in runs:
             result.run_id, result.session_id = run.run_id, run.session_id
             report: list[dict[str, Any]] = []
@@ -222,7 +222,8 @@ def _ingest_run(run: Run, digest: str, source_format: str) -> str:
     with transaction.atomic():
         row.save()
     _write_children(row, run)
-    link_context_sources(row)
+    if any(c.kind in LINKABLE_KINDS and not c.source_run_ids for c in run.injected_contexts):
+        link_context_sources(row)
     _refresh_session(session)
     if old_session_id is not None:
         _refresh_session(models.Session.objects.select_for_update().get(pk=old_session_id))
@@ -327,6 +328,9 @@ def _entry_markers(candidate: models.Run, kind: str) -> list[str]:
     return [f"Member: {candidate.agent_name}\n", f"Response: {candidate.output}\n"]
 
 
+LINKABLE_KINDS = ("team_history", "workflow_history", "member_interactions")
+
+
 def link_context_sources(row: models.Run) -> None:
     """Provenance for reported history blocks: which stored runs each entry came from.
 
@@ -334,11 +338,9 @@ def link_context_sources(row: models.Run) -> None:
     renderers' own layout) is in the block; the links keep the block's order. Runs that
     arrive later are not linked retroactively (re-import to refresh).
     """
-    contexts = [
-        c
-        for c in models.InjectedContext.objects.filter(run=row, source_run_ids=[])
-        if c.kind in {"team_history", "workflow_history", "member_interactions"}
-    ]
+    contexts = list(
+        models.InjectedContext.objects.filter(run=row, source_run_ids=[], kind__in=LINKABLE_KINDS)
+    )
     if not contexts:
         return
     session_runs = (

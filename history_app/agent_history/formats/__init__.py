@@ -42,6 +42,11 @@ def detect(payload: Any) -> str | None:
 
 def parse(payload: Any, format: str | None = None) -> list[Run]:
     """Parse one payload (one item of a request) into runs; raises ``RecordError``."""
+    return parse_detected(payload, format)[1]
+
+
+def parse_detected(payload: Any, format: str | None = None) -> tuple[str, list[Run]]:
+    """Like ``parse``, and also the name of the format the payload was read as."""
     if not isinstance(payload, dict):
         raise RecordError([("$", f"must be an object, not {type(payload).__name__}")])
     if format is not None and format not in FORMATS:
@@ -49,7 +54,18 @@ def parse(payload: Any, format: str | None = None) -> list[Run]:
     name = format or detect(payload)
     if name is None:
         raise RecordError([("$", f"matches no accepted format; accepted formats: {', '.join(FORMATS)}")])
-    return FORMATS[name][1](payload)
+    return name, FORMATS[name][1](payload)
 
 
-__all__ = ["FORMATS", "accepted_formats", "agno", "agno_go", "autourgos", "cot", "detect", "native", "parse"]
+__all__ = [
+    "FORMATS",
+    "accepted_formats",
+    "agno",
+    "agno_go",
+    "autourgos",
+    "cot",
+    "detect",
+    "native",
+    "parse",
+    "parse_detected",
+]
