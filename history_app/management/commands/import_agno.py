@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -89,7 +88,6 @@ class Command(BaseCommand):
             rows = read_postgres(source, schema, since_epoch)
         else:
             rows = read_sqlite(source, since_epoch)
-        totals: Counter[str] = Counter()
         problems: list[str] = []
         all_results: list[services.ItemResult] = []
         earlier: dict[tuple[str, str], list[dict]] = {}
@@ -100,8 +98,12 @@ class Command(BaseCommand):
             try:
                 payload = json.loads(run_data)
             except (TypeError, ValueError) as exc:
-                totals["rejected"] += 1
                 problems.append(f"row {number}: run_data is not JSON ({exc})")
+                all_results.append(
+                    services.ItemResult(
+                        index=number - 1, errors=[{"path": "$", "message": f"run_data is not JSON ({exc})"}]
+                    )
+                )
                 continue
             # The row's columns are the truth where run_data leaves a field out.
             payload.setdefault("session_id", session_id)
@@ -129,10 +131,11 @@ class Command(BaseCommand):
             for result in services.ingest_items(items=items, format=format_name, source_format="agno"):
                 result.index = number - 1
                 all_results.append(result)
-                totals[result.status] += 1
                 problems.extend(f"{result.run_id}: {e['path']}: {e['message']}" for e in result.errors)
         # A PostgreSQL URL can carry a password: the receipt keeps the redacted form.
-        services.record_receipt(source="import_agno", results=all_results, label=redact(source))
+        totals = services.record_receipt(
+            source="import_agno", results=all_results, label=redact(source)
+        ).counts
         self.stdout.write(
             f"Read {len(rows)} agno run(s): {totals['created']} created, {totals['updated']} updated, "
             f"{totals['duplicate']} duplicate, {totals['rejected']} rejected."

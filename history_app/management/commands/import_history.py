@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -56,7 +55,6 @@ class Command(BaseCommand):
         files = collect_files(paths)
         if not files:
             raise CommandError("no .json, .jsonl, .ndjson or .md files found")
-        totals: Counter[str] = Counter()
         problems: list[str] = []
         skipped: list[str] = []
         all_results: list[services.ItemResult] = []
@@ -65,7 +63,6 @@ class Command(BaseCommand):
             try:
                 items, format_name = read_items(path)
             except (ValueError, OSError) as exc:
-                totals["rejected"] += 1
                 problems.append(f"{path}: {exc}")
                 all_results.append(
                     services.ItemResult(
@@ -80,11 +77,12 @@ class Command(BaseCommand):
                 continue
             for result in services.ingest_items(items=items, format=format_name):
                 all_results.append(result)
-                totals[result.status] += 1
                 for error in result.errors:
                     where = f"[{result.index}]" if len(items) > 1 else ""
                     problems.append(f"{path}{where}: {error['path']}: {error['message']}")
-        services.record_receipt(source="import_history", results=all_results, label=", ".join(paths))
+        totals = services.record_receipt(
+            source="import_history", results=all_results, label=", ".join(paths)
+        ).counts
         self.stdout.write(
             f"Imported {len(files)} file(s): {totals['created']} created, {totals['updated']} updated, "
             f"{totals['duplicate']} duplicate, {totals['rejected']} rejected, {len(skipped)} file(s) skipped."

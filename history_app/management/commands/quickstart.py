@@ -42,14 +42,11 @@ class Command(BaseCommand):
         _, token = register_token(name="quickstart", token=os.environ.get("HISTORY_INGEST_TOKEN") or None)
         self.stdout.write(self.style.SUCCESS("Ingest token: ") + token)
 
-        counts = {"created": 0, "updated": 0, "duplicate": 0, "rejected": 0}
         results = []
         for path in collect_files([str(DEMO_DIR)]):
             items, format_name = read_items(path)
-            for result in ingest_items(items=items, format=format_name):
-                results.append(result)
-                counts[result.status] += 1
-        record_receipt(source="quickstart", results=results, label="demo data")
+            results += ingest_items(items=items, format=format_name)
+        counts = record_receipt(source="quickstart", results=results, label="demo data").counts
         self.stdout.write(
             self.style.SUCCESS("Demo data: ")
             + f"{counts['created']} runs created, {counts['duplicate']} already there, {counts['rejected']} rejected."
