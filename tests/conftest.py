@@ -72,3 +72,16 @@ def ingest(client, auth_headers):
         return client.post("/api/v1/ingest", body, content_type=content_type, **auth_headers, **extra)
 
     return post
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def history_store(request, tmp_path):
+    """Each library store in turn: the same behaviour is owed by both."""
+    from history_app.agent_history import MemoryStore, SQLiteStore
+
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    store = SQLiteStore(str(tmp_path / "history.db"))
+    yield store
+    store.close()

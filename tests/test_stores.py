@@ -10,14 +10,9 @@ import pytest
 from history_app.agent_history import MemoryStore, Run, SQLiteStore
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    store = SQLiteStore(str(tmp_path / "history.db"))
-    yield store
-    store.close()
+@pytest.fixture
+def store(history_store):
+    return history_store
 
 
 def add(store, session_id, n, status="completed", start=0):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from history_app.agent_history import MemoryStore, SQLiteStore, Step, Workflow
+from history_app.agent_history import MemoryStore, Step, Workflow
 
 
 class EchoAgent:
@@ -29,14 +29,9 @@ class FailingAgent(EchoAgent):
         raise RuntimeError("model down")
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    s = SQLiteStore(str(tmp_path / "wf.db"))
-    yield s
-    s.close()
+@pytest.fixture
+def store(history_store):
+    return history_store
 
 
 def test_history_reaches_the_system_instructions_and_is_cleared(store):
