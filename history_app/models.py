@@ -180,6 +180,17 @@ class InjectedContext(models.Model):
         return f"{self.kind} for {self.step or 'run'}"
 
 
+class RunSearch(models.Model):
+    """A run's full-text search document (see ``search.py``); indexed by SQLite FTS5 or a
+    PostgreSQL GIN index, both created by migration 0004."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="search")
+    document = models.TextField()
+
+    def __str__(self) -> str:
+        return f"search document of {self.run_id}"
+
+
 class IngestToken(models.Model):
     """A bearer token for the ingestion API. Only its SHA-256 is stored."""
 

@@ -11,13 +11,15 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import Prefetch, Q
+from django.db.models import Exists, F, OuterRef, Prefetch, Q, Window
+from django.db.models.functions import RowNumber
 from django.http import Http404
+from django.utils import timezone
 
-from . import models
+from . import models, search
 from .agent_history import records
 
 
@@ -25,16 +27,16 @@ class BadCursor(ValueError):
     """A ``_next`` token that this server did not hand out."""
 
 
-def encode_cursor(when: datetime, pk: int) -> str:
-    raw = json.dumps([when.isoformat(), pk]).encode()
+def encode_cursor(value: datetime | int, pk: int) -> str:
+    raw = json.dumps([value.isoformat() if isinstance(value, datetime) else value, pk]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(token: str) -> tuple[datetime, int]:
+def decode_cursor(token: str, *, is_datetime: bool = True) -> tuple[datetime | int, int]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        when, pk = json.loads(raw)
-        return datetime.fromisoformat(when), int(pk)
+        value, pk = json.loads(raw)
+        return (datetime.fromisoformat(value) if is_datetime else int(value)), int(pk)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
         raise BadCursor("the _next token is not valid; start again from the first page") from None
 
@@ -45,16 +47,21 @@ class Page:
     next_cursor: str | None
 
 
-def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int) -> Page:
-    """Rows ordered by (``field``, id) descending, ``limit`` at a time after a cursor.
+def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int, descending: bool = True) -> Page:
+    """Rows ordered by (``field``, id), ``limit`` at a time after a cursor.
 
-    Important: order by (field, id) — both in an index — so the database walks the
-    index instead of sorting the table, and a cursor stays valid while rows arrive.
+    Important: order by (field, id) — both in an index for the default orders — so the
+    database walks the index instead of sorting the table, and a cursor stays valid while
+    rows arrive.
     """
-    queryset = queryset.order_by(f"-{field}", "-id")
+    sign, beyond = ("-", "lt") if descending else ("", "gt")
+    queryset = queryset.order_by(f"{sign}{field}", f"{sign}id")
     if after:
-        when, pk = decode_cursor(after)
-        queryset = queryset.filter(Q(**{f"{field}__lt": when}) | Q(**{field: when, "id__lt": pk}))
+        is_datetime = queryset.model._meta.get_field(field).get_internal_type() == "DateTimeField"
+        value, pk = decode_cursor(after, is_datetime=is_datetime)
+        queryset = queryset.filter(
+            Q(**{f"{field}__{beyond}": value}) | Q(**{field: value, f"id__{beyond}": pk})
+        )
     rows = list(queryset[: limit + 1])
     next_cursor = None
     if len(rows) > limit:
@@ -63,9 +70,159 @@ def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int) -> 
     return Page(rows, next_cursor)
 
 
-def sessions_page(*, after: str | None = None, limit: int = 50) -> Page:
-    """Sessions, newest activity first."""
-    return keyset_page(models.Session.objects.all(), field="last_activity_at", after=after, limit=limit)
+class BadFilter(ValueError):
+    """A filter value the sessions list cannot use; ``field`` names the parameter."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+# Sort name -> (field, descending).
+SESSION_SORTS = {
+    "recent": ("last_activity_at", True),
+    "oldest": ("last_activity_at", False),
+    "runs": ("run_count", True),
+    "failures": ("failed_count", True),
+}
+
+
+@dataclass
+class SessionFilters:
+    q: str = ""
+    framework: str = ""
+    agent: str = ""
+    status: str = ""
+    user: str = ""
+    tool: str = ""
+    date_from: date | None = None
+    date_to: date | None = None
+    errors: bool = False
+    sort: str = "recent"
+
+    @classmethod
+    def from_query(cls, params: Any) -> SessionFilters:
+        """Read the list's query string; a bad value raises ``BadFilter`` naming it."""
+
+        def text(name: str) -> str:
+            value = params.get(name, "").strip()
+            if len(value) > 255:
+                raise BadFilter(name, "at most 255 characters")
+            return value
+
+        def day(name: str) -> date | None:
+            value = text(name)
+            if not value:
+                return None
+            try:
+                return date.fromisoformat(value)
+            except ValueError:
+                raise BadFilter(name, f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+        status = text("status")
+        if status and status not in records.RUN_STATUSES:
+            raise BadFilter("status", f"must be one of {', '.join(records.RUN_STATUSES)}")
+        sort = text("sort") or "recent"
+        if sort not in SESSION_SORTS:
+            raise BadFilter("sort", f"must be one of {', '.join(SESSION_SORTS)}")
+        filters = cls(
+            q=params.get("q", "").strip()[:500],
+            framework=text("framework"),
+            agent=text("agent"),
+            status=status,
+            user=text("user"),
+            tool=text("tool"),
+            date_from=day("from"),
+            date_to=day("to"),
+            errors=params.get("errors", "") in {"1", "on", "true"},
+            sort=sort,
+        )
+        if filters.date_from and filters.date_to and filters.date_from > filters.date_to:
+            raise BadFilter("to", "the end of the date range is before its start")
+        return filters
+
+    @property
+    def active(self) -> bool:
+        texts = (self.q, self.framework, self.agent, self.status, self.user, self.tool)
+        return any(texts) or bool(self.date_from or self.date_to or self.errors)
+
+    @property
+    def panel_open(self) -> bool:
+        """Whether anything beyond the search box is set (the filter panel shows open)."""
+        texts = (self.framework, self.agent, self.status, self.user, self.tool)
+        return any(texts) or bool(self.date_from or self.date_to or self.errors) or self.sort != "recent"
+
+    def apply(self, queryset: Any) -> Any:
+        runs = models.Run.objects.filter(session=OuterRef("pk"))
+        if self.q:
+            matching = search.matching_run_pks(self.q)
+            if matching is not None:
+                queryset = queryset.filter(Exists(runs.filter(pk__in=matching)))
+        if self.framework:
+            queryset = queryset.filter(framework=self.framework)
+        if self.agent:
+            named = Q(agent_name=self.agent) | Q(team_id=self.agent) | Q(workflow_id=self.agent)
+            queryset = queryset.filter(Q(agent_name=self.agent) | Exists(runs.filter(named)))
+        if self.status:
+            queryset = queryset.filter(Exists(runs.filter(status=self.status)))
+        if self.user:
+            queryset = queryset.filter(user_id=self.user)
+        if self.tool:
+            calls = models.ToolCall.objects.filter(run__session=OuterRef("pk"), tool=self.tool)
+            queryset = queryset.filter(Exists(calls))
+        if self.date_from:
+            queryset = queryset.filter(last_activity_at__gte=_day_start(self.date_from))
+        if self.date_to:
+            queryset = queryset.filter(last_activity_at__lt=_day_start(self.date_to + timedelta(days=1)))
+        if self.errors:
+            queryset = queryset.filter(Q(failed_count__gt=0) | Exists(runs.filter(tool_error_count__gt=0)))
+        return queryset
+
+
+def _day_start(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
+def sessions_page(
+    *, after: str | None = None, limit: int = 50, filters: SessionFilters | None = None
+) -> Page:
+    """Sessions matching ``filters``, newest activity first unless sorted otherwise."""
+    filters = filters or SessionFilters()
+    field, descending = SESSION_SORTS[filters.sort]
+    queryset = filters.apply(models.Session.objects.all())
+    return keyset_page(queryset, field=field, after=after, limit=limit, descending=descending)
+
+
+def search_hits(sessions: list[models.Session], query: str, *, per_session: int = 3) -> dict[int, list]:
+    """Up to ``per_session`` matching runs of each listed session, newest first, in one query."""
+    matching = search.matching_run_pks(query)
+    if matching is None or not sessions:
+        return {}
+    newest_first = [F("started_at").desc(nulls_last=True), F("id").desc()]
+    rows = (
+        models.Run.objects.filter(session__in=sessions, pk__in=matching)
+        .only("run_id", "session_id", "input", "status", "agent_name", "started_at")
+        .annotate(rank=Window(RowNumber(), partition_by=[F("session_id")], order_by=newest_first))
+        .filter(rank__lte=per_session)
+        .order_by("session_id", "rank")
+    )
+    hits: dict[int, list] = {}
+    for run in rows:
+        hits.setdefault(run.session_id, []).append(run)
+    return hits
+
+
+def filter_choices() -> dict[str, list[str]]:
+    """Values for the filter menus: the frameworks present (one query) and the statuses."""
+    frameworks = models.Session.objects.exclude(framework="").values_list("framework", flat=True)
+    return {
+        "frameworks": list(frameworks.order_by("framework").distinct()),
+        "statuses": list(records.RUN_STATUSES),
+    }
+
+
+def anything_running() -> bool:
+    return models.Run.objects.filter(status__in=("running", "pending")).exists()
 
 
 def get_session(session_id: str) -> models.Session:

@@ -25,7 +25,7 @@ from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import models
+from . import models, search
 from .agent_history import formats
 from .agent_history.records import RecordError, Run
 from .agent_history.redact import Redactor
@@ -222,6 +222,11 @@ def _ingest_run(run: Run, digest: str, source_format: str) -> str:
     with transaction.atomic():
         row.save()
     _write_children(row, run)
+    document = search.document_for(run)
+    if status == "created":
+        models.RunSearch.objects.create(run=row, document=document)
+    else:
+        models.RunSearch.objects.update_or_create(run=row, defaults={"document": document})
     if any(c.kind in LINKABLE_KINDS and not c.source_run_ids for c in run.injected_contexts):
         link_context_sources(row)
     _refresh_session(session)
@@ -406,6 +411,7 @@ PRUNE_COUNT_KEYS = (
     "tool_calls",
     "member_interactions",
     "injected_contexts",
+    "search_documents",
 )
 
 
@@ -459,6 +465,7 @@ def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, A
         ("iterations", models.Iteration.objects.filter(**runs)),
         ("member_interactions", models.MemberInteraction.objects.filter(**runs)),
         ("injected_contexts", models.InjectedContext.objects.filter(**runs)),
+        ("search_documents", models.RunSearch.objects.filter(**runs)),
         ("runs", models.Run.objects.filter(session_id__in=session_ids)),
         ("sessions", models.Session.objects.filter(pk__in=session_ids)),
     ]

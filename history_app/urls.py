@@ -14,6 +14,7 @@ history_patterns = [
     path("runs/<str:run_id>/export.<str:fmt>", views.run_export, name="run_export"),
     path("sessions/<str:session_id>/export.<str:fmt>", views.session_export, name="session_export"),
     path("receipts/", views.receipt_list, name="receipt_list"),
+    path("stats/", views.stats, name="stats"),
     path("api/v1/receipts", api.receipts, name="api_receipts"),
     path("api/v1/ingest", api.ingest, name="api_ingest"),
     path("api/v1/sessions", api.sessions, name="api_sessions"),

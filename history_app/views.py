@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
@@ -39,25 +39,71 @@ def _template(request: HttpRequest, name: str, partial: str) -> str:
     return template
 
 
-def _paged_list(request: HttpRequest, selector, name: str, partial: str, items: str) -> HttpResponse:
-    """A keyset-paged list page; an htmx "older" request gets just the next rows."""
-    try:
-        page = selector(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
-    except selectors.BadCursor as exc:
-        return HttpResponseBadRequest(str(exc))
-    context = {
+def _keyset_context(request: HttpRequest, page: selectors.Page, items: str) -> dict:
+    """A keyset page's context. The "older" link keeps every other parameter of the query
+    string (filters, sort), so a filtered view pages through its own results."""
+    next_query = ""
+    if page.next_cursor:
+        params = request.GET.copy()
+        params["_next"] = page.next_cursor
+        params.pop("live", None)
+        next_query = params.urlencode()
+    return {
         items: page.items,
         "next_cursor": page.next_cursor,
+        "next_query": next_query,
         "is_next_page": bool(request.GET.get("_next")),
     }
-    return render(request, _template(request, name, partial), context)
+
+
+def _bad_request(request: HttpRequest, message: str, field: str) -> HttpResponse:
+    """A 400 page naming the bad parameter, never a 500."""
+    context = {"message": message, "field": field, "back": request.path}
+    return render(request, "history_app/bad_request.html", context, status=400)
 
 
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
 def session_list(request: HttpRequest) -> HttpResponse:
-    return _paged_list(request, selectors.sessions_page, "session_list", "session-rows", "sessions")
+    """Sessions, searchable and filterable; every filter lives in the URL.
+
+    With ``live=1`` the results poll for updates while anything is running, and the
+    poll stops by itself: the partial drops its trigger once nothing is running.
+    """
+    try:
+        filters = selectors.SessionFilters.from_query(request.GET)
+        page = selectors.sessions_page(
+            after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE, filters=filters
+        )
+    except selectors.BadFilter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    except selectors.BadCursor as exc:
+        return _bad_request(request, str(exc), "_next")
+    context = _keyset_context(request, page, "sessions")
+    live = request.GET.get("live") == "1" and not context["is_next_page"]
+    context.update(
+        filters=filters,
+        hits=selectors.search_hits(page.items, filters.q) if filters.q else {},
+        live=live,
+        polling=live and selectors.anything_running(),
+        live_query=_with(request, live="1"),
+        still_query=_with(request, live=None),
+    )
+    template = _template(request, "session_list", "session-rows" if context["is_next_page"] else "results")
+    if "#" not in template:
+        context["choices"] = selectors.filter_choices()
+    return render(request, template, context)
+
+
+def _with(request: HttpRequest, **changes: str | None) -> str:
+    params = request.GET.copy()
+    params.pop("_next", None)
+    for key, value in changes.items():
+        params.pop(key, None)
+        if value is not None:
+            params[key] = value
+    return params.urlencode()
 
 
 @require_GET
@@ -88,7 +134,12 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def receipt_list(request: HttpRequest) -> HttpResponse:
     """Recent ingestion receipts: the answer to "why is my run missing?"."""
-    return _paged_list(request, selectors.receipts_page, "receipt_list", "receipt-rows", "receipts")
+    try:
+        page = selectors.receipts_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
+    except selectors.BadCursor as exc:
+        return _bad_request(request, str(exc), "_next")
+    context = _keyset_context(request, page, "receipts")
+    return render(request, _template(request, "receipt_list", "receipt-rows"), context)
 
 
 def _download(content: str | bytes, content_type: str, filename: str) -> HttpResponse:
@@ -140,3 +191,9 @@ def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpRespo
         },
     )
     return _download(html, "text/html; charset=utf-8", f"{name}.html")
+
+
+@require_GET
+@login_required
+def stats(request: HttpRequest) -> HttpResponse:
+    raise Http404("not yet")

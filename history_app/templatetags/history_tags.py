@@ -35,3 +35,9 @@ def duration(ms: int | None) -> str:
 @register.filter
 def redaction_items(redactions: dict[str, int] | None) -> list[tuple[str, int]]:
     return sorted((redactions or {}).items(), key=lambda item: (-item[1], item[0]))
+
+
+@register.filter
+def get_item(mapping: dict | None, key: Any) -> Any:
+    """``mapping[key]`` in a template, or None."""
+    return (mapping or {}).get(key)

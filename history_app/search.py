@@ -1,0 +1,118 @@
+"""Full-text search over runs, one behaviour on SQLite (FTS5) and PostgreSQL (tsvector + GIN).
+
+Each run has one search document (``RunSearch``): its input, output, error, thoughts,
+tool names, parameters, results and errors, member tasks and responses. Both engines
+tokenise on Unicode word boundaries, which leaves Chinese and Japanese text (written
+without spaces) as one giant "word" nobody could search for. So the document and the
+query both pass through ``index_text``, which rewrites every run of CJK characters as
+its overlapping bigrams (東京都 → 東京 京都 都): a CJK query then becomes a phrase of
+bigrams, found exactly where the characters stand side by side. The same rewriting on
+both sides is what makes the two engines agree.
+
+Terms are ANDed; each Latin term matches as a prefix (``tok`` finds ``tokens``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django.db import connection
+from django.db.models.expressions import RawSQL
+
+# Hiragana, katakana, CJK unified ideographs (with extension A and compatibility), Hangul.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_TERM = re.compile(rf"[{_CJK}]+|[^\W_]+", re.UNICODE)
+
+# A document is capped: PostgreSQL refuses a tsvector over 1 MB, and the head of a long
+# observation is what people search for.
+MAX_DOCUMENT_CHARS = 100_000
+MAX_FIELD_CHARS = 20_000
+MAX_TERMS = 12
+
+
+def _bigrams(run: str) -> str:
+    if len(run) == 1:
+        return f" {run} "
+    # The last character alone as well, so a one-character query finds it at a run's end.
+    return " " + " ".join(run[i : i + 2] for i in range(len(run) - 1)) + f" {run[-1]} "
+
+
+def index_text(text: str) -> str:
+    """Text as both engines index it: CJK runs become space-separated bigrams."""
+    return _CJK_RUN.sub(lambda m: _bigrams(m.group()), text)
+
+
+def document_for(run: Any) -> str:
+    """The search document of a canonical run record."""
+    parts = [run.agent_name, run.input, run.output or "", run.error or ""]
+    for iteration in run.iterations:
+        parts += [iteration.name, iteration.thought or ""]
+        for call in iteration.tool_calls:
+            parts += [call.tool, _params_text(call.params), call.result or "", call.error or ""]
+    for interaction in run.member_interactions:
+        parts += [interaction.member, interaction.task, interaction.response]
+    text = "\n".join(part[:MAX_FIELD_CHARS] for part in parts if part)
+    return index_text(text)[:MAX_DOCUMENT_CHARS]
+
+
+def _params_text(params: Any) -> str:
+    if params is None:
+        return ""
+    if isinstance(params, str):
+        return params
+    return json.dumps(params, ensure_ascii=False)
+
+
+def terms(query: str) -> list[tuple[str, list[str]]]:
+    """A query as (kind, tokens) terms: ``("prefix", [word])`` or ``("phrase", bigrams)``."""
+    found: list[tuple[str, list[str]]] = []
+    for match in _TERM.finditer(query.lower()):
+        token = match.group()
+        if _CJK_RUN.fullmatch(token):
+            if len(token) == 1:
+                found.append(("prefix", [token]))
+            else:
+                found.append(("phrase", [token[i : i + 2] for i in range(len(token) - 1)]))
+        else:
+            found.append(("prefix", [token]))
+        if len(found) == MAX_TERMS:
+            break
+    return found
+
+
+def _fts5_query(parsed: list[tuple[str, list[str]]]) -> str:
+    # Tokens hold only word characters, so double quotes need no escaping.
+    out = []
+    for kind, tokens in parsed:
+        if kind == "prefix":
+            out.append(f'"{tokens[0]}"*')
+        else:
+            out.append('"' + " ".join(tokens) + '"')
+    return " AND ".join(out)
+
+
+def _tsquery(parsed: list[tuple[str, list[str]]]) -> str:
+    out = []
+    for kind, tokens in parsed:
+        if kind == "prefix":
+            out.append(f"'{tokens[0]}':*")
+        else:
+            out.append("(" + " <-> ".join(f"'{t}'" for t in tokens) + ")")
+    return " & ".join(out)
+
+
+def matching_run_pks(query: str) -> RawSQL | None:
+    """A subquery of the primary keys of runs matching ``query``; None for an empty query."""
+    parsed = terms(query)
+    if not parsed:
+        return None
+    if connection.vendor == "postgresql":
+        return RawSQL(
+            "SELECT run_id FROM history_app_runsearch "
+            "WHERE to_tsvector('simple'::regconfig, document) @@ to_tsquery('simple'::regconfig, %s)",
+            [_tsquery(parsed)],
+        )
+    return RawSQL("SELECT rowid FROM history_run_fts WHERE history_run_fts MATCH %s", [_fts5_query(parsed)])
