@@ -241,6 +241,104 @@ def session_runs(*, session: models.Session) -> list[models.Run]:
     )
 
 
+TOKEN_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+
+
+@dataclass
+class TimelineRow:
+    """One line of a session timeline: a run (nested by depth) or an idle gap."""
+
+    run: models.Run | None = None
+    depth: int = 0
+    number: str = ""
+    steps: list[models.Iteration] | None = None
+    interactions: list[models.MemberInteraction] | None = None
+    idle_ms: int | None = None
+    tokens: dict[str, int] | None = None
+
+
+def session_timeline(*, session: models.Session, idle_gap_ms: int) -> dict[str, Any]:
+    """A session's runs as a nested timeline: one query, plus one for member interactions
+    when the session has team runs and one for steps when it has workflow runs, whatever
+    the number of runs.
+
+    Member runs sit under the team run that spawned them and a workflow's step runs under
+    the workflow run (by ``parent_run_id``; a child whose parent is not in the session is
+    shown at the top). Team runs carry their member interactions, workflow runs their
+    steps (iterations). Between two top-level runs, a pause longer than ``idle_gap_ms`` is
+    a row of its own. The counts follow the seeds' ``WorkflowSession``: all runs,
+    completed (finished: completed, failed or cancelled), successful, failed.
+    """
+    runs = session_runs(session=session)
+    by_id = {run.run_id: run for run in runs}
+    children: dict[str, list[models.Run]] = {}
+    top: list[models.Run] = []
+    for run in runs:
+        if run.parent_run_id and run.parent_run_id in by_id and run.parent_run_id != run.run_id:
+            children.setdefault(run.parent_run_id, []).append(run)
+        else:
+            top.append(run)
+    kinds = {run.kind for run in runs}
+    interactions: dict[int, list] = {}
+    if "team" in kinds:
+        for interaction in models.MemberInteraction.objects.filter(run__session=session, run__kind="team"):
+            interactions.setdefault(interaction.run_id, []).append(interaction)
+    steps: dict[int, list] = {}
+    if "workflow" in kinds:
+        workflow_steps = models.Iteration.objects.filter(run__session=session, run__kind="workflow")
+        for step in workflow_steps.only("run_id", "index", "name"):
+            steps.setdefault(step.run_id, []).append(step)
+
+    rows: list[TimelineRow] = []
+    seen: set[str] = set()
+
+    def add(run: models.Run, depth: int, number: str) -> None:
+        if run.run_id in seen:  # a cycle in parent ids: show each run once
+            return
+        seen.add(run.run_id)
+        tokens = {k: v for k in TOKEN_KEYS if isinstance(v := (run.metrics or {}).get(k), int)}
+        rows.append(
+            TimelineRow(
+                run=run,
+                depth=min(depth, 4),
+                number=number,
+                steps=steps.get(run.pk),
+                interactions=interactions.get(run.pk),
+                tokens=tokens or None,
+            )
+        )
+        for n, child in enumerate(children.get(run.run_id, []), start=1):
+            add(child, depth + 1, f"{number}.{n}")
+
+    previous_end = None
+    for n, run in enumerate(top, start=1):
+        if previous_end is not None and run.started_at is not None:
+            idle = (run.started_at - previous_end).total_seconds() * 1000
+            if idle >= idle_gap_ms:
+                rows.append(TimelineRow(idle_ms=int(idle)))
+        add(run, 0, str(n))
+        end = run.ended_at or run.started_at
+        if end is not None:
+            previous_end = max(previous_end, end) if previous_end else end
+    finished = ("completed", "failed", "cancelled")
+    totals = dict.fromkeys(TOKEN_KEYS, 0)
+    for run in runs:
+        for key in TOKEN_KEYS:
+            value = (run.metrics or {}).get(key)
+            if isinstance(value, int):
+                totals[key] += value
+    return {
+        "rows": rows,
+        "counts": {
+            "all": len(runs),
+            "completed": sum(1 for run in runs if run.status in finished),
+            "successful": sum(1 for run in runs if run.status == "completed"),
+            "failed": sum(1 for run in runs if run.status == "failed"),
+        },
+        "tokens": {k: v for k, v in totals.items() if v},
+    }
+
+
 def _transcript_queryset() -> Any:
     """Runs with their iterations and tool calls, interactions and contexts: one query
     per table, whatever their number."""

@@ -111,11 +111,13 @@ def _with(request: HttpRequest, **changes: str | None) -> str:
 @vary_on_headers("HX-Request")
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     session = selectors.get_session(session_id)
-    runs = selectors.session_runs(session=session)
+    timeline = selectors.session_timeline(
+        session=session, idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000
+    )
     return render(
         request,
         _template(request, "session_detail", "timeline"),
-        {"session": session, "runs": runs},
+        {"session": session, **timeline},
     )
 
 
