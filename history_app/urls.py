@@ -11,6 +11,7 @@ history_patterns = [
     path("", views.session_list, name="session_list"),
     path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
     path("runs/<str:run_id>/", views.run_detail, name="run_detail"),
+    path("runs/<str:run_id>/context/<int:position>/", views.context_detail, name="context_detail"),
     path("runs/<str:run_id>/export.<str:fmt>", views.run_export, name="run_export"),
     path("sessions/<str:session_id>/export.<str:fmt>", views.session_export, name="session_export"),
     path("receipts/", views.receipt_list, name="receipt_list"),

@@ -18,7 +18,7 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from . import selectors
+from . import inspector, present, selectors
 from .agent_history.recorder import render_autourgos_markdown
 from .rendering import render_markdown
 
@@ -126,9 +126,13 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     run = selectors.run_transcript(run_id)
-    return render(
-        request, _template(request, "run_detail", "transcript"), {"run": run, "session": run.session}
-    )
+    context = {
+        "run": run,
+        "session": run.session,
+        "contexts": list(run.injected_contexts.all()),
+        "waterfall": present.waterfall_svg(run),
+    }
+    return render(request, _template(request, "run_detail", "transcript"), context)
 
 
 @require_GET
@@ -142,6 +146,20 @@ def receipt_list(request: HttpRequest) -> HttpResponse:
         return _bad_request(request, str(exc), "_next")
     context = _keyset_context(request, page, "receipts")
     return render(request, _template(request, "receipt_list", "receipt-rows"), context)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def context_detail(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
+    """The context inspector: one injected context, exactly as sent, with its sources,
+    a rebuild check, a re-render under other settings and the delta from the step before."""
+    try:
+        inspection = inspector.inspect(run_id, position, request.GET)
+    except inspector.BadSetting as exc:
+        return _bad_request(request, str(exc), exc.field)
+    context = {"i": inspection, "run": inspection.run, "session": inspection.run.session}
+    return render(request, _template(request, "context_detail", "rerender"), context)
 
 
 def _download(content: str | bytes, content_type: str, filename: str) -> HttpResponse:

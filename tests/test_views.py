@@ -138,7 +138,12 @@ def test_parameters_are_pretty_printed(alice_client, ingest):
         )
     )
     page = html(alice_client.get("/runs/r-1/"))
-    assert "{\n  &quot;query&quot;: &quot;tokyo&quot;,\n  &quot;n&quot;: 2\n}" in page
+    # Highlighted and collapsible, keys in the order the agent sent them.
+    assert (
+        '<div class="jl"><span class="jk">&quot;query&quot;</span>: <span class="js">&quot;tokyo&quot;</span>,</div>'
+        '<div class="jl"><span class="jk">&quot;n&quot;</span>: <span class="jd">2</span></div>'
+    ) in page
+    assert '<details class="jc" open><summary>{<span class="jn"> 2 keys </span></summary>' in page
 
 
 def test_final_answer_is_rendered_as_markdown(alice_client, ingest):

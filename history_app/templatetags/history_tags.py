@@ -5,6 +5,8 @@ from typing import Any
 
 from django import template
 
+from history_app import present
+
 register = template.Library()
 
 
@@ -41,3 +43,24 @@ def redaction_items(redactions: dict[str, int] | None) -> list[tuple[str, int]]:
 def get_item(mapping: dict | None, key: Any) -> Any:
     """``mapping[key]`` in a template, or None."""
     return (mapping or {}).get(key)
+
+
+@register.filter
+def json_tree(value: Any) -> str:
+    """Collapsible, highlighted JSON (escaped inside ``present``)."""
+    return present.highlight_json(value)
+
+
+@register.filter
+def observation(text: str | None) -> str:
+    return present.highlight_observation(text)
+
+
+@register.filter
+def folded(text: str | None) -> str:
+    return present.fold_text(text)
+
+
+@register.filter
+def linebreaks_count(text: str | None) -> int:
+    return (text or "").count("\n") + 1 if text else 0

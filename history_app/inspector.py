@@ -1,0 +1,277 @@
+"""The context inspector: what one step of a run was told, where each entry came from,
+how it compares with what our renderers rebuild, and how it changed since the step before.
+
+Every text shown is escaped here, then marked up with links and diff classes; nothing
+from a run is ever placed in markup unescaped. Re-rendering uses the library's own
+renderers (``agent_history.context``), the same code the agents call.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Q
+from django.http import Http404
+from django.urls import reverse
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+from . import models
+from .agent_history import context as renderers
+
+MAX_HISTORY_RUNS = 100
+MAX_DETAIL_ITEMS = 100
+_RUN_MARK = re.compile(r"\[(run-|Workflow Run-)(\d+)\]")
+_MEMBER_MARK = re.compile(r"^Member: .*$", re.MULTILINE)
+
+RERENDERABLE = ("workflow_history", "team_history", "member_interactions", "cot_history")
+
+
+@dataclass
+class Settings:
+    """The re-render control: how many history runs, CoT detail items, timestamps."""
+
+    history_runs: int
+    detail_items: int
+    timestamps: bool
+
+    @classmethod
+    def from_query(cls, params: Any, defaults: Settings) -> Settings:
+        def number(name: str, default: int, top: int) -> int:
+            value = params.get(name, "")
+            if value == "":
+                return default
+            try:
+                number = int(value)
+            except ValueError:
+                raise BadSetting(name, f"{value!r} is not a whole number") from None
+            if not 0 <= number <= top:
+                raise BadSetting(name, f"must be between 0 and {top}")
+            return number
+
+        return cls(
+            history_runs=number("runs", defaults.history_runs, MAX_HISTORY_RUNS),
+            detail_items=number("items", defaults.detail_items, MAX_DETAIL_ITEMS),
+            timestamps=params.get("timestamps") in {"1", "on", "true"}
+            if "runs" in params or "items" in params
+            else defaults.timestamps,
+        )
+
+
+class BadSetting(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass
+class Inspection:
+    run: models.Run
+    context: models.InjectedContext
+    linked_text: SafeString
+    sources: list[tuple[str, models.Run | None]]
+    defaults: Settings
+    settings: Settings
+    rebuilt: str | None = None  # from the linked source runs, under the context's own settings
+    rebuilt_diff: SafeString | None = None
+    rerendered: str | None = None  # under the settings asked for
+    rerendered_diff: SafeString | None = None
+    previous: models.InjectedContext | None = None
+    previous_diff: SafeString | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rerenderable(self) -> bool:
+        return self.context.kind in RERENDERABLE
+
+
+def inspect(run_id: str, position: int, params: Any) -> Inspection:
+    """Everything the inspector page shows, in at most six queries whatever the sizes."""
+    try:
+        context = models.InjectedContext.objects.select_related("run__session").get(
+            run__run_id=run_id, position=position
+        )
+    except models.InjectedContext.DoesNotExist:
+        raise Http404("No such injected context") from None
+    run = context.run
+    source_ids = [str(s) for s in context.source_run_ids if s]
+    stored = {r.run_id: r for r in models.Run.objects.filter(run_id__in=source_ids).only(*_RUN_FIELDS)}
+    sources = [(run_id, stored.get(run_id)) for run_id in source_ids]
+    defaults = _defaults(context)
+    settings = Settings.from_query(params, defaults)
+    inspection = Inspection(
+        run=run,
+        context=context,
+        linked_text=link_sources(context.text, context.kind, source_ids, stored),
+        sources=sources,
+        defaults=defaults,
+        settings=settings,
+    )
+    if context.kind in RERENDERABLE:
+        pool = _pool(run, context)
+        if source_ids and context.kind != "cot_history":
+            linked = [stored[s] for s in source_ids if s in stored]
+            inspection.rebuilt = _render(context, linked, defaults, layout_of=context.text)
+        else:
+            inspection.rebuilt = _render(context, pool, defaults, layout_of=context.text)
+        if inspection.rebuilt is not None and inspection.rebuilt != context.text:
+            inspection.rebuilt_diff = diff_html(context.text, inspection.rebuilt, "sent", "rebuilt")
+        inspection.rerendered = _render(context, pool, settings, layout_of=context.text)
+        if inspection.rerendered is not None:
+            inspection.rerendered_diff = diff_html(context.text, inspection.rerendered, "sent", "re-rendered")
+    else:
+        inspection.notes.append(
+            f"{context.get_kind_display()} is free text the agent wrote; only history blocks "
+            "(workflow, team, member interactions, CoT) can be re-rendered."
+        )
+    inspection.previous = _previous(run, context)
+    if inspection.previous is not None:
+        inspection.previous_diff = diff_html(
+            inspection.previous.text, context.text, "previous step", "this step"
+        )
+    return inspection
+
+
+_RUN_FIELDS = ("run_id", "input", "output", "agent_name", "kind", "status", "started_at", "parent_run_id")
+
+
+def _defaults(context: models.InjectedContext) -> Settings:
+    settings = context.settings or {}
+    runs = settings.get("num_history_runs")
+    if not isinstance(runs, int):
+        runs = len(context.source_run_ids) or 3
+    items = settings.get("history_detail_items")
+    if not isinstance(items, int):
+        items = renderers.DEFAULT_DETAIL_ITEMS
+    stamps = bool(settings.get("include_timestamps") or settings.get("include_timestamp"))
+    return Settings(
+        history_runs=max(0, min(runs, MAX_HISTORY_RUNS)),
+        detail_items=max(0, min(items, MAX_DETAIL_ITEMS)),
+        timestamps=stamps,
+    )
+
+
+def _pool(run: models.Run, context: models.InjectedContext) -> list[Any]:
+    """What a renderer could draw from at this step (one query): earlier runs of the kind
+    in the session, the sibling members of a team run, or the CoT entries of the run."""
+    if context.kind == "cot_history":
+        iterations = models.Iteration.objects.filter(run=run).only("metadata").order_by("position")
+        return [it.metadata.get("entry") for it in iterations if isinstance(it.metadata.get("entry"), dict)]
+    runs = models.Run.objects.filter(session_id=run.session_id).exclude(pk=run.pk).only(*_RUN_FIELDS)
+    if context.kind == "member_interactions":
+        if not run.parent_run_id:
+            return []
+        runs = runs.filter(parent_run_id=run.parent_run_id).exclude(output__isnull=True)
+    else:
+        kind = "workflow" if context.kind == "workflow_history" else "team"
+        runs = runs.filter(kind=kind).exclude(output__isnull=True)
+    if run.started_at:
+        runs = runs.filter(Q(started_at__lt=run.started_at) | Q(started_at__isnull=True))
+    return list(runs.order_by("started_at", "received_at", "id")[:1000])
+
+
+_BLOCKS = {
+    "workflow_history": (renderers.WORKFLOW_HEADER, renderers.WORKFLOW_FOOTER),
+    "team_history": (renderers.TEAM_HEADER, renderers.TEAM_FOOTER),
+    "member_interactions": (renderers.INTERACTIONS_HEADER, renderers.INTERACTIONS_FOOTER),
+}
+
+
+def splice(sent: str, block: str, kind: str) -> str:
+    """``sent`` with its history block replaced by ``block``: a context often wraps the block
+    in other text (instructions, the task), which a re-render leaves as it was."""
+    if kind not in _BLOCKS:
+        return block
+    header, footer = _BLOCKS[kind]
+    start = sent.find(header)
+    end = sent.rfind(footer)
+    if start == -1 or end < start:
+        return block
+    end += len(footer)
+    if block.endswith(footer + "\n") and sent[end : end + 1] == "\n":
+        end += 1
+    return sent[:start] + block + sent[end:]
+
+
+def _render(context: models.InjectedContext, pool: list[Any], settings: Settings, *, layout_of: str) -> str:
+    return splice(context.text, _render_block(context, pool, settings, layout_of=layout_of), context.kind)
+
+
+def _render_block(
+    context: models.InjectedContext, pool: list[Any], settings: Settings, *, layout_of: str
+) -> str:
+    if context.kind == "cot_history":
+        max_chars = (context.settings or {}).get(
+            "history_result_max_chars", renderers.DEFAULT_RESULT_MAX_CHARS
+        )
+        return renderers.render_cot_history(
+            pool, detail_items=settings.detail_items, result_max_chars=max_chars
+        )
+    entries = pool[-settings.history_runs :] if settings.history_runs else []
+    if context.kind == "member_interactions":
+        return renderers.render_member_interactions(
+            [{"member": r.agent_name, "task": r.input, "response": r.output} for r in entries]
+        )
+    if context.kind == "team_history":
+        return renderers.render_team_history(entries)
+    if "[Workflow Run-" in layout_of:
+        return renderers.render_workflow_history(
+            entries,
+            run_label="Workflow Run-{n}",
+            input_label="User input",
+            output_label="Workflow output",
+            include_timestamp=settings.timestamps,
+        )
+    return renderers.render_workflow_history(entries, include_timestamp=settings.timestamps)
+
+
+def _previous(run: models.Run, context: models.InjectedContext) -> models.InjectedContext | None:
+    """The same kind of context one step earlier: earlier in this run, else in the
+    session's latest earlier run that has one (one query)."""
+    same = models.InjectedContext.objects.filter(
+        run__session_id=run.session_id, kind=context.kind, target=context.target
+    ).select_related("run")
+    earlier = Q(run=run, position__lt=context.position)
+    if run.started_at:
+        earlier |= Q(run__started_at__lt=run.started_at)
+    return same.filter(earlier).order_by("-run__started_at", "-position").first()
+
+
+def link_sources(text: str, kind: str, source_ids: list[str], stored: dict[str, Any]) -> SafeString:
+    """The exact text, escaped, with each ``[run-N]`` (or member entry) linked to its source run."""
+
+    def link(index: int, label: str) -> str:
+        if 0 <= index < len(source_ids) and source_ids[index] in stored:
+            url = reverse("history_app:run_detail", args=[source_ids[index]])
+            title = escape(f"source run {source_ids[index]}")
+            return f'<a class="src" href="{escape(url)}" title="{title}">{label}</a>'
+        return label
+
+    escaped = str(escape(text))
+    if kind == "member_interactions":
+        counter = iter(range(len(source_ids) + 1_000_000))
+        return mark_safe(_MEMBER_MARK.sub(lambda m: link(next(counter), m.group()), escaped))
+    return mark_safe(_RUN_MARK.sub(lambda m: link(int(m.group(2)) - 1, m.group()), escaped))
+
+
+def diff_html(before: str, after: str, before_name: str, after_name: str) -> SafeString:
+    """A unified diff as escaped lines with add/remove classes."""
+    lines = difflib.unified_diff(
+        before.splitlines(), after.splitlines(), before_name, after_name, lineterm="", n=2
+    )
+    out = []
+    for line in lines:
+        css = "ctx"
+        if line.startswith(("+++", "---")):
+            css = "hdr"
+        elif line.startswith("@@"):
+            css = "hunk"
+        elif line.startswith("+"):
+            css = "add"
+        elif line.startswith("-"):
+            css = "del"
+        out.append(f'<span class="d-{css}">{escape(line)}</span>')
+    return mark_safe("\n".join(out))

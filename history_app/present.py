@@ -1,0 +1,246 @@
+"""Server-side presentation: highlighted, collapsible JSON, folded long text, and SVG
+charts (the run waterfall, the stats bars). No JavaScript draws anything: each function
+returns escaped HTML or SVG that works with scripts off and under a strict CSP (classes,
+never inline styles).
+
+Every value from a run passes through ``escape`` before it is placed in markup; the only
+markup is ours.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+FOLD_STRING_CHARS = 240  # a JSON string longer than this shows its head and "show all"
+FOLD_TEXT_CHARS = 2000  # an observation longer than this, likewise
+MAX_JSON_NODES = 4000  # past this, plain pretty-printed text (still folded)
+
+
+def _show_all(head: str, rest: str, unit: str) -> str:
+    total = len(head) + len(rest)
+    return (
+        f'{escape(head)}<details class="more"><summary>… show all ({total:,} {unit})</summary>'
+        f"{escape(rest)}</details>"
+    )
+
+
+def fold_text(text: str | None, limit: int = FOLD_TEXT_CHARS) -> SafeString:
+    """Escaped text; past ``limit`` characters the rest hides behind "show all"."""
+    text = text or ""
+    if len(text) <= limit:
+        return mark_safe(escape(text))
+    return mark_safe(_show_all(text[:limit], text[limit:], "characters"))
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _JsonHtml:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.nodes = 0
+
+    def value(self, value: Any, prefix: str, comma: str) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_JSON_NODES:
+            raise _TooBig
+        out = self.parts.append
+        if isinstance(value, dict) and value:
+            self.container(value.items(), "{", "}", prefix, comma, f"{len(value)} keys", keyed=True)
+        elif isinstance(value, list) and value:
+            self.container(enumerate(value), "[", "]", prefix, comma, f"{len(value)} items", keyed=False)
+        else:
+            out(f'<div class="jl">{prefix}{self.scalar(value)}{comma}</div>')
+
+    def container(self, items: Any, open_: str, close: str, prefix: str, comma: str, size: str, keyed: bool):
+        out = self.parts.append
+        out(f'<details class="jc" open><summary>{prefix}{open_}<span class="jn"> {size} </span></summary>')
+        out('<div class="jb">')
+        items = list(items)
+        for n, (key, child) in enumerate(items):
+            child_prefix = (
+                f'<span class="jk">{escape(json.dumps(key, ensure_ascii=False))}</span>: ' if keyed else ""
+            )
+            self.value(child, child_prefix, "," if n < len(items) - 1 else "")
+        out(f"</div>{close}{comma}</details>")
+
+    @staticmethod
+    def scalar(value: Any) -> str:
+        if value is None:
+            return '<span class="jz">null</span>'
+        if value is True or value is False:
+            return f'<span class="jt">{"true" if value else "false"}</span>'
+        if isinstance(value, int | float):
+            return f'<span class="jd">{escape(json.dumps(value))}</span>'
+        if isinstance(value, dict):
+            return "{}"
+        if isinstance(value, list):
+            return "[]"
+        text = json.dumps(str(value), ensure_ascii=False)
+        if len(text) > FOLD_STRING_CHARS:
+            return f'<span class="js">{_show_all(text[:FOLD_STRING_CHARS], text[FOLD_STRING_CHARS:], "characters")}</span>'
+        return f'<span class="js">{escape(text)}</span>'
+
+
+def highlight_json(value: Any) -> SafeString:
+    """A JSON value as collapsible, syntax-coloured HTML, keys in their original order."""
+    renderer = _JsonHtml()
+    try:
+        renderer.value(value, "", "")
+    except _TooBig:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+        return mark_safe(f'<pre class="json">{fold_text(text, FOLD_TEXT_CHARS * 5)}</pre>')
+    return mark_safe('<div class="json tree">' + "".join(renderer.parts) + "</div>")
+
+
+def highlight_observation(text: str | None) -> SafeString:
+    """An observation: highlighted when it is a JSON object or array, else folded text."""
+    stripped = (text or "").strip()
+    if stripped[:1] in {"{", "["}:
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            value = None
+        if isinstance(value, dict | list):
+            return highlight_json(value)
+    return mark_safe(f'<pre class="text">{fold_text(text)}</pre>')
+
+
+# -- the waterfall ---------------------------------------------------------------------
+
+
+@dataclass
+class Bar:
+    label: str
+    kind: str  # "run", "iteration", "tool", "error"
+    start: datetime
+    end: datetime | None
+    href: str = ""
+
+
+def _ms(delta: float) -> str:
+    ms = delta * 1000
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60_000:.1f} min"
+
+
+def waterfall_bars(run: Any) -> list[Bar]:
+    """The run, its iterations and their tool calls, where they carry start times."""
+    bars = []
+    if run.started_at:
+        bars.append(Bar(run.agent_name or "run", "run", run.started_at, run.ended_at))
+    for iteration in run.iterations.all():
+        if iteration.started_at:
+            label = f"iteration {iteration.index}" + (f" · {iteration.name}" if iteration.name else "")
+            bars.append(
+                Bar(
+                    label,
+                    "iteration",
+                    iteration.started_at,
+                    iteration.ended_at,
+                    f"#iteration-{iteration.index}",
+                )
+            )
+        for call in iteration.tool_calls.all():
+            if call.started_at:
+                kind = "error" if call.error else "tool"
+                bars.append(
+                    Bar(call.tool, kind, call.started_at, call.ended_at, f"#iteration-{iteration.index}")
+                )
+    return bars
+
+
+def waterfall_svg(run: Any) -> SafeString | None:
+    """The run's timing as an SVG waterfall, or None when fewer than two items are timed."""
+    bars = waterfall_bars(run)
+    if len([b for b in bars if b.kind != "run"]) < 1:
+        return None
+    t0 = min(b.start for b in bars)
+    t1 = max(max(b.end or b.start, b.start) for b in bars)
+    span = max((t1 - t0).total_seconds(), 0.001)
+    label_w, width, row_h, top = 230, 1000, 20, 24
+    plot_w = width - label_w - 10
+    height = top + row_h * len(bars) + 6
+    out = [
+        f'<svg class="waterfall" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="Waterfall of iterations and tool calls over {_ms(span)}" '
+        f'preserveAspectRatio="xMinYMin meet">'
+    ]
+    for i in range(5):
+        x = label_w + plot_w * i / 4
+        out.append(f'<line class="wf-grid" x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height}"/>')
+        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
+        out.append(
+            f'<text class="wf-axis" x="{x:.1f}" y="{top - 10}" text-anchor="{anchor}">{_ms(span * i / 4)}</text>'
+        )
+    for n, bar in enumerate(bars):
+        y = top + n * row_h
+        start = (bar.start - t0).total_seconds()
+        length = max(((bar.end or bar.start) - bar.start).total_seconds(), 0)
+        x = label_w + plot_w * start / span
+        w = max(plot_w * length / span, 2)
+        label = escape(bar.label if len(bar.label) <= 34 else bar.label[:33] + "…")
+        tip = escape(f"{bar.label}: starts at {_ms(start)}, lasts {_ms(length) if bar.end else 'unknown'}")
+        indent = {"run": 0, "iteration": 8, "tool": 20, "error": 20}[bar.kind]
+        rect = (
+            f'<rect class="wf-{bar.kind}" x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" rx="2">'
+            f"<title>{tip}</title></rect>"
+        )
+        text = f'<text class="wf-label" x="{4 + indent}" y="{y + row_h - 6}">{label}</text>'
+        if bar.href:
+            out.append(f'<a href="{escape(bar.href)}">{text}{rect}</a>')
+        else:
+            out.append(text + rect)
+    out.append("</svg>")
+    return mark_safe("".join(out))
+
+
+# -- bar charts for the stats page ---------------------------------------------------------
+
+
+def bar_chart_svg(
+    points: list[tuple[str, float]], *, label: str, unit: str = "", highlight: str = ""
+) -> SafeString:
+    """A vertical bar chart of (label, value) points; the accessible table sits beside it."""
+    width, height, left, bottom, top = 1000, 220, 48, 28, 14
+    if not points:
+        return mark_safe("")
+    peak = max(value for _, value in points) or 1
+    plot_w, plot_h = width - left - 8, height - top - bottom
+    step = plot_w / len(points)
+    out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">']
+    for i in range(3):
+        value = peak * i / 2
+        y = top + plot_h - plot_h * i / 2
+        out.append(f'<line class="wf-grid" x1="{left}" y1="{y:.1f}" x2="{width - 8}" y2="{y:.1f}"/>')
+        shown = f"{value:.0f}" if peak >= 10 else f"{value:.2g}"
+        out.append(
+            f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{shown}{unit}</text>'
+        )
+    every = max(1, len(points) // 10)
+    for n, (name, value) in enumerate(points):
+        h = plot_h * value / peak
+        x = left + n * step + step * 0.15
+        y = top + plot_h - h
+        css = "bar-hi" if highlight and name == highlight else "bar"
+        out.append(
+            f'<rect class="{css}" x="{x:.1f}" y="{y:.1f}" width="{step * 0.7:.1f}" height="{max(h, 0):.1f}">'
+            f"<title>{escape(name)}: {value:g}{escape(unit)}</title></rect>"
+        )
+        if n % every == 0:
+            out.append(
+                f'<text class="wf-axis" x="{x + step * 0.35:.1f}" y="{height - 8}" text-anchor="middle">'
+                f"{escape(name[-5:])}</text>"
+            )
+    out.append("</svg>")
+    return mark_safe("".join(out))

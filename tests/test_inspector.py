@@ -1,0 +1,158 @@
+"""The context inspector: exact text, source links, rebuild check, re-render, delta."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+DEMO = Path(__file__).resolve().parent.parent / "history_app" / "demo"
+
+
+@pytest.fixture
+def workflow(ingest):
+    assert ingest(json.loads((DEMO / "workflow_blog.json").read_text())).status_code == 200
+
+
+def page_of(client, url, **params) -> str:
+    response = client.get(url, params)
+    assert response.status_code == 200, response.content[:500]
+    return response.content.decode()
+
+
+def test_run_page_lists_its_contexts_with_provenance(alice_client, workflow):
+    page = page_of(alice_client, "/runs/demo-wf-run-3/")
+    assert "What the model was told" in page
+    assert 'href="/runs/demo-wf-run-3/context/0/"' in page
+    assert ">reported<" in page and "2 source runs" in page
+
+
+def test_exact_text_with_each_run_entry_linked_to_its_source(alice_client, workflow):
+    page = page_of(alice_client, "/runs/demo-wf-run-3/context/0/")
+    text = re.search(r'<pre class="text context-text" id="context-text">(.*?)</pre>', page, re.S).group(1)
+    assert '<a class="src" href="/runs/demo-wf-run-1/" title="source run demo-wf-run-1">[run-1]</a>' in text
+    assert '<a class="src" href="/runs/demo-wf-run-2/" title="source run demo-wf-run-2">[run-2]</a>' in text
+    # Apart from the links, the text is exactly what was sent (escaped once).
+    from django.utils.html import escape
+
+    from history_app import models
+
+    sent = models.InjectedContext.objects.get(run__run_id="demo-wf-run-3").text
+    assert re.sub(r"<a [^>]*>|</a>", "", text) == escape(sent)
+    assert "reported by the agent" in page
+
+
+def test_rebuild_check_and_rerender_with_other_settings(alice_client, workflow):
+    page = page_of(alice_client, "/runs/demo-wf-run-3/context/0/")
+    assert "✓ Identical" in page  # our renderer, from the linked runs, writes the same text
+    assert "✓ The same text as was sent." in page  # defaults re-render the same
+    fewer = page_of(alice_client, "/runs/demo-wf-run-3/context/0/", runs="1")
+    assert "Difference from what was sent" in fewer
+    assert '<span class="d-del">-[run-2]</span>' in fewer  # the older run drops out, renumbered
+    stamped = page_of(alice_client, "/runs/demo-wf-run-3/context/0/", runs="2", timestamps="1")
+    assert re.search(r'<span class="d-add">\+\[run-1\] \(2026-11-29 09:00:00\)</span>', stamped)
+    # An htmx re-render gets just the result.
+    fragment = alice_client.get(
+        "/runs/demo-wf-run-3/context/0/", {"runs": "1"}, HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert fragment.startswith('\n  <div id="rerender">') or fragment.lstrip().startswith(
+        '<div id="rerender">'
+    )
+    assert "<html" not in fragment
+
+
+def test_delta_from_the_previous_step(alice_client, workflow):
+    page = page_of(alice_client, "/runs/demo-wf-run-3/context/0/")
+    assert 'href="/runs/demo-wf-run-2/context/0/"' in page
+    assert re.search(r'<span class="d-add">\+\[run-2\]</span>', page)
+    assert "This is the first" not in page
+    first = page_of(alice_client, "/runs/demo-wf-run-2/context/0/")
+    assert "This is the first workflow history sent to system in this session." in first
+
+
+@pytest.mark.parametrize(
+    ("params", "field"), [({"runs": "many"}, "runs"), ({"runs": "-1"}, "runs"), ({"items": "1000"}, "items")]
+)
+def test_bad_settings_get_a_400_naming_them(alice_client, workflow, params, field):
+    response = alice_client.get("/runs/demo-wf-run-3/context/0/", params)
+    assert response.status_code == 400 and f"<code>{field}</code>" in response.content.decode()
+
+
+def test_missing_context_is_404(alice_client, workflow):
+    assert alice_client.get("/runs/demo-wf-run-3/context/9/").status_code == 404
+    assert alice_client.get("/runs/nope/context/0/").status_code == 404
+
+
+def test_team_member_entries_link_to_member_runs(alice_client, ingest):
+    ingest(json.loads((DEMO / "team_research.json").read_text()))
+    page = page_of(alice_client, "/runs/demo-team-member-2/context/0/")
+    assert re.search(r'<a class="src" href="/runs/demo-team-member-1/"[^>]*>Member: Researcher</a>', page)
+    assert "✓ Identical" in page
+
+
+def test_cot_history_rerenders_with_other_detail_items(alice_client, ingest):
+    entries = [{"goTo": f"step{i}", "intent": f"do {i}", "summary": f"result {i}"} for i in range(8)]
+    ingest({"process_id": "p-1", "task": "plan", "history": entries})
+    from history_app import models
+
+    context = models.InjectedContext.objects.get(run__run_id="cot:p-1")
+    url = f"/runs/cot:p-1/context/{context.position}/"
+    page = page_of(alice_client, url)
+    assert "reconstructed" in page and "✓ Identical" in page
+    fewer = page_of(alice_client, url, items="2")
+    assert "Difference from what was sent" in fewer and "d-del" in fewer
+
+
+def test_free_text_contexts_are_shown_but_not_rerendered(alice_client, ingest):
+    ingest(
+        {
+            "schema": "agent-history/v1",
+            "run_id": "r",
+            "session_id": "s",
+            "injected_contexts": [{"text": "Be <b>brief</b>. [run-1]", "kind": "instructions"}],
+        }
+    )
+    page = page_of(alice_client, "/runs/r/context/0/")
+    assert "Be &lt;b&gt;brief&lt;/b&gt;. [run-1]" in page  # escaped, and no link without a source
+    assert "only history blocks" in page
+
+
+def test_inspector_query_count_is_bounded(alice_client, ingest, django_assert_num_queries):
+    def workflow_runs(n):
+        runs = []
+        for i in range(n):
+            history = "".join(f"[run-{j + 1}]\ninput: q{j}\noutput: a{j}\n\n" for j in range(i))
+            runs.append(
+                {
+                    "schema": "agent-history/v1",
+                    "run_id": f"w{i}",
+                    "session_id": "big",
+                    "kind": "workflow",
+                    "input": f"q{i}",
+                    "output": f"a{i}",
+                    "started_at": f"2026-01-01T00:{i:02d}:00Z",
+                    "injected_contexts": [
+                        {
+                            "kind": "workflow_history",
+                            "text": f"<workflow_history_context>\n{history}</workflow_history_context>",
+                            "settings": {"num_history_runs": 100},
+                        }
+                    ]
+                    if i
+                    else [],
+                }
+            )
+        return runs
+
+    ingest(workflow_runs(4))
+    # session + user, the context with its run, source runs, the pool, the previous context.
+    with django_assert_num_queries(6):
+        alice_client.get("/runs/w3/context/0/")
+    ingest(workflow_runs(40))
+    with django_assert_num_queries(6):
+        page = page_of(alice_client, "/runs/w39/context/0/")
+    assert page.count('class="src"') == 39 and "✓ Identical" in page
