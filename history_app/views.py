@@ -216,4 +216,26 @@ def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpRespo
 @require_GET
 @login_required
 def stats(request: HttpRequest) -> HttpResponse:
-    raise Http404("not yet")
+    """Runs per day, failure rate, duration percentiles, top tools and errors: server-drawn
+    SVG charts, each beside a table with the same numbers."""
+    raw = request.GET.get("days", "30")
+    if not raw.isdigit() or not 1 <= int(raw) <= 365:
+        return _bad_request(request, f"days: {raw!r} is not a whole number from 1 to 365", "days")
+    data = selectors.stats(days=int(raw))
+    per_day = [(p["day"].isoformat(), p["total"]) for p in data["series"]]
+    rates = [
+        (p["day"].isoformat(), round(100 * p["failed"] / p["total"], 1) if p["total"] else 0)
+        for p in data["series"]
+    ]
+    top_calls = max((t["calls"] for t in data["tools"]), default=0) or 1
+    for tool in data["tools"]:
+        tool["share"] = round(100 * tool["calls"] / top_calls, 1)
+    context = {
+        **data,
+        "runs_chart": present.bar_chart_svg(per_day, label=f"Runs per day, last {data['days']} days"),
+        "failure_chart": present.bar_chart_svg(
+            rates, label=f"Failure rate per day, last {data['days']} days", unit="%"
+        ),
+        "day_choices": (7, 30, 90, 365),
+    }
+    return render(request, "history_app/stats.html", context)
