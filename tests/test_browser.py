@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urlencode, urlparse
 
 import pytest
 
@@ -51,11 +51,17 @@ def browser_page(live_server):
         )
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         page = context.new_page()
+        # Report each CSP violation with the element that caused it (Chromium's own
+        # console message does not say which element it was).
+        page.add_init_script(
+            "document.addEventListener('securitypolicyviolation', e => console.warn('CSP violation', "
+            "e.violatedDirective, e.target && e.target.outerHTML ? e.target.outerHTML.slice(0, 300) : e.target))"
+        )
         problems: list[str] = []
         page.on(
             "console",
             lambda m: (
-                problems.append(f"console {m.type}: {m.text} at {page.url} {m.location}")
+                problems.append(f"console {m.type} at {page.url}: {m.text[:600]}")
                 if m.type in {"error", "warning"}
                 else None
             ),
@@ -128,6 +134,115 @@ def test_main_path_log_in_open_session_open_run(browser_page, live_server, djang
     assert page.problems == []
 
 
+DEMO = Path(__file__).resolve().parent.parent / "history_app" / "demo"
+
+
+def load_demo() -> None:
+    for path in sorted(DEMO.glob("*.json")):
+        data = json.loads(path.read_text())
+        results = services.ingest_items(items=data if isinstance(data, list) else [data])
+        assert all(r.status == "created" for r in results), (path, results)
+
+
+def test_main_path_search_context_link_and_export(browser_page, live_server, django_user_model):
+    load_demo()
+    page = browser_page
+    log_in(page, live_server, django_user_model)
+    # Search as you type: htmx swaps the results and puts the query in the URL.
+    page.fill("#q", "partitioning")
+    page.wait_for_url("**/?q=partitioning*")
+    page.wait_for_selector(".hits a")
+    assert page.locator("#session-rows tr").count() == 1
+    assert "Now one about PostgreSQL partitioning" in page.inner_text(".hits")
+    shot(page, "06-search")
+    # Filters live in the URL: reloading it shows the same view.
+    page.click("summary:has-text('Filters and sorting')")
+    page.select_option("select[name=framework]", "agent-history")
+    page.wait_for_url("**framework=agent-history*")
+    page.reload()
+    assert page.input_value("#q") == "partitioning"
+    assert page.locator("#session-rows tr").count() == 1
+    page.click("#session-rows a >> text=demo-workflow-blog")
+    page.wait_for_selector("#timeline")
+    assert page.locator("tr.idle").count() == 3
+    shot(page, "02-session-workflow")
+    page.click("#timeline a >> text=demo-wf-run-3")
+    page.wait_for_selector("#transcript .contexts")
+    page.click(".context-list a")
+    page.wait_for_selector("#context-text")
+    assert "✓ Identical" in page.inner_text("#rebuild")
+    shot(page, "07-context")
+    # Re-render with one history run: the diff appears in place.
+    page.fill("input[name=runs]", "1")
+    page.click("#rerender-card button[type=submit]")
+    page.wait_for_selector("#rerender pre.diff")
+    assert "-[run-2]" in page.inner_text("#rerender pre.diff")
+    assert "runs=1" in page.url
+    shot(page, "08-context-rerendered")
+    # Follow a [run-N] link to the run the entry came from.
+    page.click("#context-text a.src >> text=[run-1]")
+    page.wait_for_url("**/runs/demo-wf-run-1/")
+    assert "Write a post about SQLite WAL mode" in page.inner_text("#transcript")
+    # Export the session, both ways.
+    page.click("nav.crumbs a >> nth=1")
+    page.wait_for_selector("#timeline")
+    with page.expect_download() as download:
+        page.click("text=JSON bundle")
+    bundle = json.loads(Path(download.value.path()).read_text())
+    assert [run["run_id"] for run in bundle["runs"]][:2] == ["demo-wf-run-1", "demo-wf-run-2"]
+    with page.expect_download() as download:
+        page.click("text=offline HTML")
+    assert "demo-wf-run-4" in Path(download.value.path()).read_text()
+    page.click("text=Stats")
+    page.wait_for_selector("svg.chart")
+    shot(page, "09-stats")
+    assert page.problems == []
+
+
+def test_keyboard_navigation(browser_page, live_server, django_user_model):
+    load_demo()
+    page = browser_page
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/sessions/demo-workflow-blog/")
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    assert page.evaluate("document.activeElement.id") == "run-demo-wf-run-2"
+    page.keyboard.press("k")
+    assert page.evaluate("document.activeElement.id") == "run-demo-wf-run-1"
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/runs/demo-wf-run-1/")
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "q"
+    page.keyboard.type("haiku")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/?q=haiku")
+    assert page.problems == []
+
+
+def test_dark_mode_and_phone_width(live_server, django_user_model):
+    load_demo()
+    django_user_model.objects.create_user("alice", password="alice-password-1")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=["--no-sandbox", "--disable-background-networking"],
+        )
+        context = browser.new_context(color_scheme="dark", viewport={"width": 390, "height": 844})
+        page = context.new_page()
+        page.goto(f"{live_server.url}/accounts/login/?next=/runs/demo-wf-run-1/")
+        page.fill("#id_username", "alice")
+        page.fill("#id_password", "alice-password-1")
+        page.click("button[type=submit]")
+        page.wait_for_selector("#transcript")
+        background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(20, 21, 24)"
+        # Nothing is wider than the phone's screen.
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        shot(page, "10-run-dark-phone")
+        browser.close()
+
+
 def test_pages_work_without_javascript(live_server, django_user_model):
     services.ingest_items(items=[json.loads((AUTOURGOS / "named_run_custom.json").read_text())])
     django_user_model.objects.create_user("alice", password="alice-password-1")
@@ -158,10 +273,13 @@ def test_xss_payloads_open_no_dialog_and_fetch_nothing(browser_page, live_server
             "agent_name": payload[:100],
             "input": payload,
             "output": payload,
+            "status": "failed",
+            "error": payload,
+            "injected_contexts": [{"kind": "workflow_history", "text": f"[run-1] {payload}"}],
             "iterations": [
                 {
                     "thought": payload,
-                    "tool_calls": [{"tool": "t", "params": {"p": payload}, "result": payload}],
+                    "tool_calls": [{"tool": payload[:200], "params": {payload: payload}, "result": payload}],
                 }
             ],
         }
@@ -171,7 +289,12 @@ def test_xss_payloads_open_no_dialog_and_fetch_nothing(browser_page, live_server
     page = browser_page
     log_in(page, live_server, django_user_model)
     page.goto(f"{live_server.url}/sessions/xss-session/")
+    page.goto(f"{live_server.url}/stats/")
+    page.goto(f"{live_server.url}/?errors=1")
     for i in range(len(payloads)):
+        page.goto(f"{live_server.url}/?{urlencode({'q': payloads[i]})}")
+        page.goto(f"{live_server.url}/runs/xss-{i}/context/0/?runs=2")
+        page.wait_for_selector("#context-text")
         page.goto(f"{live_server.url}/runs/xss-{i}/")
         page.wait_for_selector("#transcript")
         for link in page.query_selector_all(".markdown a, .markdown details, pre"):
