@@ -286,7 +286,22 @@ def _many_runs(ingest, n_runs, n_iterations, n_tools):
     ingest([native(f"run-{n_runs}-{i}", f"sess-{i % 3}", iterations=iterations) for i in range(n_runs)])
 
 
-@pytest.mark.parametrize("url", ["/", "/sessions/sess-0/", "/runs/run-{n}-0/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/",
+        "/?q=t0&sort=runs&errors=1",
+        "/?live=1",
+        "/sessions/sess-0/",
+        "/runs/run-{n}-0/",
+        "/receipts/",
+        "/stats/",
+        "/runs/run-{n}-0/export.md",
+        "/runs/run-{n}-0/export.json",
+        "/sessions/sess-0/export.json",
+        "/sessions/sess-0/export.html",
+    ],
+)
 def test_query_count_does_not_grow_with_the_data(alice_client, ingest, url, django_assert_num_queries):
     _many_runs(ingest, 2, 1, 1)
     small = _count_queries(alice_client, url.format(n=2))
@@ -304,3 +319,8 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
         alice_client.get("/sessions/sess-0/")
     with django_assert_num_queries(7):
         alice_client.get("/runs/run-10-0/")
+    # The list with a search: sessions, their matching runs, the framework menu.
+    with django_assert_num_queries(5):
+        alice_client.get("/?q=t0")
+    with django_assert_num_queries(3):
+        alice_client.get("/receipts/")
