@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from html.parser import HTMLParser
+from urllib.parse import urlencode
 
 import pytest
 from django.db import connection
@@ -188,13 +189,19 @@ class _Elements(HTMLParser):
         self.elements.append((tag, {name: value or "" for name, value in attrs}))
 
 
+def _our_form(attrs: dict[str, str]) -> bool:
+    action = attrs.get("action", "")
+    ours = action in OUR_FORM_ACTIONS or re.fullmatch(r"/runs/[^/\"<>]+/context/\d+/", action)
+    return bool(ours) and attrs.get("method", "get") in {"get", "post"} and "hx-vals" not in attrs
+
+
 def assert_inert(page: str, where: str) -> None:
     parser = _Elements()
     parser.feed(page)
     for tag, attrs in parser.elements:
         assert (
             tag not in {"iframe", "img", "svg", "math", "object", "embed", "meta", "form", "style"}
-            or (tag == "form" and attrs.get("action") in OUR_FORM_ACTIONS and "hx-vals" not in attrs)
+            or (tag == "form" and _our_form(attrs))
             or (tag == "svg" and attrs.get("class") in OUR_SVG_CLASSES)
             or (tag == "meta" and "javascript" not in attrs.get("content", ""))
         ), (where, tag, attrs)
@@ -214,24 +221,57 @@ def test_xss_payloads_render_inert_in_every_field(alice_client, ingest):
     runs = [
         native(
             f"x{i}",
+            f"s-{i % 2}",
+            kind="team",
+            status="failed",
             input=payload,
             output=payload,
             error=payload,
             agent_name=payload[:200],
+            user_id=payload[:200],
+            framework=payload[:32],
+            metrics={"input_tokens": 1, "output_tokens": 2},
             iterations=[
                 {
                     "thought": payload,
                     "name": payload[:200],
-                    "tool_calls": [{"tool": payload[:200], "params": {payload: payload}, "result": payload}],
+                    "started_at": "2026-01-01T00:00:00Z",
+                    "tool_calls": [
+                        {
+                            "tool": payload[:200],
+                            "params": {payload: payload, "long": payload * 40},
+                            "result": payload,
+                            "started_at": "2026-01-01T00:00:01Z",
+                        },
+                        {"tool": "json", "params": [payload], "result": json.dumps({payload: [payload]})},
+                    ],
                 }
+            ],
+            member_interactions=[{"member": payload[:200], "task": payload, "response": payload}],
+            injected_contexts=[
+                {"kind": "workflow_history", "text": f"<workflow_history_context>\n[run-1]\ninput: {payload}\n"},
+                {"kind": "instructions", "text": payload, "step": payload[:200]},
             ],
         )
         for i, payload in enumerate(XSS)
     ]
     assert ingest(runs).status_code == 200
-    for i in range(len(XSS)):
-        for url in (f"/runs/x{i}/", "/sessions/s-1/", "/"):
-            assert_inert(html(alice_client.get(url)), f"{url} with payload {XSS[i]!r}")
+    for i, payload in enumerate(XSS):
+        query = urlencode({"q": payload, "framework": payload[:32], "agent": payload[:200]})
+        for url in (
+            f"/runs/x{i}/",
+            f"/runs/x{i}/context/0/?runs=2&timestamps=1",
+            f"/runs/x{i}/context/1/",
+            "/sessions/s-0/",
+            "/sessions/s-1/",
+            "/",
+            f"/?{query}",
+            f"/?{urlencode({'q': payload[:20]})}",
+            "/stats/",
+        ):
+            response = alice_client.get(url)
+            assert response.status_code in {200, 400}, (url, response.status_code)
+            assert_inert(html(response), f"{url} with payload {payload!r}")
 
 
 def test_the_inertness_check_catches_a_live_payload():
@@ -239,6 +279,12 @@ def test_the_inertness_check_catches_a_live_payload():
         assert_inert('<a href="javascript:alert(1)">x</a>', "self-test")
     with pytest.raises(AssertionError):
         assert_inert("<div hx-trigger=load></div>", "self-test")
+    with pytest.raises(AssertionError):
+        assert_inert('<form action="https://evil.example/"></form>', "self-test")
+    with pytest.raises(AssertionError):
+        assert_inert('<form action="/runs/x/context/0/" hx-vals="{}"></form>', "self-test")
+    with pytest.raises(AssertionError):
+        assert_inert('<svg onload="alert(1)"></svg>', "self-test")
     assert_inert('<a title="t&quot; onmouseover=alert(1)" href="/x">x</a>', "self-test")
 
 
