@@ -104,6 +104,13 @@ def _tsquery(parsed: list[tuple[str, list[str]]]) -> str:
     return " & ".join(out)
 
 
+# Below this many matching runs a search is "narrow": the database gathers the matches
+# first, then sorts their sessions. Above it, walking the sessions in list order and
+# probing each is quicker. PostgreSQL cannot tell the two apart for a prefix query (its
+# estimate is a constant), so the choice is made on a bounded count of the matches.
+NARROW_MATCHES = 2000
+
+
 def matching_run_pks(query: str) -> RawSQL | None:
     """A subquery of the primary keys of runs matching ``query``; None for an empty query."""
     parsed = terms(query)
@@ -111,8 +118,34 @@ def matching_run_pks(query: str) -> RawSQL | None:
         return None
     if connection.vendor == "postgresql":
         return RawSQL(
-            "SELECT run_id FROM history_app_runsearch "
-            "WHERE to_tsvector('simple'::regconfig, document) @@ to_tsquery('simple'::regconfig, %s)",
+            "SELECT run_id FROM history_app_runsearch WHERE tsv @@ to_tsquery('simple'::regconfig, %s)",
             [_tsquery(parsed)],
         )
     return RawSQL("SELECT rowid FROM history_run_fts WHERE history_run_fts MATCH %s", [_fts5_query(parsed)])
+
+
+def matching_sessions(query: str) -> Any:
+    """A subquery of the session keys with a run matching ``query``; None for an empty query.
+
+    SQLite plans both shapes well. On PostgreSQL, one bounded query counts the matches
+    (at most ``NARROW_MATCHES`` + 1 are read); a narrow search is then answered from a
+    materialised set of matches, a broad one by probing sessions in list order.
+    """
+    from . import models
+
+    matching = matching_run_pks(query)
+    if matching is None:
+        return None
+    if connection.vendor != "postgresql":
+        return models.Run.objects.filter(pk__in=matching).values("session_id")
+    sql, params = matching.sql, matching.params
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM ({sql} LIMIT {NARROW_MATCHES + 1}) AS hits", params)
+        (count,) = cursor.fetchone()
+    if count <= NARROW_MATCHES:
+        return RawSQL(
+            f"WITH hits AS MATERIALIZED ({sql}) "
+            "SELECT session_id FROM history_app_run WHERE id IN (SELECT run_id FROM hits)",
+            params,
+        )
+    return models.Run.objects.filter(pk__in=matching).values("session_id")

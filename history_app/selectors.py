@@ -155,9 +155,9 @@ class SessionFilters:
     def apply(self, queryset: Any) -> Any:
         runs = models.Run.objects.filter(session=OuterRef("pk"))
         if self.q:
-            matching = search.matching_run_pks(self.q)
-            if matching is not None:
-                queryset = queryset.filter(Exists(runs.filter(pk__in=matching)))
+            matched = search.matching_sessions(self.q)
+            if matched is not None:
+                queryset = queryset.filter(pk__in=matched)
         if self.framework:
             queryset = queryset.filter(framework=self.framework)
         if self.agent:

@@ -249,7 +249,10 @@ def test_xss_payloads_render_inert_in_every_field(alice_client, ingest):
             ],
             member_interactions=[{"member": payload[:200], "task": payload, "response": payload}],
             injected_contexts=[
-                {"kind": "workflow_history", "text": f"<workflow_history_context>\n[run-1]\ninput: {payload}\n"},
+                {
+                    "kind": "workflow_history",
+                    "text": f"<workflow_history_context>\n[run-1]\ninput: {payload}\n",
+                },
                 {"kind": "instructions", "text": payload, "step": payload[:200]},
             ],
         )
@@ -365,8 +368,9 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
         alice_client.get("/sessions/sess-0/")
     with django_assert_num_queries(7):
         alice_client.get("/runs/run-10-0/")
-    # The list with a search: sessions, their matching runs, the framework menu.
-    with django_assert_num_queries(5):
+    # The list with a search: sessions, their matching runs, the framework menu (and on
+    # PostgreSQL the bounded count that picks the plan).
+    with django_assert_num_queries(5 + (connection.vendor == "postgresql")):
         alice_client.get("/?q=t0")
     with django_assert_num_queries(3):
         alice_client.get("/receipts/")

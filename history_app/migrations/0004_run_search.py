@@ -21,11 +21,17 @@ SQLITE_BACKWARD = [
     "DROP TRIGGER history_run_fts_ai",
     "DROP TABLE history_run_fts",
 ]
+# A stored tsvector column (computed by PostgreSQL on every write, unknown to Django's
+# model) so that matching never re-parses a document, and its GIN index.
 POSTGRES_FORWARD = [
-    "CREATE INDEX runsearch_document_fts_idx ON history_app_runsearch "
-    "USING gin (to_tsvector('simple'::regconfig, document))"
+    "ALTER TABLE history_app_runsearch ADD COLUMN tsv tsvector "
+    "GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, document)) STORED",
+    "CREATE INDEX runsearch_tsv_idx ON history_app_runsearch USING gin (tsv)",
 ]
-POSTGRES_BACKWARD = ["DROP INDEX runsearch_document_fts_idx"]
+POSTGRES_BACKWARD = [
+    "DROP INDEX runsearch_tsv_idx",
+    "ALTER TABLE history_app_runsearch DROP COLUMN tsv",
+]
 
 
 def _run(statements_by_vendor):
