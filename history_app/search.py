@@ -104,11 +104,15 @@ def _tsquery(parsed: list[tuple[str, list[str]]]) -> str:
     return " & ".join(out)
 
 
-# Below this many matching runs a search is "narrow": the database gathers the matches
-# first, then sorts their sessions. Above it, walking the sessions in list order and
-# probing each is quicker. PostgreSQL cannot tell the two apart for a prefix query (its
-# estimate is a constant), so the choice is made on a bounded count of the matches.
-NARROW_MATCHES = 2000
+# How a search is answered on PostgreSQL depends on how common its terms are. A broad
+# search (most recent runs match) is quickest by walking the sessions in list order and
+# probing each one's runs; a narrow one by gathering the matches from the GIN index first
+# and sorting their sessions. PostgreSQL's planner cannot tell the two apart for a prefix
+# query (its estimate is a constant) and picks the wrong one either way, up to a
+# thousand times slower. So one small query looks at the newest SAMPLE_RUNS documents:
+# if at least BROAD_HITS of them match, the search is broad.
+SAMPLE_RUNS = 5000
+BROAD_HITS = 25
 
 
 def matching_run_pks(query: str) -> RawSQL | None:
@@ -125,27 +129,27 @@ def matching_run_pks(query: str) -> RawSQL | None:
 
 
 def matching_sessions(query: str) -> Any:
-    """A subquery of the session keys with a run matching ``query``; None for an empty query.
-
-    SQLite plans both shapes well. On PostgreSQL, one bounded query counts the matches
-    (at most ``NARROW_MATCHES`` + 1 are read); a narrow search is then answered from a
-    materialised set of matches, a broad one by probing sessions in list order.
-    """
+    """A subquery of the keys of sessions with a run matching ``query``; None for an empty
+    query. SQLite plans it well as it is; on PostgreSQL see ``SAMPLE_RUNS``."""
     from . import models
 
     matching = matching_run_pks(query)
     if matching is None:
         return None
+    broad = models.Run.objects.filter(pk__in=matching).values("session_id")
     if connection.vendor != "postgresql":
-        return models.Run.objects.filter(pk__in=matching).values("session_id")
-    sql, params = matching.sql, matching.params
+        return broad
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM ({sql} LIMIT {NARROW_MATCHES + 1}) AS hits", params)
-        (count,) = cursor.fetchone()
-    if count <= NARROW_MATCHES:
-        return RawSQL(
-            f"WITH hits AS MATERIALIZED ({sql}) "
-            "SELECT session_id FROM history_app_run WHERE id IN (SELECT run_id FROM hits)",
-            params,
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT tsv FROM history_app_runsearch ORDER BY run_id DESC "
+            f"LIMIT {SAMPLE_RUNS}) AS recent WHERE tsv @@ to_tsquery('simple'::regconfig, %s)",
+            matching.params,
         )
-    return models.Run.objects.filter(pk__in=matching).values("session_id")
+        (hits,) = cursor.fetchone()
+    if hits >= BROAD_HITS:
+        return broad
+    return RawSQL(
+        f"WITH hits AS MATERIALIZED ({matching.sql}) "
+        "SELECT session_id FROM history_app_run WHERE id IN (SELECT run_id FROM hits)",
+        matching.params,
+    )

@@ -245,6 +245,7 @@ def test_dark_mode_and_phone_width(live_server, django_user_model):
 
 def test_pages_work_without_javascript(live_server, django_user_model):
     services.ingest_items(items=[json.loads((AUTOURGOS / "named_run_custom.json").read_text())])
+    load_demo()
     django_user_model.objects.create_user("alice", password="alice-password-1")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -260,6 +261,17 @@ def test_pages_work_without_javascript(live_server, django_user_model):
         page.click("text=autourgos:Agent:2026-11-29")
         page.click("#timeline a >> nth=0")
         assert "Quick answer." in page.inner_text("#transcript")
+        # Search and filters are a plain GET form.
+        page.goto(f"{live_server.url}/")
+        page.fill("#q", "partitioning")
+        page.click("#filters button[type=submit] >> nth=0")
+        assert "q=partitioning" in page.url
+        assert page.locator("#session-rows tr").count() == 1
+        # The inspector's re-render is a plain GET form too.
+        page.goto(f"{live_server.url}/runs/demo-wf-run-3/context/0/")
+        page.fill("input[name=runs]", "1")
+        page.click("#rerender-card button[type=submit]")
+        assert "runs=1" in page.url and "-[run-2]" in page.inner_text("#rerender pre.diff")
         browser.close()
 
 

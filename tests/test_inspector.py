@@ -29,6 +29,9 @@ def test_run_page_lists_its_contexts_with_provenance(alice_client, workflow):
     assert "What the model was told" in page
     assert 'href="/runs/demo-wf-run-3/context/0/"' in page
     assert ">reported<" in page and "2 source runs" in page
+    # The iteration of the step the context was sent at links to it.
+    draft = page[page.index('id="iteration-2"') :]
+    assert "Inspect the workflow history sent at this step" in draft[: draft.index("</section>")]
 
 
 def test_exact_text_with_each_run_entry_linked_to_its_source(alice_client, workflow):

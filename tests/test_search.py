@@ -101,12 +101,12 @@ def sessions_on(client, **params) -> list[str]:
         ("***", ["s-team", "s-chat", "s-tokyo"]),  # no searchable term: no search
     ],
 )
-@pytest.mark.parametrize("narrow_limit", [search.NARROW_MATCHES, 0], ids=["narrow", "broad"])
-def test_full_text_search(alice_client, corpus, query, expected, narrow_limit, monkeypatch):
+@pytest.mark.parametrize("broad_hits", [10**9, 0], ids=["narrow", "broad"])
+def test_full_text_search(alice_client, corpus, query, expected, broad_hits, monkeypatch):
     from django.db import connection
 
     # Both plans (matches first, or sessions first) must give the same answer.
-    monkeypatch.setattr(search, "NARROW_MATCHES", narrow_limit)
+    monkeypatch.setattr(search, "BROAD_HITS", broad_hits)
     if query == "cafe" and connection.vendor == "postgresql":
         expected = []
     assert sessions_on(alice_client, q=query) == expected
@@ -207,7 +207,7 @@ def test_search_query_count_is_constant(alice_client, ingest, django_assert_num_
     from django.db import connection
 
     # session, user, sessions page, matching runs, framework menu; on PostgreSQL one more,
-    # the bounded count that picks the plan (search.matching_sessions).
+    # the sample that picks the plan (search.matching_sessions).
     with django_assert_num_queries(5 + (connection.vendor == "postgresql")):
         page = alice_client.get("/", {"q": "needle", "sort": "runs"}).content.decode()
     assert page.count('class="hits"') == 5 and page.count("needle ") == 15

@@ -369,7 +369,7 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
     with django_assert_num_queries(7):
         alice_client.get("/runs/run-10-0/")
     # The list with a search: sessions, their matching runs, the framework menu (and on
-    # PostgreSQL the bounded count that picks the plan).
+    # PostgreSQL the sample that picks the plan).
     with django_assert_num_queries(5 + (connection.vendor == "postgresql")):
         alice_client.get("/?q=t0")
     with django_assert_num_queries(3):

@@ -44,13 +44,15 @@ def setup_django() -> None:
 
 def populate(sessions: int) -> int:
     """Old sessions: 2 runs each, every run with 3 iterations, 6 tool calls, 1 member
-    interaction and 1 injected context — 25 rows a session."""
+    interaction, 1 injected context and its search document — 27 rows a session (plus, on
+    SQLite, the full-text index entries its triggers keep)."""
     from django.db import transaction
     from django.utils import timezone
 
     from history_app import models
 
     for model in (
+        models.RunSearch,
         models.ToolCall,
         models.Iteration,
         models.MemberInteraction,
@@ -118,7 +120,13 @@ def populate(sessions: int) -> int:
             models.InjectedContext.objects.bulk_create(
                 [models.InjectedContext(run_id=run.pk, position=0, text="ctx " * 20) for run in runs]
             )
-        total += len(ids) * 25
+            models.RunSearch.objects.bulk_create(
+                [
+                    models.RunSearch(run_id=run.pk, document=f"{run.input} {run.output} thinking search")
+                    for run in runs
+                ]
+            )
+        total += len(ids) * 27
     # Explicit keys do not advance PostgreSQL's sequences; move them past the data.
     from django.core.management.color import no_style
     from django.db import connection
