@@ -212,7 +212,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sessions", type=int, default=40_000, help="old sessions to create (25 rows each)")
+    parser.add_argument("--sessions", type=int, default=40_000, help="old sessions to create (27 rows each)")
     parser.add_argument("--batch-size", type=int, default=500)
     args = parser.parse_args()
     setup_django()
