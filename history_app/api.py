@@ -151,18 +151,25 @@ def ingest(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": rejected == 0, "results": [r.as_dict() for r in results]}, status=status)
 
 
-def _json_page(request: HttpRequest, selector, summary, key: str) -> JsonResponse:
+def _json_page(request: HttpRequest, selector, summary, key: str, **extra) -> JsonResponse:
     try:
-        page = selector(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
-    except selectors.BadCursor as exc:
-        return error_response(str(exc), 400)
+        page = selector(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE, **extra)
+    except selectors.BadParameter as exc:
+        return error_response(str(exc), 400, parameter=exc.field)
     return JsonResponse({"ok": True, key: [summary(row) for row in page.items], "next": page.next_cursor})
 
 
 @require_GET
 @token_required(allow_session=True)
 def sessions(request: HttpRequest) -> JsonResponse:
-    return _json_page(request, selectors.sessions_page, selectors.session_summary, "sessions")
+    """Sessions, with the same search, filters and sorting as the page (``q``, ``framework``…)."""
+    try:
+        filters = selectors.SessionFilters.from_query(request.GET)
+    except selectors.BadParameter as exc:
+        return error_response(str(exc), 400, parameter=exc.field)
+    return _json_page(
+        request, selectors.sessions_page, selectors.session_summary, "sessions", filters=filters
+    )
 
 
 @require_GET

@@ -9,6 +9,7 @@ renderers (``agent_history.context``), the same code the agents call.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from . import models
 from .agent_history import context as renderers
+from .selectors import BadParameter
 
 MAX_HISTORY_RUNS = 100
 MAX_DETAIL_ITEMS = 100
@@ -47,9 +49,9 @@ class Settings:
             try:
                 number = int(value)
             except ValueError:
-                raise BadSetting(name, f"{value!r} is not a whole number") from None
+                raise BadParameter(name, f"{value!r} is not a whole number") from None
             if not 0 <= number <= top:
-                raise BadSetting(name, f"must be between 0 and {top}")
+                raise BadParameter(name, f"must be between 0 and {top}")
             return number
 
         return cls(
@@ -59,12 +61,6 @@ class Settings:
             if "runs" in params or "items" in params
             else defaults.timestamps,
         )
-
-
-class BadSetting(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass
@@ -252,7 +248,7 @@ def link_sources(text: str, kind: str, source_ids: list[str], stored: dict[str, 
 
     escaped = str(escape(text))
     if kind == "member_interactions":
-        counter = iter(range(len(source_ids) + 1_000_000))
+        counter = itertools.count()
         return mark_safe(_MEMBER_MARK.sub(lambda m: link(next(counter), m.group()), escaped))
     return mark_safe(_RUN_MARK.sub(lambda m: link(int(m.group(2)) - 1, m.group()), escaped))
 

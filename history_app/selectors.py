@@ -23,8 +23,19 @@ from . import models, search
 from .agent_history import records
 
 
-class BadCursor(ValueError):
+class BadParameter(ValueError):
+    """A query-string value a page cannot use; ``field`` names the parameter."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class BadCursor(BadParameter):
     """A ``_next`` token that this server did not hand out."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("_next", message)
 
 
 def encode_cursor(value: datetime | int, pk: int) -> str:
@@ -38,7 +49,7 @@ def decode_cursor(token: str, *, is_datetime: bool = True) -> tuple[datetime | i
         value, pk = json.loads(raw)
         return (datetime.fromisoformat(value) if is_datetime else int(value)), int(pk)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-        raise BadCursor("the _next token is not valid; start again from the first page") from None
+        raise BadCursor("not a token this server handed out; start again from the first page") from None
 
 
 @dataclass
@@ -70,14 +81,6 @@ def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int, des
     return Page(rows, next_cursor)
 
 
-class BadFilter(ValueError):
-    """A filter value the sessions list cannot use; ``field`` names the parameter."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-
-
 # Sort name -> (field, descending).
 SESSION_SORTS = {
     "recent": ("last_activity_at", True),
@@ -102,12 +105,12 @@ class SessionFilters:
 
     @classmethod
     def from_query(cls, params: Any) -> SessionFilters:
-        """Read the list's query string; a bad value raises ``BadFilter`` naming it."""
+        """Read the list's query string; a bad value raises ``BadParameter`` naming it."""
 
         def text(name: str) -> str:
             value = params.get(name, "").strip()
             if len(value) > 255:
-                raise BadFilter(name, "at most 255 characters")
+                raise BadParameter(name, "at most 255 characters")
             return value
 
         def day(name: str) -> date | None:
@@ -117,14 +120,14 @@ class SessionFilters:
             try:
                 return date.fromisoformat(value)
             except ValueError:
-                raise BadFilter(name, f"{value!r} is not a date (YYYY-MM-DD)") from None
+                raise BadParameter(name, f"{value!r} is not a date (YYYY-MM-DD)") from None
 
         status = text("status")
         if status and status not in records.RUN_STATUSES:
-            raise BadFilter("status", f"must be one of {', '.join(records.RUN_STATUSES)}")
+            raise BadParameter("status", f"must be one of {', '.join(records.RUN_STATUSES)}")
         sort = text("sort") or "recent"
         if sort not in SESSION_SORTS:
-            raise BadFilter("sort", f"must be one of {', '.join(SESSION_SORTS)}")
+            raise BadParameter("sort", f"must be one of {', '.join(SESSION_SORTS)}")
         filters = cls(
             q=params.get("q", "").strip()[:500],
             framework=text("framework"),
@@ -138,7 +141,7 @@ class SessionFilters:
             sort=sort,
         )
         if filters.date_from and filters.date_to and filters.date_from > filters.date_to:
-            raise BadFilter("to", "the end of the date range is before its start")
+            raise BadParameter("to", "the end of the date range is before its start")
         return filters
 
     @property

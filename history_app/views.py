@@ -42,12 +42,7 @@ def _template(request: HttpRequest, name: str, partial: str) -> str:
 def _keyset_context(request: HttpRequest, page: selectors.Page, items: str) -> dict:
     """A keyset page's context. The "older" link keeps every other parameter of the query
     string (filters, sort), so a filtered view pages through its own results."""
-    next_query = ""
-    if page.next_cursor:
-        params = request.GET.copy()
-        params["_next"] = page.next_cursor
-        params.pop("live", None)
-        next_query = params.urlencode()
+    next_query = _with(request, _next=page.next_cursor, live=None) if page.next_cursor else ""
     return {
         items: page.items,
         "next_cursor": page.next_cursor,
@@ -76,10 +71,8 @@ def session_list(request: HttpRequest) -> HttpResponse:
         page = selectors.sessions_page(
             after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE, filters=filters
         )
-    except selectors.BadFilter as exc:
+    except selectors.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
-    except selectors.BadCursor as exc:
-        return _bad_request(request, str(exc), "_next")
     context = _keyset_context(request, page, "sessions")
     live = request.GET.get("live") == "1" and not context["is_next_page"]
     context.update(
@@ -97,6 +90,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
 
 
 def _with(request: HttpRequest, **changes: str | None) -> str:
+    """The request's query string without ``_next``, with ``changes`` (None removes)."""
     params = request.GET.copy()
     params.pop("_next", None)
     for key, value in changes.items():
@@ -142,8 +136,8 @@ def receipt_list(request: HttpRequest) -> HttpResponse:
     """Recent ingestion receipts: the answer to "why is my run missing?"."""
     try:
         page = selectors.receipts_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
-    except selectors.BadCursor as exc:
-        return _bad_request(request, str(exc), "_next")
+    except selectors.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
     context = _keyset_context(request, page, "receipts")
     return render(request, _template(request, "receipt_list", "receipt-rows"), context)
 
@@ -156,7 +150,7 @@ def context_detail(request: HttpRequest, run_id: str, position: int) -> HttpResp
     a rebuild check, a re-render under other settings and the delta from the step before."""
     try:
         inspection = inspector.inspect(run_id, position, request.GET)
-    except inspector.BadSetting as exc:
+    except selectors.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     context = {"i": inspection, "run": inspection.run, "session": inspection.run.session}
     return render(request, _template(request, "context_detail", "rerender"), context)

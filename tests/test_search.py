@@ -236,3 +236,14 @@ def test_reindex_command_rebuilds_missing_documents(alice_client, corpus):
     call_command("reindex_search", stdout=out)
     assert out.getvalue().strip() == "Indexed 4 runs."
     assert sessions_on(alice_client, q="haiku") == ["s-team"]
+
+
+def test_the_json_twin_searches_and_filters_too(alice_client, corpus):
+    body = alice_client.get("/api/v1/sessions", {"q": "人口"}).json()
+    assert [s["session_id"] for s in body["sessions"]] == ["s-tokyo"]
+    body = alice_client.get("/api/v1/sessions", {"status": "failed", "sort": "oldest"}).json()
+    assert [s["session_id"] for s in body["sessions"]] == ["s-chat"]
+    bad = alice_client.get("/api/v1/sessions", {"from": "soon"})
+    assert bad.status_code == 400 and bad.json()["parameter"] == "from" and "soon" in bad.json()["error"]
+    bad = alice_client.get("/api/v1/sessions", {"_next": "%%%"})
+    assert bad.status_code == 400 and bad.json()["parameter"] == "_next"
