@@ -161,9 +161,9 @@ def waterfall_bars(run: Any) -> list[Bar]:
 
 
 def waterfall_svg(run: Any) -> SafeString | None:
-    """The run's timing as an SVG waterfall, or None when fewer than two items are timed."""
+    """The run's timing as an SVG waterfall, or None when no iteration or tool call is timed."""
     bars = waterfall_bars(run)
-    if len([b for b in bars if b.kind != "run"]) < 1:
+    if all(bar.kind == "run" for bar in bars):
         return None
     t0 = min(b.start for b in bars)
     t1 = max(max(b.end or b.start, b.start) for b in bars)
@@ -208,9 +208,7 @@ def waterfall_svg(run: Any) -> SafeString | None:
 # -- bar charts for the stats page ---------------------------------------------------------
 
 
-def bar_chart_svg(
-    points: list[tuple[str, float]], *, label: str, unit: str = "", highlight: str = ""
-) -> SafeString:
+def bar_chart_svg(points: list[tuple[str, float]], *, label: str, unit: str = "") -> SafeString:
     """A vertical bar chart of (label, value) points; the accessible table sits beside it."""
     width, height, left, bottom, top = 1000, 220, 48, 28, 14
     if not points:
@@ -225,16 +223,15 @@ def bar_chart_svg(
         out.append(f'<line class="wf-grid" x1="{left}" y1="{y:.1f}" x2="{width - 8}" y2="{y:.1f}"/>')
         shown = f"{value:.0f}" if peak >= 10 else f"{value:.2g}"
         out.append(
-            f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{shown}{unit}</text>'
+            f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{shown}{escape(unit)}</text>'
         )
     every = max(1, len(points) // 10)
     for n, (name, value) in enumerate(points):
         h = plot_h * value / peak
         x = left + n * step + step * 0.15
         y = top + plot_h - h
-        css = "bar-hi" if highlight and name == highlight else "bar"
         out.append(
-            f'<rect class="{css}" x="{x:.1f}" y="{y:.1f}" width="{step * 0.7:.1f}" height="{max(h, 0):.1f}">'
+            f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{step * 0.7:.1f}" height="{max(h, 0):.1f}">'
             f"<title>{escape(name)}: {value:g}{escape(unit)}</title></rect>"
         )
         if n % every == 0:

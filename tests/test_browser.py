@@ -244,8 +244,7 @@ def test_dark_mode_and_phone_width(live_server, django_user_model):
 
 
 def test_pages_work_without_javascript(live_server, django_user_model):
-    services.ingest_items(items=[json.loads((AUTOURGOS / "named_run_custom.json").read_text())])
-    load_demo()
+    load_demo()  # includes autourgos' named_run_custom.json
     django_user_model.objects.create_user("alice", password="alice-password-1")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -259,7 +258,7 @@ def test_pages_work_without_javascript(live_server, django_user_model):
         page.fill("#id_password", "alice-password-1")
         page.click("button[type=submit]")
         page.click("text=autourgos:Agent:2026-11-29")
-        page.click("#timeline a >> nth=0")
+        page.click("#timeline tr:has-text('What is 6*7?') a >> nth=0")
         assert "Quick answer." in page.inner_text("#transcript")
         # Search and filters are a plain GET form.
         page.goto(f"{live_server.url}/")
