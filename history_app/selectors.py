@@ -323,13 +323,17 @@ def session_timeline(*, session: models.Session, idle_gap_ms: int) -> dict[str, 
         end = run.ended_at or run.started_at
         if end is not None:
             previous_end = max(previous_end, end) if previous_end else end
+    # Runs whose parents form a cycle (A under B, B under A) reach no top-level run: they
+    # are listed last, at the top level, rather than lost.
+    for run in runs:
+        if run.run_id not in seen:
+            add(run, 0, str(len(top) + 1))
+            top.append(run)
     finished = ("completed", "failed", "cancelled")
     totals = dict.fromkeys(TOKEN_KEYS, 0)
-    for run in runs:
-        for key in TOKEN_KEYS:
-            value = (run.metrics or {}).get(key)
-            if isinstance(value, int):
-                totals[key] += value
+    for row in rows:
+        for key, value in (row.tokens or {}).items():
+            totals[key] += value
     return {
         "rows": rows,
         "counts": {

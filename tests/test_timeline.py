@@ -63,10 +63,13 @@ def test_a_member_whose_team_run_is_elsewhere_is_shown_at_the_top(alice_client, 
                 "parent_run_id": "gone",
             },
             {"schema": "agent-history/v1", "run_id": "loop", "session_id": "s", "parent_run_id": "loop"},
+            {"schema": "agent-history/v1", "run_id": "a", "session_id": "s", "parent_run_id": "b"},
+            {"schema": "agent-history/v1", "run_id": "b", "session_id": "s", "parent_run_id": "a"},
         ]
     )
     page = alice_client.get("/sessions/s/").content.decode()
-    assert sorted(run for _, run in rows_of(page)) == ["loop", "m"]
+    # Every run is shown exactly once, even when parent ids form a cycle.
+    assert sorted(run for _, run in rows_of(page)) == ["a", "b", "loop", "m"]
 
 
 def test_timeline_query_count_does_not_grow(alice_client, ingest, django_assert_num_queries):
