@@ -14,12 +14,13 @@ Terms are ANDed; each Latin term matches as a prefix (``tok`` finds ``tokens``).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from django.db import connection
 from django.db.models.expressions import RawSQL
+
+from .agent_history.context import as_text
 
 # Hiragana, katakana, CJK unified ideographs (with extension A and compatibility), Hangul.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
@@ -51,19 +52,11 @@ def document_for(run: Any) -> str:
     for iteration in run.iterations:
         parts += [iteration.name, iteration.thought or ""]
         for call in iteration.tool_calls:
-            parts += [call.tool, _params_text(call.params), call.result or "", call.error or ""]
+            parts += [call.tool, as_text(call.params), call.result or "", call.error or ""]
     for interaction in run.member_interactions:
         parts += [interaction.member, interaction.task, interaction.response]
     text = "\n".join(part[:MAX_FIELD_CHARS] for part in parts if part)
     return index_text(text)[:MAX_DOCUMENT_CHARS]
-
-
-def _params_text(params: Any) -> str:
-    if params is None:
-        return ""
-    if isinstance(params, str):
-        return params
-    return json.dumps(params, ensure_ascii=False)
 
 
 def terms(query: str) -> list[tuple[str, list[str]]]:

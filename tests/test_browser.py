@@ -36,19 +36,24 @@ sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+def launch(playwright):
+    """Debian's headless Chromium, never a downloaded one, with no background traffic."""
+    return playwright.chromium.launch(
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=[
+            "--no-sandbox",
+            "--disable-background-networking",
+            "--disable-gpu",
+            "--disable-component-update",
+        ],
+    )
+
+
 @pytest.fixture
 def browser_page(live_server):
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-background-networking",
-                "--disable-gpu",
-                "--disable-component-update",
-            ],
-        )
+        browser = launch(playwright)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         page = context.new_page()
         # Report each CSP violation with the element that caused it (Chromium's own
@@ -223,11 +228,7 @@ def test_dark_mode_and_phone_width(live_server, django_user_model):
     load_demo()
     django_user_model.objects.create_user("alice", password="alice-password-1")
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=["--no-sandbox", "--disable-background-networking"],
-        )
+        browser = launch(playwright)
         context = browser.new_context(color_scheme="dark", viewport={"width": 390, "height": 844})
         page = context.new_page()
         page.goto(f"{live_server.url}/accounts/login/?next=/runs/demo-wf-run-1/")
@@ -247,11 +248,7 @@ def test_pages_work_without_javascript(live_server, django_user_model):
     load_demo()  # includes autourgos' named_run_custom.json
     django_user_model.objects.create_user("alice", password="alice-password-1")
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=["--no-sandbox", "--disable-background-networking"],
-        )
+        browser = launch(playwright)
         page = browser.new_context(java_script_enabled=False).new_page()
         page.goto(f"{live_server.url}/")
         page.fill("#id_username", "alice")

@@ -36,7 +36,8 @@ def field(entry: Any, *names: str, default: Any = None) -> Any:
     return default
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A value as prompt text: ``None`` empty, strings as they are, anything else as JSON."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -86,7 +87,7 @@ def _fast_body(entries: Sequence[Any]) -> str | None:
 
 def _clean(value: Any, footer: str) -> str:
     if type(value) is not str:
-        value = _text(value)
+        value = as_text(value)
     return neutralise(value, footer) if "</" in value else value
 
 
@@ -176,10 +177,10 @@ def render_team_history(runs: Sequence[Any]) -> str:
     parts = [TEAM_HEADER, "\n"]
     for n, run in enumerate(runs, start=1):
         parts.append(f"[run-{n}]\n")
-        value = _text(field(run, "input"))
+        value = as_text(field(run, "input"))
         if value:
             parts.append(f"input: {neutralise(value, TEAM_FOOTER)}\n")
-        value = _text(field(run, "response", "output", "content"))
+        value = as_text(field(run, "response", "output", "content"))
         if value:
             parts.append(f"response: {neutralise(value, TEAM_FOOTER)}\n")
         parts.append("\n")
@@ -194,10 +195,10 @@ def render_member_interactions(interactions: Sequence[Any]) -> str:
     parts = [INTERACTIONS_HEADER, "\n", INTERACTIONS_INTRO, "\n"]
     for item in interactions:
         name = (
-            _text(field(item, "member", "member_name", "name", "member_id", default="Unknown")) or "Unknown"
+            as_text(field(item, "member", "member_name", "name", "member_id", default="Unknown")) or "Unknown"
         )
-        task = _text(field(item, "task"))
-        response = _text(field(item, "response", "output", "content"))
+        task = as_text(field(item, "task"))
+        response = as_text(field(item, "response", "output", "content"))
         parts.append(f"Member: {neutralise(name, INTERACTIONS_FOOTER)}\n")
         parts.append(f"Task: {neutralise(task, INTERACTIONS_FOOTER)}\n")
         parts.append(f"Response: {neutralise(response, INTERACTIONS_FOOTER)}\n")
@@ -233,8 +234,8 @@ _RESULT_KEYS = ("summary", "result", "intent")
 
 
 def _action_and_result(entry: Any) -> tuple[str, str]:
-    action = _text(field(entry, *_ACTION_KEYS, default="(entry)"))
-    result = _text(field(entry, *_RESULT_KEYS, default=""))
+    action = as_text(field(entry, *_ACTION_KEYS, default="(entry)"))
+    result = as_text(field(entry, *_RESULT_KEYS, default=""))
     if not result and isinstance(entry, Mapping):
         rest = {k: v for k, v in entry.items() if k not in _ACTION_KEYS and k != "ts"}
         result = json.dumps(rest, ensure_ascii=False, default=str) if rest else ""
@@ -280,9 +281,9 @@ def render_cot_history(
         lines.append(f"{n + 1}. {action}")
         if isinstance(entry, Mapping):
             for key, value in entry.items():
-                if key in _ACTION_KEYS and _text(value) == action:
+                if key in _ACTION_KEYS and as_text(value) == action:
                     continue
-                lines.append(f"   {key}: {_text(value)}")
+                lines.append(f"   {key}: {as_text(value)}")
         else:
-            lines.append(f"   {_text(entry)}")
+            lines.append(f"   {as_text(entry)}")
     return "\n".join(lines)

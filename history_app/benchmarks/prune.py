@@ -42,13 +42,8 @@ def setup_django() -> None:
     call_command("migrate", verbosity=0)
 
 
-def populate(sessions: int) -> int:
-    """Old sessions: 2 runs each, every run with 3 iterations, 6 tool calls, 1 member
-    interaction, 1 injected context and its search document — 27 rows a session (plus, on
-    SQLite, the full-text index entries its triggers keep)."""
-    from django.db import transaction
-    from django.utils import timezone
-
+def empty_history_tables() -> None:
+    """Delete every stored session and everything it holds, children first."""
     from history_app import models
 
     for model in (
@@ -61,6 +56,18 @@ def populate(sessions: int) -> int:
         models.Session,
     ):
         model.objects.all()._raw_delete(model.objects.db)
+
+
+def populate(sessions: int) -> int:
+    """Old sessions: 2 runs each, every run with 3 iterations, 6 tool calls, 1 member
+    interaction, 1 injected context and its search document — 27 rows a session (plus, on
+    SQLite, the full-text index entries its triggers keep)."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from history_app import models
+
+    empty_history_tables()
     old = timezone.now() - timedelta(days=90)
     chunk = 2000
     total = 0

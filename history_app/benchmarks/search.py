@@ -16,7 +16,7 @@ import random
 import statistics
 import time
 
-from .prune import setup_django
+from .prune import empty_history_tables, setup_django
 
 WORDS = [
     "agent",
@@ -57,16 +57,7 @@ def populate(runs: int) -> None:
 
     from history_app import models, search
 
-    for model in (
-        models.RunSearch,
-        models.ToolCall,
-        models.Iteration,
-        models.MemberInteraction,
-        models.InjectedContext,
-        models.Run,
-        models.Session,
-    ):
-        model.objects.all()._raw_delete(model.objects.db)
+    empty_history_tables()
     rng = random.Random(7)
     now = timezone.now()
     chunk = 2000
