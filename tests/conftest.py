@@ -12,6 +12,11 @@ CORPORA = FIXTURES / "corpora"
 TOKEN = "aht_test-token-for-the-suite-0123456789"
 
 
+def native(run_id: str = "r-1", session_id: str = "s-1", **fields) -> dict:
+    """A run in the project's own format (``agent-history/v1``)."""
+    return {"schema": "agent-history/v1", "run_id": run_id, "session_id": session_id, **fields}
+
+
 def autourgos_logs() -> list[Path]:
     """The 11 real autourgos-history JSON logs."""
     return sorted(p for p in AUTOURGOS.glob("*.json") if p.name != "MANIFEST.json")

@@ -11,13 +11,9 @@ from django.test import override_settings
 from history_app import models, services
 from history_app.models import IngestToken
 
-from .conftest import autourgos_logs, database_dump, load_jsonl
+from .conftest import autourgos_logs, database_dump, load_jsonl, native
 
 pytestmark = pytest.mark.django_db
-
-
-def native(run_id="r-1", session_id="s-1", **fields):
-    return {"schema": "agent-history/v1", "run_id": run_id, "session_id": session_id, **fields}
 
 
 def test_all_samples_are_created_then_duplicate(ingest):

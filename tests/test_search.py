@@ -9,11 +9,9 @@ import pytest
 
 from history_app import models, search, services
 
+from .conftest import native
+
 pytestmark = pytest.mark.django_db
-
-
-def native(run_id, session_id, **fields):
-    return {"schema": "agent-history/v1", "run_id": run_id, "session_id": session_id, **fields}
 
 
 @pytest.fixture

@@ -13,13 +13,9 @@ from django.test.utils import CaptureQueriesContext
 
 from history_app import models
 
-from .conftest import autourgos_logs, load_jsonl
+from .conftest import autourgos_logs, load_jsonl, native
 
 pytestmark = pytest.mark.django_db
-
-
-def native(run_id, session_id="s-1", **fields):
-    return {"schema": "agent-history/v1", "run_id": run_id, "session_id": session_id, **fields}
 
 
 @pytest.fixture
