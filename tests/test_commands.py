@@ -88,7 +88,8 @@ def test_quickstart_sets_everything_up_idempotently(client, monkeypatch):
     assert created >= 15
     assert models.Run.objects.filter(kind="member").exists()
     assert models.InjectedContext.objects.exists()
-    assert client.login(username="admin", password="quick-start-pw-1")
+    login = client.post("/accounts/login/", {"username": "admin", "password": "quick-start-pw-1"})
+    assert login.status_code == 302
     assert client.get("/").status_code == 200
 
     again = run("quickstart", "--no-serve")
