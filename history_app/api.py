@@ -151,12 +151,15 @@ def ingest(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": rejected == 0, "results": [r.as_dict() for r in results]}, status=status)
 
 
-def _json_page(request: HttpRequest, selector, summary, key: str, **extra) -> JsonResponse:
+def _json_page(request: HttpRequest, selector, summary, key: str, warnings=(), **extra) -> JsonResponse:
     try:
         page = selector(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE, **extra)
     except selectors.BadParameter as exc:
         return error_response(str(exc), 400, parameter=exc.field)
-    return JsonResponse({"ok": True, key: [summary(row) for row in page.items], "next": page.next_cursor})
+    data = {"ok": True, key: [summary(row) for row in page.items], "next": page.next_cursor}
+    if warnings:
+        data["warnings"] = list(warnings)
+    return JsonResponse(data)
 
 
 @require_GET
@@ -167,8 +170,9 @@ def sessions(request: HttpRequest) -> JsonResponse:
         filters = selectors.SessionFilters.from_query(request.GET)
     except selectors.BadParameter as exc:
         return error_response(str(exc), 400, parameter=exc.field)
+    warnings = [{"parameter": "q", "message": filters.search_notice}] if filters.search_notice else []
     return _json_page(
-        request, selectors.sessions_page, selectors.session_summary, "sessions", filters=filters
+        request, selectors.sessions_page, selectors.session_summary, "sessions", warnings, filters=filters
     )
 
 

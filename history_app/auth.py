@@ -26,11 +26,13 @@ def new_token() -> str:
 
 
 def register_token(*, name: str, token: str | None = None) -> tuple[IngestToken, str]:
-    """Store a token (a new random one unless given); returns the row and the plain token."""
+    """Store a token (a new random one unless given); returns the row and the plain token.
+
+    A token registered before is returned as it is: a revoked token stays revoked.
+    """
     token = token or new_token()
-    row, _ = IngestToken.objects.update_or_create(
-        token_hash=IngestToken.hash(token),
-        defaults={"name": name, "prefix": token[:PREFIX_LENGTH], "revoked": False},
+    row, _ = IngestToken.objects.get_or_create(
+        token_hash=IngestToken.hash(token), defaults={"name": name, "prefix": token[:PREFIX_LENGTH]}
     )
     return row, token
 

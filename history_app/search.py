@@ -76,6 +76,14 @@ def terms(query: str) -> list[tuple[str, list[str]]]:
     return found
 
 
+def unsearchable(query: str) -> str:
+    """Why ``query`` cannot search anything, or "" when it can: it holds no word (no
+    letter, digit or CJK character), so it would match every run (``🤖``, ``"``, ``*``)."""
+    if query and not terms(query):
+        return f"the search {query!r} has no searchable words (letters, digits or CJK characters), so it was ignored"
+    return ""
+
+
 def _fts5_query(parsed: list[tuple[str, list[str]]]) -> str:
     # Tokens hold only word characters, so double quotes need no escaping.
     out = []

@@ -145,8 +145,14 @@ class SessionFilters:
         return filters
 
     @property
+    def search_notice(self) -> str:
+        """Why the search filters nothing (a query without words), or ""."""
+        return search.unsearchable(self.q)
+
+    @property
     def active(self) -> bool:
-        texts = (self.q, self.framework, self.agent, self.status, self.user, self.tool)
+        searching = self.q and not self.search_notice
+        texts = (searching, self.framework, self.agent, self.status, self.user, self.tool)
         return any(texts) or bool(self.date_from or self.date_to or self.errors)
 
     @property

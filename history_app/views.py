@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -158,7 +159,8 @@ def context_detail(request: HttpRequest, run_id: str, position: int) -> HttpResp
 
 def _download(content: str | bytes, content_type: str, filename: str) -> HttpResponse:
     response = HttpResponse(content, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    # RFC 6266: a name outside ASCII (a session id like 会话-东京) goes in filename*.
+    response["Content-Disposition"] = content_disposition_header(True, filename)
     return response
 
 

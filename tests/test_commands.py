@@ -88,7 +88,8 @@ def test_quickstart_sets_everything_up_idempotently(client, monkeypatch):
     assert created >= 15
     assert models.Run.objects.filter(kind="member").exists()
     assert models.InjectedContext.objects.exists()
-    assert client.login(username="admin", password="quick-start-pw-1")
+    login = client.post("/accounts/login/", {"username": "admin", "password": "quick-start-pw-1"})
+    assert login.status_code == 302
     assert client.get("/").status_code == 200
 
     again = run("quickstart", "--no-serve")
@@ -96,3 +97,20 @@ def test_quickstart_sets_everything_up_idempotently(client, monkeypatch):
     assert "0 runs created" in again
     assert models.Run.objects.count() == created
     assert get_user_model().objects.count() == 1
+
+
+def test_quickstart_keeps_a_revoked_token_revoked_and_says_so(client, monkeypatch):
+    monkeypatch.setenv("HISTORY_INGEST_TOKEN", "aht_quickstart-token-000000")
+    run("quickstart", "--no-serve")
+    models.IngestToken.objects.update(revoked=True)
+    again = run("quickstart", "--no-serve")
+    assert "was revoked and stays revoked" in again and "create_ingest_token" in again
+    assert "Ingest token: aht_quickstart-token-000000" not in again
+    assert models.IngestToken.objects.get().revoked
+    response = client.post(
+        "/api/v1/ingest",
+        json.dumps({"iterations": [], "final_response": "ok"}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION="Bearer aht_quickstart-token-000000",
+    )
+    assert response.status_code == 401

@@ -4,13 +4,14 @@ as one offline HTML file."""
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import pytest
 
 from history_app.agent_history import parse
 from history_app.agent_history.formats import autourgos
 
-from .conftest import AUTOURGOS, load_jsonl
+from .conftest import AUTOURGOS, load_jsonl, native
 from .test_views import assert_inert
 
 pytestmark = pytest.mark.django_db
@@ -105,3 +106,19 @@ def test_xss_payloads_are_inert_in_the_offline_file(alice_client, ingest):
     # The file's own <style> sits in its head; everything from the runs is in the body.
     assert html.count("<style>") == 1 and html.index("<style>") < html.index("<body>")
     assert_inert(html.split("<body>", 1)[1], "offline export")
+
+
+@pytest.mark.parametrize(
+    "url, filename",
+    [
+        ("/runs/运行-東京-1/export.md", "运行-東京-1.md"),
+        ("/runs/运行-東京-1/export.json", "运行-東京-1.json"),
+        ("/sessions/会话-东京/export.json", "会话-东京.json"),
+        ("/sessions/会话-东京/export.html", "会话-东京.html"),
+    ],
+)
+def test_exports_name_ids_outside_latin_1_with_rfc_6266_filename_star(alice_client, ingest, url, filename):
+    assert ingest(native("运行-東京-1", "会话-东京", input="hi", output="ok")).status_code == 200
+    response = alice_client.get(url)
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == f"attachment; filename*=utf-8''{quote(filename)}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,6 @@ def test_the_library_section_has_an_example_per_feature():
 
 @pytest.mark.parametrize("code", EXAMPLES, ids=lambda c: c.splitlines()[0][:50])
 def test_example_runs(code, tmp_path, monkeypatch):
-    # The HttpSink example spools into the temporary folder: keep it inside this test's.
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # The HttpSink example spools into the user's cache folder: keep it inside this test's.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})

@@ -245,3 +245,20 @@ def test_the_json_twin_searches_and_filters_too(alice_client, corpus):
     assert bad.status_code == 400 and bad.json()["parameter"] == "from" and "soon" in bad.json()["error"]
     bad = alice_client.get("/api/v1/sessions", {"_next": "%%%"})
     assert bad.status_code == 400 and bad.json()["parameter"] == "_next"
+
+
+@pytest.mark.parametrize("query", ["🤖", '"', "%", "*", "-", "_ -- ''"])
+def test_a_search_without_searchable_words_says_so_and_does_not_claim_to_filter(alice_client, corpus, query):
+    page = alice_client.get("/", {"q": query}).content.decode()
+    assert "has no searchable words" in page and "These are all sessions." in page
+    assert "Filtered view" not in page
+    assert sessions_on(alice_client, q=query) == ["s-team", "s-chat", "s-tokyo"]
+    body = alice_client.get("/api/v1/sessions", {"q": query}).json()
+    assert len(body["sessions"]) == 3
+    (warning,) = body["warnings"]
+    assert warning["parameter"] == "q" and "has no searchable words" in warning["message"]
+    # Other filters still apply, and the page says the search was not one of them.
+    page = alice_client.get("/", {"q": query, "status": "failed"}).content.decode()
+    assert "Filtered view" in page and "match the other filters only" in page
+    assert sessions_on(alice_client, q=query, status="failed") == ["s-chat"]
+    assert "warnings" not in alice_client.get("/api/v1/sessions", {"q": "hello"}).json()

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from history_app import settings as app_settings
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "tru"])
@@ -42,3 +49,41 @@ def test_values_can_come_from_a_file(monkeypatch, tmp_path):
 def test_lists(monkeypatch):
     monkeypatch.setenv("X_HOSTS", "a.example, b.example,,")
     assert app_settings.env_list("X_HOSTS", []) == ["a.example", "b.example"]
+
+
+PRODUCTION = {
+    "SECRET_KEY": "a-production-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz-ABCDEFG",
+    "ALLOWED_HOSTS": "history.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://history.example.com",
+    "SECURE_SSL_REDIRECT": "true",
+    "SECURE_HSTS_SECONDS": "31536000",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
+    "SECURE_HSTS_PRELOAD": "true",
+    "HISTORY_BEHIND_HTTPS_PROXY": "true",
+}
+
+
+def check_deploy(tmp_path, **variables) -> subprocess.CompletedProcess:
+    keep = {name: os.environ[name] for name in ("PATH", "HOME") if name in os.environ}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env={**keep, "HISTORY_DATA_DIR": str(tmp_path), **variables},
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_check_deploy_is_clean_with_the_documented_production_variables(tmp_path):
+    result = check_deploy(tmp_path, **PRODUCTION)
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues" in result.stdout
+    assert "WARNINGS" not in result.stderr
+
+
+def test_a_laptop_stays_plain_http(tmp_path, settings, client):
+    assert not settings.SECURE_SSL_REDIRECT and settings.SECURE_HSTS_SECONDS == 0
+    assert settings.SECURE_PROXY_SSL_HEADER is None
+    assert client.get("/accounts/login/").status_code == 200  # no redirect to https
+    result = check_deploy(tmp_path)
+    assert "security.W004" in result.stderr and "security.W008" in result.stderr  # the checks still guard

@@ -26,7 +26,7 @@ from .records import (
     ToolCall,
 )
 from .redact import Redactor, is_secret_key, redact
-from .sinks import HttpSink
+from .sinks import FlushResult, HttpSink
 from .stores import MemoryStore, SQLiteStore, WorkflowSession
 from .team import TeamHistory
 from .tools import get_chat_history, read_past_session, search_past_sessions
@@ -36,6 +36,7 @@ __all__ = [
     "SCHEMA",
     "AgentHistoryMiddleware",
     "CoTHistory",
+    "FlushResult",
     "HttpSink",
     "InjectedContext",
     "Iteration",

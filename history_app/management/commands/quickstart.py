@@ -39,8 +39,16 @@ class Command(BaseCommand):
             shown = "(from HISTORY_ADMIN_PASSWORD)" if os.environ.get("HISTORY_ADMIN_PASSWORD") else password
             self.stdout.write(self.style.SUCCESS("Created user 'admin' with password: ") + shown)
 
-        _, token = register_token(name="quickstart", token=os.environ.get("HISTORY_INGEST_TOKEN") or None)
-        self.stdout.write(self.style.SUCCESS("Ingest token: ") + token)
+        row, token = register_token(name="quickstart", token=os.environ.get("HISTORY_INGEST_TOKEN") or None)
+        if row.revoked:
+            self.stdout.write(
+                self.style.WARNING("The ingest token in HISTORY_INGEST_TOKEN was revoked and stays revoked")
+                + " (ingestion with it answers 401). Unset HISTORY_INGEST_TOKEN or set a new value to"
+                " register a new token, or run `python manage.py create_ingest_token NAME`."
+            )
+            token = "$TOKEN"
+        else:
+            self.stdout.write(self.style.SUCCESS("Ingest token: ") + token)
 
         results = []
         for path in collect_files([str(DEMO_DIR)]):
