@@ -214,13 +214,7 @@ def _ingest_run(run: Run, digest: str, source_format: str) -> str:
     else:
         row = existing
         old_session_id = existing.session_id if existing.session_id != session.pk else None
-        for related in (
-            existing.tool_calls,
-            existing.iterations,
-            existing.member_interactions,
-            existing.injected_contexts,
-        ):
-            related.all()._raw_delete(related.all().db)
+        delete_children(existing)
         status = "updated"
     _fill_run(row, run, session, digest, source_format)
     with transaction.atomic():
@@ -237,6 +231,12 @@ def _ingest_run(run: Run, digest: str, source_format: str) -> str:
     if old_session_id is not None:
         _refresh_session(models.Session.objects.select_for_update().get(pk=old_session_id))
     return status
+
+
+def delete_children(row: models.Run) -> None:
+    """Delete a run's iterations, tool calls, interactions and contexts (before rewriting them)."""
+    for related in (row.tool_calls, row.iterations, row.member_interactions, row.injected_contexts):
+        related.all()._raw_delete(related.all().db)
 
 
 def _session_for(run: Run) -> models.Session:
