@@ -198,6 +198,7 @@ def test_what_an_older_rule_cut_short_is_widened_without_counting_it_again(store
     [
         ("postgres://u:p@ss@h:5432/db", "postgres://u:[REDACTED:url-credentials]@h:5432/db"),
         ("x://u:p/ss@h/db", "x://u:[REDACTED:url-credentials]@h/db"),
+        ("x://u:p@ss/w@h/db", "x://u:[REDACTED:url-credentials]@h/db"),
         ("redis://:FAKEpw@h:6379", "redis://:[REDACTED:url-credentials]@h:6379"),
         ("https://example.com:8080/path@v2", "https://example.com:8080/path@v2"),
         ("see https://example.com/a@b", "see https://example.com/a@b"),

@@ -7,8 +7,14 @@ Two kinds of rule:
   ``UPPER_CASE``) and judged by those words, never by substring, so ``session_id``,
   ``max_tokens``, ``author``, ``passage`` and ``secretary`` survive while ``api_key``,
   ``GITHUB_TOKEN`` and ``clientSecret`` do not.
-* **Value rules** find known secret shapes inside any string (provider keys, JWTs, PEM
-  blocks, ``Bearer``/``Basic`` headers, credentials in URLs, ``name=value`` pairs).
+* **Value rules** find known secret shapes inside any string (provider keys, JWTs,
+  private-key blocks, ``Authorization``/``Cookie`` headers, ``Bearer``/``Basic``
+  credentials, credentials in URLs, ``name=value`` pairs).
+
+Object keys go through the value rules too (a token used as a key is as stored as one
+used as a value); keys that redact to the same text stay distinct (``#2``). Redacting
+redacted data changes nothing, which is what lets ``redact_history`` re-apply the rules
+to a whole database.
 
 Every value pattern is anchored and has bounded, non-nested quantifiers, so matching is
 linear in the input; each rule first checks a cheap literal with ``in`` and skips the
@@ -457,11 +463,12 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ValueRule(
         "url-credentials",
         "://",
-        # scheme://user:password@host, any scheme; the password may hold '@' and '/' (the
-        # last '@' before a host ends it), and "host:8080/path@x" is a port, not a password.
-        # It never spans a second "://", so each stretch of text is scanned once.
+        # scheme://user:password@host, any scheme. The password may hold '@' and '/': it
+        # runs to the last '@' followed by a host before a space, a quote or the next
+        # "://" (an '@' later in the path widens the redaction rather than leaking part of
+        # the password). "host:8080/path@x" is a port and a path, not a password.
         re.compile(
-            r"://[^\s:/@?#\"]{0,256}:(?![0-9]{1,5}(?:[/?#\s\"]|\Z))((?:[^\s\":]|:(?!//)){1,256}?)@"
+            r"://[^\s:/@?#\"]{0,256}:(?![0-9]{1,5}(?:[/?#\s\"]|\Z))((?:[^\s\":]|:(?!//)){1,256})@"
             r"(?=[A-Za-z0-9._~%\-]{1,256}(?![A-Za-z0-9._~%\-@]))"
         ),
         group=1,
