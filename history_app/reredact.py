@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from . import models, search, selectors, services
+from .agent_history.records import RecordError
 from .agent_history.redact import Redactor
 
 CHANGED_KEYS = ("runs", "sessions", "receipts")
@@ -33,6 +34,9 @@ class RedactResult:
     # Rows rewritten (or, in a dry run, that would be) per table.
     changed: Counter[str] = field(default_factory=Counter)
     scanned: Counter[str] = field(default_factory=Counter)
+    # Runs whose stored record no longer validates (or is too deep to walk): left as
+    # they are, and named, so that someone looks at them.
+    skipped: list[str] = field(default_factory=list)
     batches: int = 0
 
 
@@ -66,7 +70,11 @@ def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, prog
         for row in batch:
             result.scanned["runs"] += 1
             report: list[dict[str, Any]] = []
-            prepared = services.prepare_run(selectors.run_record(row), redactor=redactor, report=report)
+            try:
+                prepared = services.prepare_run(selectors.run_record(row), redactor=redactor, report=report)
+            except (RecordError, RecursionError):
+                result.skipped.append(row.run_id)
+                continue
             digest = services.content_hash(prepared)
             document = search.document_for(prepared)
             if digest == row.content_hash and document == documents.get(row.pk):

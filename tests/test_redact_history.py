@@ -10,6 +10,7 @@ from django.core.management import call_command
 
 from history_app import models, reredact, search, services
 from history_app.agent_history import formats
+from history_app.agent_history.records import RecordError
 from history_app.rendering import render_markdown
 
 from .conftest import database_dump, load_jsonl, native
@@ -165,3 +166,20 @@ def test_a_database_filled_through_the_endpoint_is_left_as_it_is(ingest):
     before = database_dump()
     assert "Changed: 0 of" in redact_history()
     assert database_dump() == before
+
+
+def test_a_run_that_no_longer_validates_is_named_and_the_rest_is_done(monkeypatch):
+    store_raw(raw_items()[:3])
+    prepare_run = services.prepare_run
+
+    def refuse_old_1(run, **kwargs):
+        if run.run_id == "old-1":
+            raise RecordError([("$.iterations[0].metadata", "too deep")])
+        return prepare_run(run, **kwargs)
+
+    monkeypatch.setattr(services, "prepare_run", refuse_old_1)
+    errors = io.StringIO()
+    out = io.StringIO()
+    call_command("redact_history", stdout=out, stderr=errors)
+    assert "Changed: 2 of 3 runs" in out.getvalue()
+    assert "1 runs were left as they are" in errors.getvalue() and "old-1" in errors.getvalue()

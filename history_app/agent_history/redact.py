@@ -364,13 +364,14 @@ PRIVATE_KEY_BLOCKS = (
     ),
 )
 
-# Authorization, Proxy-Authorization, Cookie and Set-Cookie header values, any case.
+# Authorization and Cookie header values, also prefixed (Proxy-Authorization,
+# X-Authorization, Set-Cookie), in any case.
 _HEADER_NAME = re.compile(
-    r"(?i)(?<![a-z0-9_\-])(?:proxy-authori[sz]ation|authori[sz]ation|set-cookie|cookie)"
+    r"(?i)(?<![a-z0-9_\-])(?:[a-z0-9]{1,20}-){0,3}(?P<name>authori[sz]ation|cookie)"
     r"\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
 )
 _AUTH_SCHEME = re.compile(r"(?:[A-Za-z][A-Za-z0-9_\-]{0,30}|\[REDACTED:[a-z0-9\-]{1,40}\])[ \t]+")
-_CREDENTIAL_TOKEN = re.compile(r"[^\s\"',;\\]{1,4000}")
+_CREDENTIAL_TOKEN = re.compile(r"[^\s\"',;&\\{}\[\]()<>]{1,4000}")
 # Parameters (Digest's username="…", response="…"; cookies' a=1; b=2) run to the line end.
 _CREDENTIAL_PARAMS = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,40}=(?:[^\r\n\\]|\\(?![nr])){0,4000}")
 
@@ -392,13 +393,18 @@ class HeaderRule:
             pos = header.end()
             if pos < done:
                 continue
-            scheme = _AUTH_SCHEME.match(text, pos)
+            # Authorization values start with a scheme; cookies do not.
+            scheme = None if header.group("name").lower() == "cookie" else _AUTH_SCHEME.match(text, pos)
             if scheme is not None and (
                 _CREDENTIAL_TOKEN.match(text, scheme.end()) or _CREDENTIAL_PARAMS.match(text, scheme.end())
             ):
                 pos = scheme.end()
             value = _CREDENTIAL_PARAMS.match(text, pos) or _CREDENTIAL_TOKEN.match(text, pos)
-            if value is None or text.startswith(_MARKER_START, pos):
+            if (
+                value is None
+                or text.startswith(_MARKER_START, pos)
+                or value.group().lower() in _KV_NOT_SECRET_VALUES
+            ):
                 continue
             counts[self.name] += 1
             pieces += [text[done:pos], self.marker]

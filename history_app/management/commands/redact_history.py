@@ -41,3 +41,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {rule}: {count}")
         else:
             self.stdout.write("Nothing to redact.")
+        if result.skipped:
+            shown = ", ".join(result.skipped[:20]) + (" …" if len(result.skipped) > 20 else "")
+            self.stderr.write(
+                f"{len(result.skipped)} runs were left as they are: their stored record no longer "
+                f"validates. Delete or re-import them: {shown}"
+            )
