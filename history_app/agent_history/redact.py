@@ -395,10 +395,13 @@ class HeaderRule:
                 continue
             # Authorization values start with a scheme; cookies do not.
             scheme = None if header.group("name").lower() == "cookie" else _AUTH_SCHEME.match(text, pos)
-            if scheme is not None and (
-                _CREDENTIAL_TOKEN.match(text, scheme.end()) or _CREDENTIAL_PARAMS.match(text, scheme.end())
-            ):
-                pos = scheme.end()
+            if scheme is not None:
+                if text.startswith(_MARKER_START, scheme.end()):
+                    continue  # a shape rule replaced the credential already
+                if _CREDENTIAL_TOKEN.match(text, scheme.end()) or _CREDENTIAL_PARAMS.match(
+                    text, scheme.end()
+                ):
+                    pos = scheme.end()
             value = _CREDENTIAL_PARAMS.match(text, pos) or _CREDENTIAL_TOKEN.match(text, pos)
             if (
                 value is None
