@@ -457,7 +457,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ),
     ValueRule(
         "basic-auth",
-        ("asic", "ASIC"),
+        "asic",  # "AUTHORIZATION: BASIC …" is the header rule's
         re.compile(r"(?<![A-Za-z0-9])([Bb]asic|BASIC)[ \t]+([A-Za-z0-9+/]{8,1000}={0,2})(?![A-Za-z0-9+/=])"),
         group=2,
         check=_is_basic_credential,
