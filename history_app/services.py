@@ -14,7 +14,6 @@ import json
 import logging
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -74,7 +73,8 @@ def prepare_run(
         report.extend(fields)
     cleaned = _without_nul(cleaned)
     cleaned.update(kept)
-    total: Counter[str] = Counter({k: v for k, v in (run.redactions or {}).items() if isinstance(v, int)})
+    # A client's map keeps only rule names: a value used as a key there is dropped.
+    total = redactor.known_counts(run.redactions or {})
     total.update(counts)
     cleaned["redactions"] = dict(total)
     prepared = Run.from_dict(cleaned)
@@ -171,17 +171,21 @@ def record_receipt(
     counts = dict.fromkeys(("created", "updated", "duplicate", "rejected"), 0)
     for result in results:
         counts[result.status] += 1
+    # A rejection's path or message can quote a secret the client sent (a key in a path).
+    redact = server_redactor().redact
     return models.IngestReceipt.objects.create(
         source=source,
         token=token,
-        label=label[:255],
+        label=redact(label)[:255],
         counts=counts,
-        rejections=[
-            {"index": r.index, "run_id": r.run_id, **error}
-            for r in results
-            if r.status == "rejected"
-            for error in r.errors
-        ][:1000],
+        rejections=redact(
+            [
+                {"index": r.index, "run_id": r.run_id, **error}
+                for r in results
+                if r.status == "rejected"
+                for error in r.errors
+            ][:1000]
+        ),
         changed_fields=[item for r in results for item in r.changed_fields][:1000],
     )
 
@@ -210,13 +214,7 @@ def _ingest_run(run: Run, digest: str, source_format: str) -> str:
     else:
         row = existing
         old_session_id = existing.session_id if existing.session_id != session.pk else None
-        for related in (
-            existing.tool_calls,
-            existing.iterations,
-            existing.member_interactions,
-            existing.injected_contexts,
-        ):
-            related.all()._raw_delete(related.all().db)
+        delete_children(existing)
         status = "updated"
     _fill_run(row, run, session, digest, source_format)
     with transaction.atomic():
@@ -233,6 +231,12 @@ def _ingest_run(run: Run, digest: str, source_format: str) -> str:
     if old_session_id is not None:
         _refresh_session(models.Session.objects.select_for_update().get(pk=old_session_id))
     return status
+
+
+def delete_children(row: models.Run) -> None:
+    """Delete a run's iterations, tool calls, interactions and contexts (before rewriting them)."""
+    for related in (row.tool_calls, row.iterations, row.member_interactions, row.injected_contexts):
+        related.all()._raw_delete(related.all().db)
 
 
 def _session_for(run: Run) -> models.Session:

@@ -197,8 +197,10 @@ def test_no_secret_reaches_the_database_in_any_placement(ingest, alice_client, e
                         ],
                     }
                 ],
-                metadata={"placement": placement},
+                metadata={"placement": placement, "seen": {entry["secret"]: i}},
                 metrics={"details": placement.get("params")},
+                # A client cannot store a value as a rule name in the redactions map.
+                redactions={entry["secret"]: 1, "openai": 1},
             )
         )
     # And the same secrets in an autourgos log, the way a real agent would leak them.
@@ -209,7 +211,7 @@ def test_no_secret_reaches_the_database_in_any_placement(ingest, alice_client, e
                 {
                     "iteration": 1,
                     "thought": entry["secret"],
-                    "tools": [{"tool": "t", "params": {"v": entry["secret"]}}],
+                    "tools": [{"tool": "t", "params": {"v": entry["secret"], entry["secret"]: "as a key"}}],
                     "observations": [{"tool": "t", "result": entry["secret"]}],
                 }
             ],
@@ -219,10 +221,50 @@ def test_no_secret_reaches_the_database_in_any_placement(ingest, alice_client, e
     )
     response = ingest(runs)
     assert response.status_code == 200, response.json()
-    assert entry["secret"] not in database_dump()
+    leftovers = [entry["secret"], *entry.get("fragments", [])]
+    dump = database_dump()
+    for leftover in leftovers:
+        assert leftover not in dump
     for run in models.Run.objects.all():
         for url in (run.get_absolute_url(), f"/api/v1/runs/{run.run_id}", run.session.get_absolute_url()):
             page = alice_client.get(url).content.decode()
-            assert entry["secret"] not in page
-            assert entry["secret"] not in json.dumps(page)
+            for leftover in leftovers:
+                assert leftover not in page
+                assert leftover not in json.dumps(page)
     assert all(run.redactions for run in models.Run.objects.all())
+    for receipt in models.IngestReceipt.objects.all():
+        assert all(leftover not in json.dumps(receipt.changed_fields) for leftover in leftovers)
+    # The redactions map holds rule names only.
+    rule_names = services.server_redactor().rule_names
+    assert all(set(run.redactions) <= rule_names for run in models.Run.objects.all())
+
+
+INNOCUOUS = load_jsonl("innocuous.jsonl")
+
+
+def test_innocuous_values_are_stored_unchanged_in_every_placement(ingest):
+    texts = [e["text"] for e in INNOCUOUS if "text" in e]
+    keyed = {e["key"]: e["value"] for e in INNOCUOUS if "key" in e}
+    runs = [
+        native(
+            f"innocuous-{i}",
+            input=text,
+            output=text,
+            iterations=[
+                {
+                    "thought": text,
+                    "tool_calls": [{"tool": "t", "params": {"q": text, **keyed}, "result": text}],
+                }
+            ],
+            metadata={"note": text, **keyed},
+        )
+        for i, text in enumerate(texts)
+    ]
+    assert ingest(runs).status_code == 200
+    for i, text in enumerate(texts):
+        run = models.Run.objects.get(run_id=f"innocuous-{i}")
+        call = run.tool_calls.get()
+        assert (run.input, run.output, run.iterations.get().thought, call.result) == (text, text, text, text)
+        assert call.params == {"q": text, **keyed}
+        assert run.metadata == {"note": text, **keyed}
+        assert run.redactions == {}

@@ -17,18 +17,19 @@ from pathlib import Path
 from history_app.agent_history import MemoryStore, Redactor, Run, SQLiteStore, render_workflow_history
 
 
-def best_seconds(fn, *, repeat: int = 200, number: int = 10) -> float:
+def best_seconds(fn, *, repeat: int = 200, number: int = 10, clock=time.perf_counter) -> float:
     """The best of ``repeat`` timings (each the mean of ``number`` calls).
 
     The best, not the mean, as ``timeit`` advises: on a shared machine the slower
-    samples measure the neighbours, not the code.
+    samples measure the neighbours, not the code. ``clock=time.process_time`` counts
+    only this process's CPU time (a machine busy with other work slows the wall clock).
     """
     samples = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(number):
             fn()
-        samples.append((time.perf_counter() - start) / number)
+        samples.append((clock() - start) / number)
     return min(samples)
 
 
@@ -118,6 +119,7 @@ def main() -> None:
     size = len(json.dumps(data))
     redactor = Redactor()
     redact_time = best_seconds(lambda: redactor.redact(data), repeat=15, number=1)
+    redact_cpu = best_seconds(lambda: redactor.redact(data), repeat=15, number=1, clock=time.process_time)
 
     print(f"{'benchmark':48} {'best':>12} {'target':>12}")
     print(f"{'render 100-entry workflow history':48} {ours * 1e6:9.1f} µs")
@@ -129,6 +131,7 @@ def main() -> None:
     print(f"{'  agno-go reports (its own machine)':48} {0.177:9.4f} ms")
     print(f"{f'redact a {size / 1e6:.2f} MB transcript':48} {redact_time * 1e3:9.1f} ms")
     print(f"{'  throughput':48} {size / redact_time / 1e6:8.1f} MB/s {'>= 20 MB/s':>12}")
+    print(f"{'  throughput in CPU time':48} {size / redact_cpu / 1e6:8.1f} MB/s")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,170 @@
+"""Re-applying the current redaction rules to everything already stored.
+
+The server redacts every run it receives, but a database filled before a rule was added
+(or widened) still holds what that rule now catches. ``redact_stored`` walks every table
+that holds content — runs and their children, sessions, search documents, receipts — in
+batches by primary key, each batch in its own short transaction, and rewrites only what
+the current rules change. A run is rewritten exactly as ingestion would store it: the
+same ``prepare_run``, the same content hash (so a resend of the run, redacted or not, is
+still a duplicate), its answer HTML rendered again from the redacted output. Interrupted,
+a second pass finds the finished rows unchanged and goes on with the rest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection, transaction
+
+from . import models, search, selectors, services
+from .agent_history.records import RecordError
+from .agent_history.redact import Redactor
+
+CHANGED_KEYS = ("runs", "sessions", "receipts")
+
+
+@dataclass
+class RedactResult:
+    dry_run: bool
+    # Replacements per rule; "redactions-map" counts names dropped from runs' maps.
+    rules: Counter[str] = field(default_factory=Counter)
+    # Rows rewritten (or, in a dry run, that would be) per table.
+    changed: Counter[str] = field(default_factory=Counter)
+    scanned: Counter[str] = field(default_factory=Counter)
+    # Runs whose stored record no longer validates (or is too deep to walk): left as
+    # they are, and named, so that someone looks at them.
+    skipped: list[str] = field(default_factory=list)
+    batches: int = 0
+
+
+def redact_stored(
+    *, batch_size: int = 200, dry_run: bool = False, progress: Callable[[RedactResult], None] | None = None
+) -> RedactResult:
+    """Apply the server's current rules to every stored run, session and receipt."""
+    redactor = services.server_redactor()
+    result = RedactResult(dry_run=dry_run)
+    for step in (_redact_runs, _redact_sessions, _redact_receipts):
+        step(redactor, result, batch_size, progress)
+    if result.changed["runs"] and not dry_run and connection.vendor == "sqlite":
+        # The FTS index keeps deleted terms in old segments until they are merged.
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO history_run_fts(history_run_fts) VALUES ('optimize')")
+    return result
+
+
+def _batches(queryset: Any, batch_size: int) -> Any:
+    """Successive batches of ``queryset`` by primary key (the cursor makes a rerun safe)."""
+    last_pk = 0
+    while batch := list(queryset.filter(pk__gt=last_pk).order_by("pk")[:batch_size]):
+        yield batch
+        last_pk = batch[-1].pk
+
+
+def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, progress: Any) -> None:
+    for batch in _batches(selectors._transcript_queryset(), batch_size):
+        documents = dict(models.RunSearch.objects.filter(run__in=batch).values_list("run_id", "document"))
+        planned = []
+        for row in batch:
+            result.scanned["runs"] += 1
+            report: list[dict[str, Any]] = []
+            try:
+                prepared = services.prepare_run(selectors.run_record(row), redactor=redactor, report=report)
+            except (RecordError, RecursionError):
+                result.skipped.append(row.run_id)
+                continue
+            digest = services.content_hash(prepared)
+            document = search.document_for(prepared)
+            if digest == row.content_hash and document == documents.get(row.pk):
+                continue
+            for item in report:
+                result.rules.update(item["rules"])
+            if dropped := len(set(row.redactions) - set(redactor.known_counts(row.redactions))):
+                result.rules["redactions-map"] += dropped
+            planned.append((row, row.content_hash, prepared, digest, document))
+        result.changed["runs"] += len(planned)
+        if planned and not result.dry_run:
+            _rewrite_runs(planned)
+        result.batches += 1
+        if progress is not None:
+            progress(result)
+
+
+def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str]]) -> None:
+    # Fill (and render the answer HTML) before the transaction: it is the slow part.
+    for row, _, prepared, digest, _ in planned:
+        services._fill_run(row, prepared, row.session, digest, row.source_format)
+    with transaction.atomic():
+        for row, read_hash, prepared, _, document in planned:
+            current = (
+                models.Run.objects.select_for_update()
+                .filter(pk=row.pk)
+                .values_list("content_hash", flat=True)
+            )
+            if list(current) != [read_hash]:
+                continue  # re-sent or deleted meanwhile: ingestion applied the current rules
+            row.save()
+            services.delete_children(row)
+            services._write_children(row, prepared)
+            models.RunSearch.objects.update_or_create(run=row, defaults={"document": document})
+
+
+def _redact_fields(redactor: Redactor, result: RedactResult, row: Any, names: tuple[str, ...]) -> bool:
+    """Redact ``names`` of ``row`` in place; True when something changed."""
+    before = {name: getattr(row, name) for name in names}
+    after, counts = redactor.redact_with_counts(before)
+    if after == before:
+        return False
+    result.rules.update(counts)
+    for name in names:
+        max_length = row._meta.get_field(name).max_length
+        setattr(row, name, after[name][:max_length] if max_length else after[name])
+    return True
+
+
+def _redact_rows(
+    redactor: Redactor,
+    result: RedactResult,
+    batch_size: int,
+    progress: Any,
+    *,
+    key: str,
+    queryset: Any,
+    names: tuple[str, ...],
+) -> None:
+    for batch in _batches(queryset.only("pk", *names), batch_size):
+        changed = [row for row in batch if _redact_fields(redactor, result, row, names)]
+        result.scanned[key] += len(batch)
+        result.changed[key] += len(changed)
+        if changed and not result.dry_run:
+            with transaction.atomic():
+                type(changed[0]).objects.bulk_update(changed, list(names))
+        result.batches += 1
+        if progress is not None:
+            progress(result)
+
+
+def _redact_sessions(redactor: Redactor, result: RedactResult, batch_size: int, progress: Any) -> None:
+    _redact_rows(
+        redactor,
+        result,
+        batch_size,
+        progress,
+        key="sessions",
+        queryset=models.Session.objects.all(),
+        names=("user_id", "agent_name", "framework"),
+    )
+
+
+def _redact_receipts(redactor: Redactor, result: RedactResult, batch_size: int, progress: Any) -> None:
+    _redact_rows(
+        redactor,
+        result,
+        batch_size,
+        progress,
+        key="receipts",
+        queryset=models.IngestReceipt.objects.all(),
+        names=("label", "rejections", "changed_fields"),
+    )

@@ -1,0 +1,185 @@
+"""``manage.py redact_history``: the current rules applied to what an older version stored."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from history_app import models, reredact, search, services
+from history_app.agent_history import formats
+from history_app.agent_history.records import RecordError
+from history_app.rendering import render_markdown
+
+from .conftest import database_dump, load_jsonl, native
+
+pytestmark = pytest.mark.django_db
+
+SECRETS = load_jsonl("secrets.jsonl")
+LEFTOVERS = [piece for entry in SECRETS for piece in (entry["secret"], *entry.get("fragments", []))]
+# Written by the rules before this version: the PEM rule stopped at the first header
+# ("Proc-Type"), the URL rule at the first '@' of the password.
+OLD_PEM_BODY = "FAKEoldBodyLine0123456789abcdefABCDEF+/"
+OLD_PASSWORD_TAIL = "ss@w0rdFAKEold"
+# The SQLite full-text index stores terms lower-cased (and prefix-compressed): a
+# lower-case secret shows whether its old terms really left the index.
+LOWER_CASE_SECRET = "zqxfakelowercasesecret"
+
+
+def raw_items() -> list[dict]:
+    """Runs as a database filled before the current rules holds them, in every table."""
+    items = []
+    for i, entry in enumerate(SECRETS):
+        text = entry["placements"][0].get("text") or json.dumps(entry["placements"][0]["params"])
+        items.append(
+            native(
+                f"old-{i}",
+                session_id=f"s-{i % 5}",
+                user_id=entry["secret"][:200] if i % 7 == 0 else "alice",
+                input=f"use {entry['secret']}",
+                output=f"**Answer** with {text}",
+                iterations=[
+                    {
+                        "thought": text,
+                        "tool_calls": [
+                            {
+                                "tool": "fetch",
+                                "params": {entry["secret"]: {"v": entry["secret"]}},
+                                "result": text,
+                            }
+                        ],
+                    }
+                ],
+                member_interactions=[{"member": "helper", "task": text, "response": "ok"}],
+                injected_contexts=[{"text": f"history: {text}", "kind": "custom", "settings": {"k": text}}],
+                metadata={entry["secret"]: 1, "nested": {"list": [{entry["secret"]: text}]}},
+                metrics={"note": text},
+                redactions={entry["secret"]: 1},
+            )
+        )
+    items.append(
+        native(
+            "old-partial",
+            session_id="s-partial",
+            user_id=SECRETS[4]["secret"],
+            agent_name=SECRETS[5]["secret"],
+            output=f"config password={LOWER_CASE_SECRET}9 done",
+            input=(
+                "[REDACTED:pem-private-key]-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,FAKE0011\n\n"
+                f"{OLD_PEM_BODY}\n-----END RSA PRIVATE KEY-----\nand postgres://u:[REDACTED:url-credentials]@"
+                f"{OLD_PASSWORD_TAIL}@db.example.com/app"
+            ),
+            redactions={"pem-private-key": 1, "url-credentials": 1},
+        )
+    )
+    return items
+
+
+def store_raw(items: list[dict]) -> None:
+    """Store without redaction, the way runs stored before a rule existed are held."""
+    for item in items:
+        for run in formats.parse(item):
+            services.ingest_run(run=run, source_format="native")
+    models.IngestReceipt.objects.create(
+        source="api",
+        label=f"import of {SECRETS[0]['secret']}",
+        counts={"rejected": 1},
+        rejections=[
+            {"index": 0, "run_id": "x", "path": f"$.metadata.{SECRETS[2]['secret']}", "message": "bad"}
+        ],
+        changed_fields=[
+            {"run_id": "x", "path": f"$.params.{SECRETS[3]['secret']}", "rules": {"secret-key": 1}}
+        ],
+    )
+
+
+def leaks(text: str) -> list[str]:
+    return [
+        piece for piece in [*LEFTOVERS, OLD_PEM_BODY, OLD_PASSWORD_TAIL, LOWER_CASE_SECRET] if piece in text
+    ]
+
+
+def redact_history(*args: str) -> str:
+    out = io.StringIO()
+    call_command("redact_history", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_redact_history_removes_what_older_rules_kept_and_a_resend_stays_duplicate(ingest, alice_client):
+    items = raw_items()
+    store_raw(items)
+    before = database_dump()
+    assert leaks(before)
+
+    preview = redact_history("--dry-run")
+    assert f"Would change: {len(items)} of {len(items)} runs" in preview
+    assert "slack: " in preview and "pem-private-key: " in preview and "redactions-map: " in preview
+    assert database_dump() == before
+
+    summary = redact_history("--batch-size", "7")
+    assert f"Changed: {len(items)} of {len(items)} runs" in summary
+    assert "1 of 6 sessions, 1 of 1 receipts" in summary
+    dump = database_dump()
+    assert leaks(dump) == []
+    for run in models.Run.objects.all():
+        assert run.output_html == render_markdown(run.output)
+        assert set(run.redactions) <= services.server_redactor().rule_names
+        page = alice_client.get(run.get_absolute_url()).content.decode()
+        assert leaks(page) == []
+    assert not models.Run.objects.filter(pk__in=search.matching_run_pks("FAKEkvAsKey99")).exists()
+
+    again = redact_history()
+    assert f"Changed: 0 of {len(items)} runs, 0 of 6 sessions, 0 of 1 receipts." in again
+    assert database_dump() == dump
+
+    # The original, unredacted runs are redacted on arrival to the very same records...
+    results = ingest(items).json()["results"]
+    assert [r["status"] for r in results if r["run_id"] != "old-partial"] == ["duplicate"] * (len(items) - 1)
+    # ...and so is each stored run exported and sent again.
+    for run_id in ("old-0", "old-partial"):
+        exported = alice_client.get(f"/api/v1/runs/{run_id}").json()["run"]
+        assert ingest(exported).json()["results"][0]["status"] == "duplicate"
+
+
+def test_an_interrupted_pass_is_finished_by_the_next(ingest):
+    items = raw_items()
+    store_raw(items)
+
+    def interrupt(result: reredact.RedactResult) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        reredact.redact_stored(batch_size=4, progress=interrupt)
+    assert len(leaks(database_dump())) > 0
+    assert models.Run.objects.filter(run_id__in=["old-0", "old-3"]).exclude(redactions={}).count() == 2
+
+    result = reredact.redact_stored(batch_size=4)
+    assert result.changed["runs"] == len(items) - 4
+    assert leaks(database_dump()) == []
+    assert all(r["status"] == "duplicate" for r in ingest(items[:-1]).json()["results"])
+
+
+def test_a_database_filled_through_the_endpoint_is_left_as_it_is(ingest):
+    ingest([item for item in raw_items() if item["run_id"] != "old-partial"])
+    before = database_dump()
+    assert "Changed: 0 of" in redact_history()
+    assert database_dump() == before
+
+
+def test_a_run_that_no_longer_validates_is_named_and_the_rest_is_done(monkeypatch):
+    store_raw(raw_items()[:3])
+    prepare_run = services.prepare_run
+
+    def refuse_old_1(run, **kwargs):
+        if run.run_id == "old-1":
+            raise RecordError([("$.iterations[0].metadata", "too deep")])
+        return prepare_run(run, **kwargs)
+
+    monkeypatch.setattr(services, "prepare_run", refuse_old_1)
+    errors = io.StringIO()
+    out = io.StringIO()
+    call_command("redact_history", stdout=out, stderr=errors)
+    assert "Changed: 2 of 3 runs" in out.getvalue()
+    assert "1 runs were left as they are" in errors.getvalue() and "old-1" in errors.getvalue()
