@@ -142,6 +142,10 @@ class _Bounded(Extension):
         fenced.FENCED_BLOCK_RE = _Searching(fenced.FENCED_BLOCK_RE, self.check)
         for pattern in md.inlinePatterns:
             pattern.handleMatch = self.guarded(pattern.handleMatch)
+            if hasattr(pattern, "search"):
+                # The emphasis processor pairs every delimiter of a text inside one
+                # ``handleMatch``, calling ``search`` once per delimiter.
+                pattern.search = self.guarded(pattern.search)
             if isinstance(pattern, LinkInlineProcessor):
                 pattern.getText = _link_text
                 pattern.getLink = _bounded_link(pattern.getLink)
