@@ -125,3 +125,15 @@ def test_answers_are_rendered_outside_the_write_transaction(ingest, monkeypatch)
     monkeypatch.setattr(services, "render_markdown", render)
     assert ingest(native("r-outside", output="*hello*")).status_code == 200
     assert seen == [False]
+
+
+def test_splitting_long_runs_of_references_for_nh3_changes_nothing():
+    dirty = "<p>" + "&amp;#&lt;x&gt; " * 200 + '<a href="https://e.com/?a=1&amp;b=2">x</a></p>'
+    assert rendering.sanitize_html(dirty) == rendering.nh3.clean(
+        dirty,
+        tags=rendering.ALLOWED_TAGS,
+        attributes=rendering.ALLOWED_ATTRIBUTES,
+        url_schemes=rendering.URL_SCHEMES,
+        link_rel="noopener noreferrer nofollow",
+        strip_comments=True,
+    )
