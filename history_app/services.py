@@ -193,16 +193,19 @@ def record_receipt(
 def ingest_run(*, run: Run, source_format: str = "") -> str:
     """Store one already-redacted run; returns "created", "updated" or "duplicate"."""
     digest = content_hash(run)
+    # Rendered before the transaction opens: rendering is bounded but not free, and on
+    # SQLite every other writer waits while a write transaction is open.
+    output_html = render_markdown(run.output)
     try:
-        return _ingest_run(run, digest, source_format)
+        return _ingest_run(run, digest, source_format, output_html)
     except IntegrityError:
         # Another writer stored the same run_id between our read and our insert; the
         # second attempt sees it and reports duplicate/updated instead of failing.
-        return _ingest_run(run, digest, source_format)
+        return _ingest_run(run, digest, source_format, output_html)
 
 
 @transaction.atomic
-def _ingest_run(run: Run, digest: str, source_format: str) -> str:
+def _ingest_run(run: Run, digest: str, source_format: str, output_html: str) -> str:
     existing = models.Run.objects.select_for_update().filter(run_id=run.run_id).first()
     if existing is not None and existing.content_hash == digest:
         return "duplicate"
@@ -217,6 +220,7 @@ def _ingest_run(run: Run, digest: str, source_format: str) -> str:
         delete_children(existing)
         status = "updated"
     _fill_run(row, run, session, digest, source_format)
+    row.output_html = output_html
     with transaction.atomic():
         row.save()
     _write_children(row, run)
@@ -257,7 +261,6 @@ def _fill_run(row: models.Run, run: Run, session: models.Session, digest: str, s
     row.team_id, row.workflow_id, row.user_id = run.team_id[:255], run.workflow_id[:255], run.user_id[:255]
     row.framework = run.framework[:32]
     row.input, row.output, row.error = run.input, run.output, run.error
-    row.output_html = render_markdown(run.output)
     row.started_at, row.ended_at = _aware(run.started_at), _aware(run.ended_at)
     row.duration_ms = run.duration_ms
     row.iteration_count = len(run.iterations)

@@ -250,6 +250,9 @@ HISTORY_MAX_BODY_BYTES = env_int("HISTORY_MAX_BODY_BYTES", 10 * 1024 * 1024, min
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(HISTORY_MAX_BODY_BYTES, 2_621_440)
 # Any stored text field longer than this is cut, with a marker, before it is written.
 HISTORY_MAX_FIELD_CHARS = env_int("HISTORY_MAX_FIELD_CHARS", 256 * 1024, minimum=1024)
+# Rendering one text as Markdown may take this long; a text that would take longer is
+# shown escaped, as preformatted text under a note (history_app/rendering.py).
+HISTORY_MARKDOWN_BUDGET_MS = env_int("HISTORY_MARKDOWN_BUDGET_MS", 500, minimum=0)
 HISTORY_PAGE_SIZE = env_int("HISTORY_PAGE_SIZE", 50, minimum=1)
 HISTORY_IDLE_GAP_SECONDS = env_int("HISTORY_IDLE_GAP_SECONDS", 300, minimum=1)
 # Retention: unset keeps everything forever. When set, a bounded prune (one batch) runs
