@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from . import models, search, selectors, services
 from .agent_history.records import RecordError
 from .agent_history.redact import Redactor
+from .rendering import render_markdown
 
 CHANGED_KEYS = ("runs", "sessions", "receipts")
 
@@ -96,6 +97,7 @@ def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str]]) -> None:
     # Fill (and render the answer HTML) before the transaction: it is the slow part.
     for row, _, prepared, digest, _ in planned:
         services._fill_run(row, prepared, row.session, digest, row.source_format)
+        row.output_html = render_markdown(prepared.output)
     with transaction.atomic():
         for row, read_hash, prepared, _, document in planned:
             current = (
