@@ -47,7 +47,7 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false, 1/0, yes/no)")
 
 
-def env_int(name: str, default: int | None, *, minimum: int = 0) -> int | None:
+def env_int(name: str, default: int | None, *, minimum: int = 0, maximum: int | None = None) -> int | None:
     value = _raw(name)
     if value is None or value.strip() == "":
         return default
@@ -57,6 +57,8 @@ def env_int(name: str, default: int | None, *, minimum: int = 0) -> int | None:
         raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
     if number < minimum:
         raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name}={value!r} must be at most {maximum}")
     return number
 
 
@@ -223,6 +225,9 @@ HISTORY_MAX_BODY_BYTES = env_int("HISTORY_MAX_BODY_BYTES", 10 * 1024 * 1024, min
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(HISTORY_MAX_BODY_BYTES, 2_621_440)
 # Any stored text field longer than this is cut, with a marker, before it is written.
 HISTORY_MAX_FIELD_CHARS = env_int("HISTORY_MAX_FIELD_CHARS", 256 * 1024, minimum=1024)
+# Levels of objects/arrays in an ingested item (400 above). Capped well below Python's
+# recursion limit, which the code that copies, redacts and shows values relies on.
+HISTORY_MAX_DEPTH = env_int("HISTORY_MAX_DEPTH", 64, minimum=8, maximum=200)
 HISTORY_PAGE_SIZE = env_int("HISTORY_PAGE_SIZE", 50, minimum=1)
 HISTORY_IDLE_GAP_SECONDS = env_int("HISTORY_IDLE_GAP_SECONDS", 300, minimum=1)
 # Retention: unset keeps everything forever. When set, a bounded prune (one batch) runs
