@@ -75,7 +75,12 @@ def test_a_surrogate_beside_a_rejected_run_still_leaves_a_receipt(ingest):
     response = ingest(body([native(run_id=SURROGATE, status=5), native("ok", input=SURROGATE)]))
     assert response.status_code == 207
     assert [r["status"] for r in response.json()["results"]] == ["rejected", "created"]
-    assert models.IngestReceipt.objects.get().counts == {"created": 1, "updated": 0, "duplicate": 0, "rejected": 1}
+    assert models.IngestReceipt.objects.get().counts == {
+        "created": 1,
+        "updated": 0,
+        "duplicate": 0,
+        "rejected": 1,
+    }
 
 
 @pytest.mark.parametrize(
@@ -322,3 +327,10 @@ def test_pages_outside_the_api_keep_their_html_errors(alice_client, monkeypatch)
     assert failed.status_code == 500
     assert failed["Content-Type"].startswith("text/html")
     assert b"Server Error" in failed.content
+
+
+def test_a_too_deep_value_under_a_surrogate_key_is_refused_and_receipted(ingest):
+    response = ingest(body(native(metadata={SURROGATE: nested(70)})))
+    assert response.status_code == 400
+    assert first_error(response)["path"].startswith("$.metadata.a\ufffdb")
+    assert models.IngestReceipt.objects.get().counts["rejected"] == 1

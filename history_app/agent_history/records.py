@@ -171,7 +171,8 @@ def _aware(value: datetime) -> datetime:
 
 def _children(value: Any, path: str) -> list[tuple[str, Any]]:
     if isinstance(value, dict):
-        return [(f"{path}.{key}", child) for key, child in value.items()]
+        # A path is shown and stored (receipts): a key's lone surrogates cannot be.
+        return [(f"{path}.{_SURROGATE.sub(chr(0xFFFD), str(key))}", child) for key, child in value.items()]
     if isinstance(value, list | tuple):
         return [(f"{path}[{i}]", child) for i, child in enumerate(value)]
     return [(f"{path}.{f.name}", getattr(value, f.name)) for f in fields(value)]
