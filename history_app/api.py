@@ -54,7 +54,9 @@ def _loads(text: str, path: str) -> Any:
         raise BadBody(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path) from None
     except RecursionError:
         limit = settings.HISTORY_MAX_DEPTH
-        raise BadBody(f"invalid JSON: nested deeper than {limit} levels of objects and arrays", path) from None
+        raise BadBody(
+            f"invalid JSON: nested deeper than {limit} levels of objects and arrays", path
+        ) from None
     except ValueError as exc:
         raise BadBody(f"invalid JSON: {exc}", path) from None
 

@@ -225,6 +225,25 @@ def test_type_errors_in_every_format_name_their_path(ingest, payload, path):
     ("payload", "path"),
     [
         ({"run_id": "a1", "agent_id": "x", "status": "COMPLETED", "created_at": 1e300}, "$.created_at"),
+        (
+            {
+                "run_id": "a1",
+                "agent_id": "x",
+                "status": "COMPLETED",
+                "created_at": 1e9,
+                "metrics": {"duration": 1e300},
+            },
+            "$.metrics.duration",
+        ),
+        (
+            {
+                "run_id": "a1",
+                "agent_id": "x",
+                "status": "COMPLETED",
+                "tools": [{"tool_call_id": "c", "metrics": {"start_time": -1e20}}],
+            },
+            "$.tools[0].metrics.start_time",
+        ),
         (native(started_at="9999-12-31T23:59:59-14:00"), "$.started_at"),
         (native(ended_at="0001-01-01T00:00:00+14:00"), "$.ended_at"),
         (native(started_at=-1e15), "$.started_at"),

@@ -231,5 +231,11 @@ def test_hostile_values_in_every_format_never_500(client, token, request):
         if result["status"] == "created":
             # Really stored, and with nothing no database can hold.
             run = models.Run.objects.get(run_id=result["run_id"])
-            for text in (run.run_id, run.session.session_id, run.input, run.output or "", json.dumps(run.metadata)):
+            for text in (
+                run.run_id,
+                run.session.session_id,
+                run.input,
+                run.output or "",
+                json.dumps(run.metadata),
+            ):
                 assert not re.search("[\ud800-\udfff]", text)

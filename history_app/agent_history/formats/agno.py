@@ -80,6 +80,12 @@ def _time(value: Any) -> datetime | None:
     return parse_time(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _duration(metrics: dict[str, Any]) -> float:
+    """The run's duration in seconds (0 when agno gives none)."""
+    duration = metrics.get("duration")
+    return duration if isinstance(duration, int | float) and not isinstance(duration, bool) else 0
+
+
 def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
@@ -117,6 +123,12 @@ def _check(payload: dict[str, Any], path: str = "$") -> list[tuple[str, str]]:
     errors = type_errors(payload, path, RUN_FIELDS)
     if not errors:
         errors += _time_errors(payload, path, ("created_at",))
+    metrics = payload.get("metrics")
+    if not errors and isinstance(metrics, dict) and isinstance(payload.get("created_at"), int | float):
+        # The run's end is its start plus its duration: that too must be a time.
+        errors += _time_errors(
+            {"duration": payload["created_at"] + _duration(metrics)}, f"{path}.metrics", ("duration",)
+        )
     nested = [
         ("messages", None),
         ("tools", None),
@@ -157,7 +169,7 @@ def _time_errors(data: dict[str, Any], path: str, keys: tuple[str, ...]) -> list
             if not errors:
                 _time(data.get(key))
         except ValueError as exc:
-            errors.append((f"{path}.{key}", f"must be epoch seconds ({exc})"))
+            errors.append((f"{path}.{key}", str(exc)))
     return errors
 
 
@@ -269,9 +281,8 @@ def _contexts(payload: dict[str, Any], step: str) -> list[InjectedContext]:
 
 def _base(payload: dict[str, Any], kind: str, name: str) -> Run:
     started = _time(payload.get("created_at"))
-    metrics = payload.get("metrics") if isinstance(payload.get("metrics"), dict) else {}
-    duration = metrics.get("duration")
-    ended = started + timedelta(seconds=duration) if started and isinstance(duration, int | float) else None
+    metrics = payload.get("metrics") or {}
+    ended = started + timedelta(seconds=_duration(metrics)) if started and _duration(metrics) else None
     status = STATUSES.get(str(payload.get("status") or "COMPLETED").upper(), "completed")
     content = _text(payload.get("content"))
     known = {"run_id", "session_id", "user_id", "parent_run_id", "content", "status", "created_at", "metrics",
