@@ -348,8 +348,9 @@ def test_pages_outside_the_api_keep_their_html_errors(alice_client, monkeypatch)
     assert b"Server Error" in failed.content
 
 
-def test_a_too_deep_value_under_a_surrogate_key_is_refused_and_receipted(ingest):
-    response = ingest(body(native(metadata={SURROGATE: nested(70)})))
+@pytest.mark.parametrize("key", [SURROGATE, "a\x00b"])
+def test_a_too_deep_value_under_an_unstorable_key_is_refused_and_receipted(ingest, key):
+    response = ingest(body(native(metadata={key: nested(70)})))
     assert response.status_code == 400
     assert first_error(response)["path"].startswith("$.metadata.a\ufffdb")
     assert models.IngestReceipt.objects.get().counts["rejected"] == 1

@@ -42,6 +42,7 @@ LATEST_TIME = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 TIME_RANGE = "must be between 0001-01-02 and 9999-12-30 (UTC)"
 LONE_SURROGATE = "lone_surrogate"
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class RecordError(ValueError):
@@ -171,8 +172,8 @@ def _aware(value: datetime) -> datetime:
 
 def _children(value: Any, path: str) -> list[tuple[str, Any]]:
     if isinstance(value, dict):
-        # A path is shown and stored (receipts): a key's lone surrogates cannot be.
-        return [(f"{path}.{_SURROGATE.sub(chr(0xFFFD), str(key))}", child) for key, child in value.items()]
+        # A path is shown and stored (receipts): a key's lone surrogates and NULs cannot be.
+        return [(f"{path}.{_UNSTORABLE.sub(chr(0xFFFD), str(key))}", child) for key, child in value.items()]
     if isinstance(value, list | tuple):
         return [(f"{path}[{i}]", child) for i, child in enumerate(value)]
     return [(f"{path}.{f.name}", getattr(value, f.name)) for f in fields(value)]
