@@ -177,6 +177,10 @@ def test_deep_json_in_a_markdown_fence_is_refused(ingest):
             "$.events",
         ),
         (
+            {"agent_name": "A", "start_time": None, "iterations": [], "parent_run_id": {"a": 1}},
+            "$.parent_run_id",
+        ),
+        (
             {"session_id": "s", "workflow_id": "w", "runs": [{"run_id": "g", "messages": {"a": 1}}]},
             "$.runs[0].messages",
         ),
@@ -278,6 +282,18 @@ def test_values_out_of_range_give_the_same_400_on_every_database(ingest, payload
     assert not models.Run.objects.exists()
 
 
+def test_a_structured_agno_go_output_is_kept_as_json(ingest):
+    payload = {
+        "run_id": "g",
+        "workflow_id": "w",
+        "status": "completed",
+        "started_at": None,
+        "output": {"a": [1]},
+    }
+    assert ingest(body(payload)).status_code == 200
+    assert json.loads(models.Run.objects.get().output) == {"a": [1]}
+
+
 def test_the_largest_accepted_values_are_stored(ingest):
     response = ingest(
         body(
@@ -354,3 +370,9 @@ def test_a_too_deep_value_under_an_unstorable_key_is_refused_and_receipted(inges
     assert response.status_code == 400
     assert first_error(response)["path"].startswith("$.metadata.a\ufffdb")
     assert models.IngestReceipt.objects.get().counts["rejected"] == 1
+
+
+def test_a_bad_request_caught_by_django_answers_json_under_the_api(client, auth_headers):
+    response = client.get("/api/v1/sessions", HTTP_HOST="evil.example", **auth_headers)
+    assert response.status_code == 400
+    assert response.json() == {"ok": False, "error": "bad request", "status": 400}

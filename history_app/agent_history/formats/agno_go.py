@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..context import as_text
 from ..records import Iteration, RecordError, Run, parse_time, type_errors
 
 FRAMEWORK = "agno-go"
@@ -88,7 +89,8 @@ def _run(data: Any, path: str, session: dict[str, Any], errors: list[tuple[str, 
         user_id=str(session.get("user_id") or data.get("user_id") or ""),
         framework=FRAMEWORK,
         input=str(data.get("input") or ""),
-        output=data.get("output") if isinstance(data.get("output"), str) else None,
+        # A structured output is kept, as JSON, rather than dropped.
+        output=as_text(data["output"]) if data.get("output") is not None else None,
         error=str(data["error"]) if data.get("error") else None,
         started_at=times["started_at"],
         ended_at=times["completed_at"],

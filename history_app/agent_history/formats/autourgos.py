@@ -116,7 +116,7 @@ def _check(payload: dict[str, Any]) -> list[tuple[str, str]]:
         number = it.get("iteration")
         if number is not None and not is_index(number):
             errors.append((f"{path}.iteration", INDEX_RANGE))
-    for key in ("agent_name", "error", "run_id", "session_id"):
+    for key in ("agent_name", "error", "run_id", "session_id", "parent_run_id"):
         value = payload.get(key)
         if value is not None and not isinstance(value, str):
             errors.append((f"$.{key}", "must be a string"))
