@@ -9,13 +9,13 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
 
 from . import selectors, services
 from .agent_history import formats
 from .agent_history.formats import autourgos
 from .agent_history.records import RecordError
 from .auth import error_response, token_required
+from .errors import require_GET, require_POST
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,12 @@ def _loads(text: str, path: str) -> Any:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise BadBody(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path) from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        limit = settings.HISTORY_MAX_DEPTH
+        raise BadBody(
+            f"invalid JSON: nested deeper than {limit} levels of objects and arrays", path
+        ) from None
+    except ValueError as exc:
         raise BadBody(f"invalid JSON: {exc}", path) from None
 
 
@@ -70,7 +75,9 @@ def parse_items(body: bytes, content_type: str) -> list[Any]:
         # An autourgos Markdown log (for runs whose .json is gone): parsed defensively,
         # then ingested as the canonical record it becomes.
         try:
-            return [run.to_dict() for run in autourgos.parse_markdown(text)]
+            return [
+                run.to_dict() for run in autourgos.parse_markdown(text, max_depth=settings.HISTORY_MAX_DEPTH)
+            ]
         except RecordError as exc:
             raise BadBody(str(exc)) from None
     if content_type in NDJSON_TYPES:

@@ -77,7 +77,7 @@ def prepare_run(
     total = redactor.known_counts(run.redactions or {})
     total.update(counts)
     cleaned["redactions"] = dict(total)
-    prepared = Run.from_dict(cleaned)
+    prepared = Run.from_dict(cleaned, max_depth=settings.HISTORY_MAX_DEPTH)
     # Stored times are aware; normalising here keeps the content hash of a re-sent run
     # (for example one exported from GET /api/v1/runs/<id>) equal to the stored one.
     prepared.started_at, prepared.ended_at = _aware(prepared.started_at), _aware(prepared.ended_at)
@@ -127,7 +127,7 @@ def ingest_items(
     for index, item in enumerate(items):
         result = ItemResult(index=index)
         try:
-            detected, runs = formats.parse_detected(item, format=format)
+            detected, runs = formats.parse_detected(item, format=format, max_depth=settings.HISTORY_MAX_DEPTH)
         except RecordError as exc:
             result.errors = [{"path": path, "message": message} for path, message in exc.errors]
             results.append(result)

@@ -48,7 +48,7 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false, 1/0, yes/no)")
 
 
-def env_int(name: str, default: int | None, *, minimum: int = 0) -> int | None:
+def env_int(name: str, default: int | None, *, minimum: int = 0, maximum: int | None = None) -> int | None:
     value = _raw(name)
     if value is None or value.strip() == "":
         return default
@@ -58,6 +58,8 @@ def env_int(name: str, default: int | None, *, minimum: int = 0) -> int | None:
         raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
     if number < minimum:
         raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name}={value!r} must be at most {maximum}")
     return number
 
 
@@ -253,6 +255,9 @@ HISTORY_MAX_FIELD_CHARS = env_int("HISTORY_MAX_FIELD_CHARS", 256 * 1024, minimum
 # Rendering one text as Markdown may take this long; a text that would take longer is
 # shown escaped, as preformatted text under a note (history_app/rendering.py).
 HISTORY_MARKDOWN_BUDGET_MS = env_int("HISTORY_MARKDOWN_BUDGET_MS", 500, minimum=0)
+# Levels of objects/arrays in an ingested item (400 above). Capped well below Python's
+# recursion limit, which the code that copies, redacts and shows values relies on.
+HISTORY_MAX_DEPTH = env_int("HISTORY_MAX_DEPTH", 64, minimum=8, maximum=200)
 HISTORY_PAGE_SIZE = env_int("HISTORY_PAGE_SIZE", 50, minimum=1)
 HISTORY_IDLE_GAP_SECONDS = env_int("HISTORY_IDLE_GAP_SECONDS", 300, minimum=1)
 # Retention: unset keeps everything forever. When set, a bounded prune (one batch) runs

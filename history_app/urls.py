@@ -28,3 +28,8 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]
+
+handler400 = "history_app.errors.bad_request"
+handler403 = "history_app.errors.permission_denied"
+handler404 = "history_app.errors.page_not_found"
+handler500 = "history_app.errors.server_error"

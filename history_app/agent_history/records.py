@@ -9,6 +9,8 @@ client learns exactly what to fix instead of getting a half-stored run.
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +30,19 @@ CONTEXT_KINDS = (
     "custom",
 )
 MAX_ID_LENGTH = 255
+# Levels of objects and arrays an item may hold, the item itself being the first. Deeper
+# values exhaust Python's recursion limit in the code that copies, redacts and shows them.
+MAX_DEPTH = 64
+# Iteration numbers are stored in an integer column: PostgreSQL's holds 32 bits.
+MAX_INDEX = 2**31 - 1
+# Every time must survive conversion to any UTC offset (at most a day) inside the range
+# Python and both databases can hold, years 1 to 9999.
+EARLIEST_TIME = datetime(1, 1, 2, tzinfo=UTC)
+LATEST_TIME = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+TIME_RANGE = "must be between 0001-01-02 and 9999-12-30 (UTC)"
+LONE_SURROGATE = "lone_surrogate"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class RecordError(ValueError):
@@ -122,9 +137,14 @@ class Run:
         return json.dumps(self.to_dict(), ensure_ascii=False, **kwargs)
 
     @classmethod
-    def from_dict(cls, data: Any) -> Run:
-        """Build a run from its dict form, raising ``RecordError`` listing every bad field."""
-        errors: list[tuple[str, str]] = []
+    def from_dict(cls, data: Any, *, max_depth: int = MAX_DEPTH) -> Run:
+        """Build a run from its dict form, raising ``RecordError`` listing every bad field.
+
+        A value nested deeper than ``max_depth`` levels, or a number that is not finite,
+        is refused before anything else reads the data."""
+        errors = structure_errors(data, "$", max_depth=max_depth)
+        if errors:
+            raise RecordError(errors)
         run = _read_run(data, "$", errors)
         if errors or run is None:
             raise RecordError(errors or [("$", "not a run")])
@@ -150,16 +170,98 @@ def _aware(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def _children(value: Any, path: str) -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        # A path is shown and stored (receipts): a key's lone surrogates and NULs cannot be.
+        return [(f"{path}.{_UNSTORABLE.sub(chr(0xFFFD), str(key))}", child) for key, child in value.items()]
+    if isinstance(value, list | tuple):
+        return [(f"{path}[{i}]", child) for i, child in enumerate(value)]
+    return [(f"{path}.{f.name}", getattr(value, f.name)) for f in fields(value)]
+
+
+def structure_errors(value: Any, path: str = "$", *, max_depth: int = MAX_DEPTH) -> list[tuple[str, str]]:
+    """``(path, message)`` for the first value nested deeper than ``max_depth`` levels of
+    objects and arrays (``value`` itself is the first level) and for every number that is
+    not finite. Works on plain JSON data and on records, without recursion, so that no
+    depth of input can exhaust the stack here."""
+    errors: list[tuple[str, str]] = []
+    stack = [(value, path, 1)]
+    while stack:
+        item, where, level = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            errors.append((where, "must be a finite number"))
+        elif isinstance(item, dict | list | tuple) or hasattr(item, "__dataclass_fields__"):
+            if level > max_depth:
+                errors.append((where, f"is nested deeper than {max_depth} levels of objects and arrays"))
+                break
+            stack.extend((child, p, level + 1) for p, child in reversed(_children(item, where)))
+    return errors
+
+
+def without_lone_surrogates(value: Any) -> tuple[Any, int]:
+    """``value`` with every lone UTF-16 surrogate (in strings and keys) replaced by
+    U+FFFD, and how many were replaced. Such a code point cannot be encoded as UTF-8, so
+    neither database can store it; JSON lets a client send one as ``"\\ud800"``."""
+    count = 0
+
+    def clean(item: Any) -> Any:
+        nonlocal count
+        if isinstance(item, str):
+            cleaned, found = _SURROGATE.subn("\ufffd", item)
+            count += found
+            return cleaned
+        if isinstance(item, dict):
+            return {clean(k): clean(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [clean(v) for v in item]
+        return item
+
+    return clean(value), count
+
+
+def checked_payload(payload: Any, *, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
+    """A payload safe for any parser: ``RecordError`` for a value nested too deep or a
+    number that is not finite, else the payload without lone surrogates and their count."""
+    errors = structure_errors(payload, "$", max_depth=max_depth)
+    if errors:
+        raise RecordError(errors)
+    return without_lone_surrogates(payload)
+
+
+def count_lone_surrogates(runs: list[Run], replaced: int) -> list[Run]:
+    """Record ``replaced`` lone surrogates in the first run's redactions (the run the item
+    is about; members and steps follow it)."""
+    if replaced and runs:
+        runs[0].redactions[LONE_SURROGATE] = runs[0].redactions.get(LONE_SURROGATE, 0) + replaced
+    return runs
+
+
+def check_time_range(value: datetime) -> datetime:
+    """``value`` if it lies in the range every store can hold, else ``ValueError``."""
+    try:
+        utc = _aware(value).astimezone(UTC)
+    except OverflowError:
+        raise ValueError(TIME_RANGE) from None
+    if not EARLIEST_TIME <= utc <= LATEST_TIME:
+        raise ValueError(TIME_RANGE)
+    return value
+
+
 def parse_time(value: Any) -> datetime | None:
-    """ISO 8601 / RFC 3339 (with ``Z``) or epoch seconds; naive times are kept naive."""
+    """ISO 8601 / RFC 3339 (with ``Z``) or epoch seconds; naive times are kept naive.
+
+    Raises ``ValueError`` for anything else, and for a time outside years 1 to 9999."""
     if value is None or value == "":
         return None
     if isinstance(value, datetime):
-        return value
+        return check_time_range(value)
     if isinstance(value, bool):
         raise ValueError("expected a timestamp")
     if isinstance(value, int | float):
-        return datetime.fromtimestamp(value, tz=UTC)
+        try:
+            return check_time_range(datetime.fromtimestamp(value, tz=UTC))
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(TIME_RANGE) from None
     if isinstance(value, str):
         text = value.strip()
         if text.endswith(("Z", "z")):
@@ -171,7 +273,7 @@ def parse_time(value: Any) -> datetime | None:
             if digits > 6:
                 tail = tail[:6] + tail[digits:]
             text = f"{head}.{tail}"
-        return datetime.fromisoformat(text)
+        return check_time_range(datetime.fromisoformat(text))
     raise ValueError("expected a timestamp")
 
 
@@ -222,8 +324,11 @@ class _Reader:
     def time(self, key: str) -> datetime | None:
         try:
             return parse_time(self.data.get(key))
-        except (ValueError, OverflowError, OSError):
-            self.fail(key, "must be an ISO 8601 timestamp or epoch seconds")
+        except ValueError as exc:
+            self.fail(
+                key,
+                TIME_RANGE if str(exc) == TIME_RANGE else "must be an ISO 8601 timestamp or epoch seconds",
+            )
             return None
 
     def mapping(self, key: str) -> dict[str, Any]:
@@ -243,6 +348,47 @@ class _Reader:
             self.fail(key, "must be an array")
             return []
         return [(f"{self.path}.{key}[{i}]", item) for i, item in enumerate(value)]
+
+
+INDEX_RANGE = f"must be an integer from 0 to {MAX_INDEX}"
+
+
+def is_index(value: Any) -> bool:
+    """Whether ``value`` fits an iteration number: an integer from 0 to ``MAX_INDEX``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INDEX
+
+
+_JSON_TYPES = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def type_errors(data: dict[str, Any], path: str, expected: dict[str, str]) -> list[tuple[str, str]]:
+    """``(path, message)`` for each key of ``expected`` present in ``data`` (and not null)
+    whose value is not of the JSON type named there ("string", "string or integer"…)."""
+    errors = []
+    for key, wanted in expected.items():
+        value = data.get(key)
+        kinds = wanted.split(" or ")
+        if value is None or (
+            not isinstance(value, bool) and isinstance(value, tuple(t for k in kinds for t in _JSON_TYPES[k]))
+        ):
+            continue
+        article = " or ".join(f"{'an' if k[0] in 'aeio' else 'a'} {k}" for k in kinds)
+        errors.append((f"{path}.{key}", f"must be {article}, not {json_type(value)}"))
+    return errors
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of ``value``'s type, for messages."""
+    for name, kinds in (("boolean", (bool,)), *_JSON_TYPES.items()):
+        if isinstance(value, kinds):
+            return name
+    return "null" if value is None else type(value).__name__
 
 
 def _obj(data: Any, path: str, errors: list[tuple[str, str]]) -> _Reader | None:
@@ -272,8 +418,8 @@ def _read_iteration(data: Any, path: str, errors: list[tuple[str, str]], positio
     if r is None:
         return None
     index = data.get("index", position)
-    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-        r.fail("index", "must be a non-negative integer")
+    if not is_index(index):
+        r.fail("index", INDEX_RANGE)
         index = position
     calls = [_read_tool_call(item, p, errors) for p, item in r.items("tool_calls")]
     return Iteration(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import RecordError, Run
+from ..records import MAX_DEPTH, RecordError, Run, checked_payload, count_lone_surrogates, structure_errors
 from . import agno, agno_go, autourgos, cot, native
 
 # name -> (detector, parser); detection tries them in this order.
@@ -40,21 +40,41 @@ def detect(payload: Any) -> str | None:
     return None
 
 
-def parse(payload: Any, format: str | None = None) -> list[Run]:
+def parse(payload: Any, format: str | None = None, *, max_depth: int = MAX_DEPTH) -> list[Run]:
     """Parse one payload (one item of a request) into runs; raises ``RecordError``."""
-    return parse_detected(payload, format)[1]
+    return parse_detected(payload, format, max_depth=max_depth)[1]
 
 
-def parse_detected(payload: Any, format: str | None = None) -> tuple[str, list[Run]]:
-    """Like ``parse``, and also the name of the format the payload was read as."""
+def parse_detected(
+    payload: Any, format: str | None = None, *, max_depth: int = MAX_DEPTH
+) -> tuple[str, list[Run]]:
+    """Like ``parse``, and also the name of the format the payload was read as.
+
+    Whatever the format, the payload is first checked for values nested deeper than
+    ``max_depth`` and for numbers that are not finite (reported with their path in the
+    payload), and its lone surrogates become U+FFFD (counted as ``lone_surrogate`` in the
+    first run's redactions). Every run a parser builds then passes the same validation as
+    a native record, so a format cannot produce a run that the store would refuse.
+    """
     if not isinstance(payload, dict):
         raise RecordError([("$", f"must be an object, not {type(payload).__name__}")])
     if format is not None and format not in FORMATS:
         raise RecordError([("format", f"unknown format {format!r}; accepted: {', '.join(FORMATS)}")])
+    payload, replaced = checked_payload(payload, max_depth=max_depth)
     name = format or detect(payload)
     if name is None:
         raise RecordError([("$", f"matches no accepted format; accepted formats: {', '.join(FORMATS)}")])
-    return name, FORMATS[name][1](payload)
+    runs = [validated(run, max_depth=max_depth) for run in FORMATS[name][1](payload)]
+    return name, count_lone_surrogates(runs, replaced)
+
+
+def validated(run: Run, *, max_depth: int = MAX_DEPTH) -> Run:
+    """``run`` as the record validation reads it back; ``RecordError`` names what is wrong,
+    with its path in the canonical record."""
+    errors = structure_errors(run, "$", max_depth=max_depth)
+    if errors:
+        raise RecordError(errors)
+    return Run.from_dict(run.to_dict(), max_depth=max_depth)
 
 
 __all__ = [

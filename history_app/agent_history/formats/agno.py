@@ -17,10 +17,19 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from ..records import InjectedContext, Iteration, MemberInteraction, RecordError, Run, ToolCall
+from ..records import (
+    InjectedContext,
+    Iteration,
+    MemberInteraction,
+    RecordError,
+    Run,
+    ToolCall,
+    parse_time,
+    type_errors,
+)
 
 FRAMEWORK = "agno"
 STATUSES = {
@@ -67,18 +76,101 @@ def _input(payload: dict[str, Any]) -> str:
 
 
 def _time(value: Any) -> datetime | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, tz=UTC)
-    return None
+    """Epoch seconds (checked by ``_check``, so anything else is absent)."""
+    return parse_time(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _duration(metrics: dict[str, Any]) -> float:
+    """The run's duration in seconds (0 when agno gives none)."""
+    duration = metrics.get("duration")
+    return duration if isinstance(duration, int | float) and not isinstance(duration, bool) else 0
 
 
 def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # Not JSON, or nested too deep for Python's parser: kept as the text it is.
             return raw
     return raw
+
+
+RUN_FIELDS = {
+    "run_id": "string or integer",
+    "session_id": "string",
+    "parent_run_id": "string",
+    "user_id": "string",
+    "created_at": "number",
+    "metrics": "object",
+    "messages": "array",
+    "tools": "array",
+    "member_responses": "array",
+    "step_results": "array",
+    "step_executor_runs": "array",
+}
+TIME_FIELDS = ("start_time", "end_time")
+
+
+def _objects(payload: dict[str, Any], path: str, key: str) -> list[tuple[str, Any]]:
+    """The entries of the array ``payload[key]`` with their paths (none if it is no array)."""
+    value = payload.get(key)
+    return [(f"{path}.{key}[{i}]", item) for i, item in enumerate(value)] if isinstance(value, list) else []
+
+
+def _check(payload: dict[str, Any], path: str = "$") -> list[tuple[str, str]]:
+    """Every field the parser reads, with the JSON type it must have."""
+    errors = type_errors(payload, path, RUN_FIELDS)
+    if not errors:
+        errors += _time_errors(payload, path, ("created_at",))
+    metrics = payload.get("metrics")
+    if not errors and isinstance(metrics, dict) and isinstance(payload.get("created_at"), int | float):
+        # The run's end is its start plus its duration: that too must be a time.
+        errors += _time_errors(
+            {"duration": payload["created_at"] + _duration(metrics)}, f"{path}.metrics", ("duration",)
+        )
+    nested = [
+        ("messages", None),
+        ("tools", None),
+        ("member_responses", _check),
+        ("step_executor_runs", _check),
+    ]
+    for key, check in nested:
+        for where, item in _objects(payload, path, key):
+            if not isinstance(item, dict):
+                errors.append((where, "must be an object"))
+            elif check is not None:
+                errors += check(item, where)
+            elif key == "messages":
+                errors += _message_errors(item, where)
+            else:
+                errors += type_errors(item, where, {"tool_name": "string", "metrics": "object"})
+                if isinstance(item.get("metrics"), dict):
+                    errors += _time_errors(item["metrics"], f"{where}.metrics", TIME_FIELDS)
+    return errors
+
+
+def _message_errors(message: dict[str, Any], path: str) -> list[tuple[str, str]]:
+    errors = type_errors(message, path, {"role": "string", "tool_calls": "array"})
+    for where, call in _objects(message, path, "tool_calls"):
+        if not isinstance(call, dict):
+            errors.append((where, "must be an object"))
+            continue
+        errors += type_errors(call, where, {"function": "object"})
+        if isinstance(call.get("function"), dict):
+            errors += type_errors(call["function"], f"{where}.function", {"name": "string"})
+    return errors
+
+
+def _time_errors(data: dict[str, Any], path: str, keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    errors = type_errors(data, path, dict.fromkeys(keys, "number"))
+    for key in keys:
+        try:
+            if not errors:
+                _time(data.get(key))
+        except ValueError as exc:
+            errors.append((f"{path}.{key}", str(exc)))
+    return errors
 
 
 def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dict[str, Any]]]:
@@ -189,9 +281,8 @@ def _contexts(payload: dict[str, Any], step: str) -> list[InjectedContext]:
 
 def _base(payload: dict[str, Any], kind: str, name: str) -> Run:
     started = _time(payload.get("created_at"))
-    metrics = payload.get("metrics") if isinstance(payload.get("metrics"), dict) else {}
-    duration = metrics.get("duration")
-    ended = started + timedelta(seconds=duration) if started and isinstance(duration, int | float) else None
+    metrics = payload.get("metrics") or {}
+    ended = started + timedelta(seconds=_duration(metrics)) if started and _duration(metrics) else None
     status = STATUSES.get(str(payload.get("status") or "COMPLETED").upper(), "completed")
     content = _text(payload.get("content"))
     known = {"run_id", "session_id", "user_id", "parent_run_id", "content", "status", "created_at", "metrics",
@@ -221,6 +312,9 @@ def _base(payload: dict[str, Any], kind: str, name: str) -> Run:
 def parse(payload: dict[str, Any], *, include_members: bool = True) -> list[Run]:
     if not payload.get("run_id"):
         raise RecordError([("$.run_id", "is required")])
+    errors = _check(payload)
+    if errors:
+        raise RecordError(errors)
     try:
         if payload.get("step_results") is not None or (
             payload.get("workflow_id") and not payload.get("agent_id")

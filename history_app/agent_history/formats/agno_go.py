@@ -8,10 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import Iteration, RecordError, Run, parse_time
+from ..context import as_text
+from ..records import Iteration, RecordError, Run, parse_time, type_errors
 
 FRAMEWORK = "agno-go"
 STATUSES = {"pending", "running", "completed", "failed", "cancelled"}
+RUN_FIELDS = {
+    "run_id": "string",
+    "session_id": "string",
+    "workflow_id": "string",
+    "user_id": "string",
+    "status": "string",
+    "messages": "array",
+    "events": "array",
+    "metadata": "object",
+}
 
 
 def _is_run(payload: dict[str, Any]) -> bool:
@@ -38,20 +49,30 @@ def _run(data: Any, path: str, session: dict[str, Any], errors: list[tuple[str, 
     if not data.get("run_id"):
         errors.append((f"{path}.run_id", "is required"))
         return None
+    wrong = type_errors(data, path, RUN_FIELDS)
+    messages = data.get("messages") if isinstance(data.get("messages"), list) else []
+    wrong += [
+        (f"{path}.messages[{i}]", "must be an object")
+        for i, m in enumerate(messages)
+        if not isinstance(m, dict)
+    ]
+    if wrong:
+        errors.extend(wrong)
+        return None
     times = {}
     for key in ("started_at", "completed_at"):
         try:
             times[key] = parse_time(data.get(key))
-        except (ValueError, TypeError, OverflowError):
-            errors.append((f"{path}.{key}", "must be an RFC 3339 time"))
+        except ValueError as exc:
+            errors.append((f"{path}.{key}", f"must be an RFC 3339 time ({exc})"))
             times[key] = None
     status = str(data.get("status") or "completed").lower()
     if status not in STATUSES:
         errors.append((f"{path}.status", f"must be one of {', '.join(sorted(STATUSES))}"))
         return None
     iterations = []
-    for message in data.get("messages") or []:
-        if isinstance(message, dict) and message.get("role") == "assistant":
+    for message in messages:
+        if message.get("role") == "assistant":
             iterations.append(
                 Iteration(index=len(iterations) + 1, thought=str(message.get("content") or "") or None)
             )
@@ -68,7 +89,8 @@ def _run(data: Any, path: str, session: dict[str, Any], errors: list[tuple[str, 
         user_id=str(session.get("user_id") or data.get("user_id") or ""),
         framework=FRAMEWORK,
         input=str(data.get("input") or ""),
-        output=data.get("output") if isinstance(data.get("output"), str) else None,
+        # A structured output is kept, as JSON, rather than dropped.
+        output=as_text(data["output"]) if data.get("output") is not None else None,
         error=str(data["error"]) if data.get("error") else None,
         started_at=times["started_at"],
         ended_at=times["completed_at"],
@@ -80,6 +102,9 @@ def _run(data: Any, path: str, session: dict[str, Any], errors: list[tuple[str, 
 def parse(payload: dict[str, Any]) -> list[Run]:
     errors: list[tuple[str, str]] = []
     if isinstance(payload.get("runs"), list):
+        errors += type_errors(
+            payload, "$", {"session_id": "string", "workflow_id": "string", "user_id": "string"}
+        )
         runs = [_run(item, f"$.runs[{i}]", payload, errors) for i, item in enumerate(payload["runs"])]
     else:
         runs = [_run(payload, "$", {}, errors)]

@@ -16,7 +16,18 @@ import re
 from datetime import datetime
 from typing import Any
 
-from ..records import Iteration, RecordError, Run, ToolCall, parse_time
+from ..records import (
+    INDEX_RANGE,
+    MAX_DEPTH,
+    Iteration,
+    RecordError,
+    Run,
+    ToolCall,
+    checked_payload,
+    count_lone_surrogates,
+    is_index,
+    parse_time,
+)
 
 FRAMEWORK = "autourgos"
 SOURCE_REDACTED = "[REDACTED]"
@@ -103,9 +114,9 @@ def _check(payload: dict[str, Any]) -> list[tuple[str, str]]:
                 if not isinstance(entry, dict):
                     errors.append((f"{path}.{key}[{j}]", "must be an object"))
         number = it.get("iteration")
-        if number is not None and (not isinstance(number, int) or isinstance(number, bool)):
-            errors.append((f"{path}.iteration", "must be an integer"))
-    for key in ("agent_name", "error", "run_id", "session_id"):
+        if number is not None and not is_index(number):
+            errors.append((f"{path}.iteration", INDEX_RANGE))
+    for key in ("agent_name", "error", "run_id", "session_id", "parent_run_id"):
         value = payload.get(key)
         if value is not None and not isinstance(value, str):
             errors.append((f"$.{key}", "must be a string"))
@@ -118,8 +129,8 @@ def parse(payload: dict[str, Any], *, imported_from: str = "json") -> list[Run]:
     for key in ("start_time", "end_time"):
         try:
             times[key] = parse_time(payload.get(key))
-        except (ValueError, TypeError, OverflowError, OSError):
-            errors.append((f"$.{key}", "must be an ISO 8601 timestamp"))
+        except ValueError as exc:
+            errors.append((f"$.{key}", f"must be an ISO 8601 timestamp ({exc})"))
     if errors:
         raise RecordError(errors)
 
@@ -193,11 +204,12 @@ def _json_literal(text: str) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # Not JSON, or nested too deep for Python's parser: kept as the text it is.
         return text
 
 
-def parse_markdown(text: str) -> list[Run]:
+def parse_markdown(text: str, *, max_depth: int = MAX_DEPTH) -> list[Run]:
     """Parse the ``.md`` log defensively; used only when no ``.json`` exists.
 
     A thought is raw text and may itself contain ``## Iteration`` or ``## Final Answer``
@@ -262,7 +274,9 @@ def parse_markdown(text: str) -> list[Run]:
                 payload["final_response"] = answer
         else:
             payload["iterations"].append(_parse_md_iteration(int(heading.split(":")[1]), body))
-    return parse(payload, imported_from="markdown")
+    # Fenced JSON may hold anything: the same checks as a JSON payload's.
+    payload, replaced = checked_payload(payload, max_depth=max_depth)
+    return count_lone_surrogates(parse(payload, imported_from="markdown"), replaced)
 
 
 def _parse_md_iteration(number: int, body: list[str]) -> dict[str, Any]:

@@ -12,7 +12,16 @@ import json
 from typing import Any
 
 from ..context import render_cot_history
-from ..records import InjectedContext, Iteration, RecordError, Run, parse_time
+from ..records import (
+    INDEX_RANGE,
+    InjectedContext,
+    Iteration,
+    RecordError,
+    Run,
+    is_index,
+    parse_time,
+    type_errors,
+)
 
 FRAMEWORK = "smartclient-cot"
 
@@ -30,6 +39,15 @@ def parse(payload: dict[str, Any]) -> list[Run]:
     errors = [
         (f"$.{key}[{i}]", "must be an object") for i, e in enumerate(entries) if not isinstance(e, dict)
     ]
+    errors += type_errors(
+        payload,
+        "$",
+        {"settings": "object", "run_id": "string", "session_id": "string", "status": "string"},
+    )
+    settings = payload.get("settings") if isinstance(payload.get("settings"), dict) else {}
+    for name in ("history_detail_items", "history_result_max_chars"):
+        if name in settings and not is_index(settings[name]):
+            errors.append((f"$.settings.{name}", INDEX_RANGE))
     if errors:
         raise RecordError(errors)
     iterations = []
@@ -42,7 +60,8 @@ def parse(payload: dict[str, Any]) -> list[Run]:
                 if isinstance(entry.get("ts"), int | float) and entry["ts"] > 1e11
                 else entry.get("ts")
             )
-        except (ValueError, TypeError, OverflowError, OSError):
+        except ValueError:
+            # An entry's time is informative only; the entry itself is kept whole.
             started = None
         iterations.append(
             Iteration(
@@ -55,7 +74,6 @@ def parse(payload: dict[str, Any]) -> list[Run]:
                 metadata={"entry": entry},
             )
         )
-    settings = payload.get("settings") if isinstance(payload.get("settings"), dict) else {}
     detail = settings.get("history_detail_items", 5)
     max_chars = settings.get("history_result_max_chars", 160)
     run_id = str(payload.get("run_id") or f"cot:{process_id}")

@@ -1,0 +1,378 @@
+"""Hostile input at the ingestion endpoint: each payload here once answered 500 (or a
+different answer on SQLite and PostgreSQL). Now each is stored whole or refused with a
+400 naming the JSON path, the same on both databases, and every /api/ error is JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.test import Client
+
+from history_app import models, services
+
+from .conftest import native
+
+pytestmark = pytest.mark.django_db
+
+SURROGATE = "a\ud800b"
+
+
+def nested(depth: int, leaf: object = 1) -> object:
+    """``depth`` levels of objects/arrays around ``leaf``, alternating."""
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def body(payload: object) -> str:
+    """The JSON text a hostile client sends: json.dumps escapes a lone surrogate as
+    ``\\ud800``; the string ``"DEEP-n"`` becomes arrays nested n deep (more than
+    json.dumps can write) and ``"HUGE"`` the number 1e400 (which Python reads as inf)."""
+    text = json.dumps(payload)
+    text = re.sub(r'"DEEP-(\d+)"', lambda m: "[" * int(m.group(1)) + "]" * int(m.group(1)), text)
+    return text.replace('"HUGE"', "1e400")
+
+
+def first_error(response) -> dict:
+    answer = response.json()
+    errors = answer["results"][0]["errors"] if "results" in answer else answer["errors"]
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    ("payload", "where"),
+    [
+        (native(input=SURROGATE), lambda run: run.input),
+        (native(output=SURROGATE), lambda run: run.output),
+        (
+            native(iterations=[{"tool_calls": [{"tool": "t", "params": {"q": SURROGATE}}]}]),
+            lambda run: run.tool_calls.get().params_json,
+        ),
+        (native(metadata={SURROGATE: 1}), lambda run: json.dumps(run.metadata, ensure_ascii=False)),
+        (native(run_id=SURROGATE), lambda run: run.run_id),
+        (native(session_id=SURROGATE), lambda run: run.session.session_id),
+        (
+            {"agent_name": "A", "start_time": None, "iterations": [], "final_response": SURROGATE},
+            lambda run: run.output,
+        ),
+    ],
+    ids=["input", "output", "params", "metadata-key", "run_id", "session_id", "autourgos"],
+)
+def test_a_lone_surrogate_is_stored_as_a_replacement_character(ingest, payload, where):
+    response = ingest(body(payload))
+    assert response.status_code == 200, response.content
+    run = models.Run.objects.get()
+    assert "a\ufffdb" in where(run)
+    assert run.redactions["lone_surrogate"] == 1
+    # The same payload again is recognised as the same run.
+    assert ingest(body(payload)).json()["results"][0]["status"] == "duplicate"
+
+
+def test_a_surrogate_beside_a_rejected_run_still_leaves_a_receipt(ingest):
+    response = ingest(body([native(run_id=SURROGATE, status=5), native("ok", input=SURROGATE)]))
+    assert response.status_code == 207
+    assert [r["status"] for r in response.json()["results"]] == ["rejected", "created"]
+    assert models.IngestReceipt.objects.get().counts == {
+        "created": 1,
+        "updated": 0,
+        "duplicate": 0,
+        "rejected": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        (native(metadata=nested(500)), "$.metadata"),
+        (native(metrics="DEEP-900"), "$.metrics"),
+        (native(iterations=[{"tool_calls": [{"tool": "t", "params": nested(466)}]}]), "$.iterations[0]"),
+        (native(iterations=[{"metadata": nested(70)}]), "$.iterations[0].metadata"),
+        (native(extra=nested(64)), "$.extra"),
+        ({"process_id": "p", "history": [nested(600)]}, "$.history[0]"),
+        (
+            {
+                "run_id": "g",
+                "workflow_id": "w",
+                "status": "completed",
+                "started_at": None,
+                "events": nested(500),
+            },
+            "$.events",
+        ),
+    ],  # fmt: skip
+)
+def test_values_nested_deeper_than_the_limit_are_refused_with_their_path(ingest, payload, path):
+    response = ingest(body(payload))
+    assert response.status_code == 400, response.content
+    error = first_error(response)
+    assert error["path"].startswith(path)
+    assert "nested deeper than 64 levels" in error["message"]
+    assert not models.Run.objects.exists()
+
+
+def test_a_value_just_within_the_limit_is_stored(ingest):
+    # The run object is level 1, so metadata may hold 63 levels of its own.
+    response = ingest(body(native(metadata=nested(63))))
+    assert response.status_code == 200, response.content
+    assert models.Run.objects.get().metadata == nested(63)
+
+
+def test_deep_json_inside_an_agno_arguments_string_is_refused(ingest):
+    call = {"id": "c1", "function": {"name": "f", "arguments": json.dumps(nested(900))}}
+    payload = {"run_id": "a1", "agent_id": "x", "messages": [{"role": "assistant", "tool_calls": [call]}]}
+    response = ingest(body(payload))
+    assert response.status_code == 400, response.content
+    assert first_error(response)["path"].startswith("$.iterations[0].tool_calls[0].params")
+
+
+def test_deep_json_in_a_markdown_fence_is_refused(ingest):
+    text = "\n".join(
+        [
+            "# Task Session: A",
+            "",
+            "---",
+            "",
+            "## Iteration 1",
+            "",
+            "### Action (Tools)",
+            "**Tool:** `t`",
+            "```json",
+            json.dumps(nested(900)),
+            "```",
+        ]
+    )
+    response = ingest(text, content_type="text/markdown")
+    assert response.status_code == 400, response.content
+    assert "nested deeper than 64 levels" in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        (
+            {"process_id": "p", "history": [{"action": "a"}], "settings": {"history_detail_items": "x"}},
+            "$.settings.history_detail_items",
+        ),
+        (
+            {"process_id": "p", "history": [{"action": "a"}], "settings": {"history_result_max_chars": [1]}},
+            "$.settings.history_result_max_chars",
+        ),
+        ({"process_id": "p", "history": [{"action": "a"}], "settings": 5}, "$.settings"),
+        (
+            {"run_id": "g", "workflow_id": "w", "status": "completed", "started_at": None, "messages": 5},
+            "$.messages",
+        ),
+        (
+            {
+                "run_id": "g",
+                "workflow_id": "w",
+                "status": "completed",
+                "started_at": None,
+                "messages": [{"role": "assistant", "content": {"x": 1}}],
+                "events": 5,
+            },
+            "$.events",
+        ),
+        (
+            {"agent_name": "A", "start_time": None, "iterations": [], "parent_run_id": {"a": 1}},
+            "$.parent_run_id",
+        ),
+        (
+            {"session_id": "s", "workflow_id": "w", "runs": [{"run_id": "g", "messages": {"a": 1}}]},
+            "$.runs[0].messages",
+        ),
+        ({"run_id": "a1", "agent_id": "x", "messages": 5}, "$.messages"),
+        (
+            {"run_id": "a1", "agent_id": "x", "messages": [{"role": "assistant", "tool_calls": 5}]},
+            "$.messages[0].tool_calls",
+        ),
+        (
+            {
+                "run_id": "a1",
+                "agent_id": "x",
+                "messages": [{"role": "assistant", "tool_calls": [{"function": 3}]}],
+            },
+            "$.messages[0].tool_calls[0].function",
+        ),
+        ({"run_id": "a1", "agent_id": "x", "status": "COMPLETED", "tools": {"a": 1}}, "$.tools"),
+        (
+            {"run_id": "a1", "team_id": "t", "status": "COMPLETED", "member_responses": "x"},
+            "$.member_responses",
+        ),
+        (
+            {
+                "run_id": "a1",
+                "workflow_id": "w",
+                "step_results": [{"step_name": "s"}],
+                "step_executor_runs": 4,
+            },
+            "$.step_executor_runs",
+        ),
+        ({"run_id": "a1", "agent_id": "x", "status": "COMPLETED", "metrics": []}, "$.metrics"),
+        (
+            {"agent_name": "A", "start_time": None, "iterations": [{"iteration": 2**70}]},
+            "$.iterations[0].iteration",
+        ),
+    ],  # fmt: skip
+)
+def test_type_errors_in_every_format_name_their_path(ingest, payload, path):
+    response = ingest(body(payload))
+    assert response.status_code == 400, response.content
+    assert first_error(response)["path"] == path
+    assert not models.Run.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        ({"run_id": "a1", "agent_id": "x", "status": "COMPLETED", "created_at": 1e300}, "$.created_at"),
+        (
+            {
+                "run_id": "a1",
+                "agent_id": "x",
+                "status": "COMPLETED",
+                "created_at": 1e9,
+                "metrics": {"duration": 1e300},
+            },
+            "$.metrics.duration",
+        ),
+        (
+            {
+                "run_id": "a1",
+                "agent_id": "x",
+                "status": "COMPLETED",
+                "tools": [{"tool_call_id": "c", "metrics": {"start_time": -1e20}}],
+            },
+            "$.tools[0].metrics.start_time",
+        ),
+        (native(started_at="9999-12-31T23:59:59-14:00"), "$.started_at"),
+        (native(ended_at="0001-01-01T00:00:00+14:00"), "$.ended_at"),
+        (native(started_at=-1e15), "$.started_at"),
+        (native(iterations=[{"started_at": "9999-12-31T23:59:59-14:00"}]), "$.iterations[0].started_at"),
+        (
+            native(iterations=[{"tool_calls": [{"tool": "t", "ended_at": "9999-12-31T23:00:00-10:00"}]}]),
+            "$.iterations[0].tool_calls[0].ended_at",
+        ),
+        ({"agent_name": "A", "start_time": "9999-12-31T23:59:59-14:00", "iterations": []}, "$.start_time"),
+        (
+            {
+                "run_id": "g",
+                "workflow_id": "w",
+                "status": "completed",
+                "started_at": "0001-01-01T00:00:00+01:00",
+            },
+            "$.started_at",
+        ),
+        (native(iterations=[{"index": 2**70}]), "$.iterations[0].index"),
+        (native(iterations=[{"index": 2**31}]), "$.iterations[0].index"),
+        (native(metrics={"tokens": "HUGE"}), "$.metrics.tokens"),
+        (
+            native(iterations=[{"tool_calls": [{"tool": "t", "params": [1, "HUGE"]}]}]),
+            "$.iterations[0].tool_calls[0].params[1]",
+        ),
+    ],  # fmt: skip
+)
+def test_values_out_of_range_give_the_same_400_on_every_database(ingest, payload, path):
+    response = ingest(body(payload))
+    assert response.status_code == 400, response.content
+    assert first_error(response)["path"] == path
+    assert not models.Run.objects.exists()
+
+
+def test_a_structured_agno_go_output_is_kept_as_json(ingest):
+    payload = {
+        "run_id": "g",
+        "workflow_id": "w",
+        "status": "completed",
+        "started_at": None,
+        "output": {"a": [1]},
+    }
+    assert ingest(body(payload)).status_code == 200
+    assert json.loads(models.Run.objects.get().output) == {"a": [1]}
+
+
+def test_the_largest_accepted_values_are_stored(ingest):
+    response = ingest(
+        body(
+            native(
+                started_at="0001-01-02T00:00:00Z",
+                ended_at="9999-12-30T23:59:59Z",
+                iterations=[{"index": 2**31 - 1}],
+                metrics={"big": 2**70, "huge": 1e308},
+            )
+        )
+    )
+    assert response.status_code == 200, response.content
+    run = models.Run.objects.get()
+    assert run.iterations.get().index == 2**31 - 1
+    assert run.metrics["big"] == 2**70
+    # PostgreSQL's jsonb gives a float this large back as an integer of equal value.
+    assert float(run.metrics["huge"]) == 1e308
+
+
+def test_nesting_too_deep_for_the_json_parser_names_the_limit(ingest):
+    response = ingest(body(native(metrics="DEEP-5000")))
+    assert response.status_code == 400
+    assert "nested deeper than 64 levels" in response.json()["error"]
+
+
+def test_an_unknown_api_url_answers_json_404(client, auth_headers):
+    response = client.get("/api/v1/nothing-here", **auth_headers)
+    assert response.status_code == 404
+    assert response.json() == {
+        "ok": False,
+        "error": "no such API endpoint: /api/v1/nothing-here",
+        "status": 404,
+    }
+
+
+def test_a_wrong_method_on_the_api_answers_json_405(client, auth_headers):
+    response = client.get("/api/v1/ingest", **auth_headers)
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    assert response.json() == {"ok": False, "error": "GET is not allowed here; use POST", "status": 405}
+    assert client.post("/api/v1/sessions", **auth_headers).json()["status"] == 405
+
+
+def test_an_unexpected_error_on_the_api_answers_json_500(token, auth_headers, monkeypatch):
+    def broken(**kwargs):
+        raise RuntimeError("internal detail that must not leak")
+
+    monkeypatch.setattr(services, "ingest_items", broken)
+    client = Client(raise_request_exception=False)
+    response = client.post("/api/v1/ingest", body(native()), content_type="application/json", **auth_headers)
+    assert response.status_code == 500
+    assert response.json() == {"ok": False, "error": "internal server error", "status": 500}
+
+
+def test_pages_outside_the_api_keep_their_html_errors(alice_client, monkeypatch):
+    missing = alice_client.get("/no-such-page/")
+    assert missing.status_code == 404
+    assert missing["Content-Type"].startswith("text/html")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("history_app.views.selectors.sessions_page", broken)
+    alice_client.raise_request_exception = False
+    failed = alice_client.get("/")
+    assert failed.status_code == 500
+    assert failed["Content-Type"].startswith("text/html")
+    assert b"Server Error" in failed.content
+
+
+@pytest.mark.parametrize("key", [SURROGATE, "a\x00b"])
+def test_a_too_deep_value_under_an_unstorable_key_is_refused_and_receipted(ingest, key):
+    response = ingest(body(native(metadata={key: nested(70)})))
+    assert response.status_code == 400
+    assert first_error(response)["path"].startswith("$.metadata.a\ufffdb")
+    assert models.IngestReceipt.objects.get().counts["rejected"] == 1
+
+
+def test_a_bad_request_caught_by_django_answers_json_under_the_api(client, auth_headers):
+    response = client.get("/api/v1/sessions", HTTP_HOST="evil.example", **auth_headers)
+    assert response.status_code == 400
+    assert response.json() == {"ok": False, "error": "bad request", "status": 400}
