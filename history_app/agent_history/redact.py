@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .records import LONE_SURROGATE
+
 MARKER = "[REDACTED:{rule}]"
 TRUNCATION_MARKER = "... [TRUNCATED {removed} chars]"
 
@@ -543,7 +545,9 @@ class Redactor:
         for literal, rules_for_literal in self._by_literal.items():
             gates.setdefault(_gate(literal), []).append((literal, rules_for_literal))
         self._gates = list(gates.items())
-        self.rule_names = frozenset({rule.name for rule in self.rule_set} | {_SECRET_KEY_RULE, "truncated"})
+        self.rule_names = frozenset(
+            {rule.name for rule in self.rule_set} | {_SECRET_KEY_RULE, "truncated", LONE_SURROGATE}
+        )
         # Object keys repeat across a transcript; their redaction is computed once.
         self._key = functools.lru_cache(maxsize=4096)(self._redact_key)
         self.max_length = max_length
