@@ -213,21 +213,23 @@ def _store_item(
 ) -> str:
     """Store an item's runs in one transaction, with the receipt's progress; a payload of
     several runs reports the strongest outcome of them."""
-    for attempt in range(1, STORE_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         try:
             with transaction.atomic():
                 statuses = [ingest_run(run=run, source_format=source_format) for run in runs]
                 status = next(s for s in ("created", "updated", "duplicate") if s in statuses)
                 if receipt is not None:
+                    so_far = dict.fromkeys(RECEIPT_COUNT_KEYS, 0) | counts + Counter({status: 1})
                     models.IngestReceipt.objects.filter(pk=receipt.pk).update(
-                        counts=dict(counts + Counter({status: 1})), updated_at=timezone.now()
+                        counts=so_far, updated_at=timezone.now()
                     )
                 return status
         except OperationalError as exc:
             if attempt == STORE_ATTEMPTS or not _must_roll_back(exc):
                 raise
+            attempt += 1
             time.sleep(random.uniform(0.01, 0.05) * attempt)
-    raise AssertionError("unreachable")
 
 
 RECEIPT_COUNT_KEYS = ("created", "updated", "duplicate", "rejected")

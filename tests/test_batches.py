@@ -70,6 +70,7 @@ def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_r
     receipt = models.IngestReceipt.objects.get()
     assert models.Run.objects.count() == 2
     assert (receipt.shown_state, receipt.stored, receipt.item_count) == ("interrupted", 2, 5)
+    assert receipt.counts == {"created": 2, "updated": 0, "duplicate": 0, "rejected": 0}
     page = alice_client.get("/receipts/").content.decode()
     assert "Interrupted" in page and "2 of 5 items stored" in page
     assert alice_client.get("/api/v1/receipts").json()["receipts"][0]["state"] == "interrupted"
