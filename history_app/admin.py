@@ -227,7 +227,11 @@ class PruneLogAdmin(ReadOnlyAdmin):
 
 @admin.register(models.IngestReceipt)
 class IngestReceiptAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "source", "token", "label", "counts"]
-    list_filter = ["source"]
+    list_display = ["created_at", "source", "token", "label", "shown_state", "counts"]
+    list_filter = ["source", "state"]
     list_select_related = ["token"]
     raw_id_fields = ["token"]
+
+    @admin.display(description="state")
+    def shown_state(self, receipt: models.IngestReceipt) -> str:
+        return receipt.shown_state

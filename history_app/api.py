@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 JSON_TYPES = {"application/json"}
 MARKDOWN_TYPES = {"text/markdown", "text/x-markdown"}
 NDJSON_TYPES = {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
+# Seconds a client waits before sending again a batch that met a transient database failure.
+RETRY_AFTER_SECONDS = 5
 
 
 class BadBody(ValueError):
@@ -30,8 +32,16 @@ class BadBody(ValueError):
         self.path = path
 
 
+def _chunked(request: HttpRequest) -> bool:
+    return "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+
+
 def _read_body(request: HttpRequest) -> bytes | None:
-    """The body, or None when it is over the limit (checked before reading it all)."""
+    """The body, or None when it is over the limit (checked before reading it all).
+
+    A chunked body has no Content-Length, so Django reads it as empty; when the server
+    says the input ends with the body (gunicorn sets ``wsgi.input_terminated``) it is read
+    straight from the WSGI stream, up to the limit."""
     limit = settings.HISTORY_MAX_BODY_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -39,8 +49,16 @@ def _read_body(request: HttpRequest) -> bytes | None:
         declared = 0
     if declared > limit:
         return None
-    body = request.read(limit + 1)
-    return None if len(body) > limit else body
+    stream = request.META["wsgi.input"] if _chunked(request) else request
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = stream.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return None if size > limit else b"".join(chunks)
 
 
 def _reject_constant(name: str) -> Any:
@@ -98,14 +116,14 @@ def parse_items(body: bytes, content_type: str) -> list[Any]:
     raise BadBody("the body must be a JSON object or an array of objects")
 
 
-def _refuse(request: HttpRequest, message: str, status: int, path: str = "$") -> JsonResponse:
+def _refuse(request: HttpRequest, message: str, status: int, path: str = "$", **extra: Any) -> JsonResponse:
     """Refuse the whole request, and leave a receipt saying why."""
     services.record_receipt(
         source="api",
         token=getattr(request, "ingest_token", None),
         results=[services.ItemResult(index=0, errors=[{"path": path, "message": message}])],
     )
-    return error_response(message, status, errors=[{"path": path, "message": message}])
+    return error_response(message, status, **extra, errors=[{"path": path, "message": message}])
 
 
 @csrf_exempt
@@ -119,6 +137,13 @@ def ingest(request: HttpRequest) -> JsonResponse:
             f"unsupported content type {content_type or '(none)'!r}; send application/json, "
             "application/x-ndjson or text/markdown (an autourgos .md log)",
             415,
+        )
+    if _chunked(request) and not request.META.get("wsgi.input_terminated"):
+        return _refuse(
+            request,
+            "this server cannot read a chunked body (Transfer-Encoding: chunked without "
+            "Content-Length); send Content-Length, or serve the app with gunicorn",
+            411,
         )
     body = _read_body(request)
     if body is None:
@@ -137,9 +162,20 @@ def ingest(request: HttpRequest) -> JsonResponse:
         return _refuse(request, str(exc), 400, exc.path)
     if not items:
         return _refuse(request, "the body holds no runs", 400)
+    limit = settings.HISTORY_MAX_ITEMS_PER_REQUEST
+    if len(items) > limit:
+        message = f"the body holds {len(items)} runs; at most {limit} per request"
+        return _refuse(request, message, 413, count=len(items), limit=limit)
 
     good = [(i, item) for i, item in enumerate(items) if not isinstance(item, BadBody)]
-    stored = services.ingest_items(items=[item for _, item in good], format=format_name)
+    receipt = services.open_receipt(source="api", token=request.ingest_token, item_count=len(items))
+    try:
+        stored = services.ingest_items(items=[item for _, item in good], format=format_name, receipt=receipt)
+    except BaseException:
+        # Whatever stopped the request (a bug, a worker timeout's SystemExit), the receipt
+        # says so, with the counts of what its items' transactions stored.
+        services.interrupt_receipt(receipt=receipt)
+        raise
     results: list[services.ItemResult] = [services.ItemResult(index=i) for i in range(len(items))]
     for (index, _), result in zip(good, stored, strict=True):
         result.index = index
@@ -147,7 +183,9 @@ def ingest(request: HttpRequest) -> JsonResponse:
     for index, item in enumerate(items):
         if isinstance(item, BadBody):
             results[index].errors = [{"path": item.path, "message": str(item)}]
-    services.record_receipt(source="api", token=request.ingest_token, results=results)
+    services.close_receipt(receipt=receipt, results=results)
+    if any(r.status == "retry" for r in results):
+        return _retry_later(results)
     rejected = sum(1 for r in results if r.status == "rejected")
     changed = sum(1 for r in results if r.status in {"created", "updated"})
     try:
@@ -156,6 +194,21 @@ def ingest(request: HttpRequest) -> JsonResponse:
         logger.exception("automatic retention failed")
     status = 200 if rejected == 0 else 207 if rejected < len(results) else 400
     return JsonResponse({"ok": rejected == 0, "results": [r.as_dict() for r in results]}, status=status)
+
+
+def _retry_later(results: list[services.ItemResult]) -> JsonResponse:
+    """503: a transient database failure stopped some items; sending the whole batch again
+    is safe (ingestion is idempotent on run_id)."""
+    waiting = sum(1 for r in results if r.status == "retry")
+    response = error_response(
+        f"a temporary database failure stopped {waiting} of {len(results)} runs; send the batch "
+        f"again in {RETRY_AFTER_SECONDS} s (runs already stored answer duplicate)",
+        503,
+        retry_after=RETRY_AFTER_SECONDS,
+        results=[r.as_dict() for r in results],
+    )
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 def _json_page(request: HttpRequest, selector, summary, key: str, warnings=(), **extra) -> JsonResponse:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import timedelta
 
 from django.db import models
 from django.urls import reverse
+from django.utils import timezone
 
 from .agent_history.records import CONTEXT_KINDS, CONTEXT_TARGETS, RUN_KINDS, RUN_STATUSES
 
@@ -247,10 +249,20 @@ class IngestReceipt(models.Model):
         ("quickstart", "quickstart"),
     ]
 
+    OPEN, COMPLETE, INTERRUPTED = "open", "complete", "interrupted"
+    STATES = [(OPEN, "in progress"), (COMPLETE, "complete"), (INTERRUPTED, "interrupted")]
+    # A request writes its receipt after every item, and no item takes this long: an open
+    # receipt left idle longer belongs to a request that was killed (a worker SIGKILLed or
+    # timed out) and is shown as interrupted.
+    IDLE_LIMIT = timedelta(minutes=2)
+
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     source = models.CharField(max_length=32, choices=SOURCES)
     token = models.ForeignKey(IngestToken, null=True, blank=True, on_delete=models.SET_NULL)
     label = models.CharField(max_length=255, blank=True, help_text="The file or folder imported.")
+    state = models.CharField(max_length=16, choices=STATES, default=COMPLETE)
+    updated_at = models.DateTimeField(default=timezone.now)
+    item_count = models.PositiveIntegerField(default=0, help_text="Items in the request.")
     counts = models.JSONField(default=dict)
     rejections = models.JSONField(default=list)
     changed_fields = models.JSONField(default=list)
@@ -264,3 +276,15 @@ class IngestReceipt(models.Model):
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+    @property
+    def stored(self) -> int:
+        """Items kept so far (created, updated or already there)."""
+        return sum(self.counts.get(key, 0) for key in ("created", "updated", "duplicate"))
+
+    @property
+    def shown_state(self) -> str:
+        """The stored state, except that an open receipt gone idle is "interrupted"."""
+        if self.state == self.OPEN and timezone.now() - self.updated_at > self.IDLE_LIMIT:
+            return self.INTERRUPTED
+        return self.state

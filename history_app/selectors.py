@@ -494,6 +494,8 @@ def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:
         "source": receipt.source,
         "token": receipt.token.name if receipt.token else None,
         "label": receipt.label,
+        "state": receipt.shown_state,
+        "items": receipt.item_count,
         "counts": receipt.counts,
         "rejections": receipt.rejections,
         "changed_fields": receipt.changed_fields,

@@ -12,14 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import random
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -31,6 +33,13 @@ from .agent_history.redact import Redactor
 from .rendering import render_markdown
 
 logger = logging.getLogger(__name__)
+
+# A transient database failure (deadlock, serialization failure, "database is locked", a
+# lost connection) is never the client's fault: the item is reported "retry", never
+# "rejected", and the message names no database internals.
+RETRY_MESSAGE = "temporary database failure; send it again"
+# A deadlock or a serialization failure is retried at once, this many attempts in all.
+STORE_ATTEMPTS = 3
 
 # Identifiers are not redacted (they are how a run is found again); everything else is.
 _ID_KEYS = ("run_id", "session_id", "parent_run_id", "schema", "redactions")
@@ -117,85 +126,184 @@ def ingest_items(
     format: str | None = None,
     redactor: Redactor | None = None,
     source_format: str | None = None,
+    receipt: models.IngestReceipt | None = None,
 ) -> list[ItemResult]:
     """Parse, redact and store each item; one result per item, in order.
 
     ``source_format`` names where the items came from when they were converted first
-    (an importer that enriched agno runs and sends them as native records)."""
+    (an importer that enriched agno runs and sends them as native records). With an open
+    ``receipt``, each item's transaction also writes the counts so far to it, so a request
+    killed partway leaves a receipt saying exactly what was stored. After a transient
+    database failure the remaining items are not tried: they are "retry" too."""
     redactor = redactor or server_redactor()
-    results = []
+    results: list[ItemResult] = []
+    counts: Counter[str] = Counter()
     for index, item in enumerate(items):
         result = ItemResult(index=index)
-        try:
-            detected, runs = formats.parse_detected(item, format=format, max_depth=settings.HISTORY_MAX_DEPTH)
-        except RecordError as exc:
-            result.errors = [{"path": path, "message": message} for path, message in exc.errors]
-            results.append(result)
-            continue
-        statuses = []
-        source = source_format or detected
-        for run in runs:
-            result.run_id, result.session_id = run.run_id, run.session_id
-            report: list[dict[str, Any]] = []
-            try:
-                prepared = prepare_run(run, redactor=redactor, report=report)
-            except RecordError as exc:
-                # Redaction can only shorten or mark values, but a record that no longer
-                # validates is refused with its paths rather than half-handled.
-                result.errors.extend({"path": path, "message": message} for path, message in exc.errors)
-                continue
-            result.changed_fields.extend({"run_id": run.run_id, **item} for item in report)
-            try:
-                statuses.append(ingest_run(run=prepared, source_format=source))
-            except DatabaseError as exc:
-                # The transaction rolled back, so nothing of this run was kept.
-                logger.exception("run %s could not be stored", run.run_id)
-                result.errors.append({"path": "$", "message": f"the database refused this run: {exc}"})
-        if result.errors:
-            result.status = "rejected"
-            results.append(result)
-            continue
-        # A payload holding several runs reports the strongest outcome of them.
-        for status in ("created", "updated", "duplicate"):
-            if status in statuses:
-                result.status = status
-                break
         results.append(result)
+        if counts["retry"]:
+            result.status, result.errors = "retry", [{"path": "$", "message": RETRY_MESSAGE}]
+        else:
+            _ingest_item(
+                item,
+                result,
+                format=format,
+                redactor=redactor,
+                source_format=source_format,
+                receipt=receipt,
+                counts=counts,
+            )
+        counts[result.status] += 1
     return results
+
+
+def _ingest_item(
+    item: Any,
+    result: ItemResult,
+    *,
+    format: str | None,
+    redactor: Redactor,
+    source_format: str | None,
+    receipt: models.IngestReceipt | None,
+    counts: Counter[str],
+) -> None:
+    try:
+        detected, runs = formats.parse_detected(item, format=format, max_depth=settings.HISTORY_MAX_DEPTH)
+    except RecordError as exc:
+        result.errors = [{"path": path, "message": message} for path, message in exc.errors]
+        return
+    prepared = []
+    for run in runs:
+        result.run_id, result.session_id = run.run_id, run.session_id
+        report: list[dict[str, Any]] = []
+        try:
+            prepared.append(prepare_run(run, redactor=redactor, report=report))
+        except RecordError as exc:
+            # Redaction can only shorten or mark values, but a record that no longer
+            # validates is refused with its paths rather than half-handled.
+            result.errors.extend({"path": path, "message": message} for path, message in exc.errors)
+            continue
+        result.changed_fields.extend({"run_id": run.run_id, **entry} for entry in report)
+    if result.errors or not prepared:
+        return
+    try:
+        result.status = _store_item(prepared, source_format or detected, receipt=receipt, counts=counts)
+    except DatabaseError as exc:
+        # The item's transaction rolled back, so nothing of it was kept.
+        if is_transient(exc):
+            logger.warning("run %s not stored, to be sent again: %s", result.run_id, exc)
+            result.status, result.errors = "retry", [{"path": "$", "message": RETRY_MESSAGE}]
+        else:
+            logger.exception("run %s could not be stored", result.run_id)
+            result.errors = [{"path": "$", "message": "the database refused this run"}]
+
+
+def is_transient(exc: DatabaseError) -> bool:
+    """Deadlocks, serialization failures, "database is locked", lost connections: the
+    same request sent again later can succeed."""
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def _must_roll_back(exc: DatabaseError) -> bool:
+    """PostgreSQL's class 40 (deadlock, serialization failure): retrying at once is the cure."""
+    return str(getattr(exc.__cause__, "sqlstate", "") or "").startswith("40")
+
+
+def _store_item(
+    runs: list[Run], source_format: str, *, receipt: models.IngestReceipt | None, counts: Counter[str]
+) -> str:
+    """Store an item's runs in one transaction, with the receipt's progress; a payload of
+    several runs reports the strongest outcome of them."""
+    # Rendered before the transaction opens: rendering is bounded but not free, and on
+    # SQLite every other writer waits while a write transaction is open.
+    pages = [render_markdown(run.output) for run in runs]
+    attempt = 1
+    while True:
+        try:
+            with transaction.atomic():
+                statuses = [
+                    ingest_run(run=run, source_format=source_format, output_html=html)
+                    for run, html in zip(runs, pages, strict=True)
+                ]
+                status = next(s for s in ("created", "updated", "duplicate") if s in statuses)
+                if receipt is not None:
+                    so_far = dict.fromkeys(RECEIPT_COUNT_KEYS, 0) | counts + Counter({status: 1})
+                    models.IngestReceipt.objects.filter(pk=receipt.pk).update(
+                        counts=so_far, updated_at=timezone.now()
+                    )
+                return status
+        except OperationalError as exc:
+            if attempt == STORE_ATTEMPTS or not _must_roll_back(exc):
+                raise
+            attempt += 1
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
+
+
+RECEIPT_COUNT_KEYS = ("created", "updated", "duplicate", "rejected")
+
+
+def _receipt_fields(results: list[ItemResult]) -> dict[str, Any]:
+    counts = dict.fromkeys(RECEIPT_COUNT_KEYS, 0)
+    counts.update(Counter(result.status for result in results))
+    return {
+        "item_count": len(results),
+        "counts": counts,
+        # A rejection's path or message can quote a secret the client sent (a key in a path).
+        "rejections": server_redactor().redact(
+            [
+                {"index": r.index, "run_id": r.run_id, **error}
+                for r in results
+                if r.status in {"rejected", "retry"}
+                for error in r.errors
+            ][:1000]
+        ),
+        "changed_fields": [item for r in results for item in r.changed_fields][:1000],
+    }
 
 
 def record_receipt(
     *, source: str, results: list[ItemResult], token: models.IngestToken | None = None, label: str = ""
 ) -> models.IngestReceipt:
     """What a request or an import did, so a person can answer "why is my run missing?"."""
-    counts = dict.fromkeys(("created", "updated", "duplicate", "rejected"), 0)
-    for result in results:
-        counts[result.status] += 1
-    # A rejection's path or message can quote a secret the client sent (a key in a path).
-    redact = server_redactor().redact
     return models.IngestReceipt.objects.create(
-        source=source,
-        token=token,
-        label=redact(label)[:255],
-        counts=counts,
-        rejections=redact(
-            [
-                {"index": r.index, "run_id": r.run_id, **error}
-                for r in results
-                if r.status == "rejected"
-                for error in r.errors
-            ][:1000]
-        ),
-        changed_fields=[item for r in results for item in r.changed_fields][:1000],
+        source=source, token=token, label=server_redactor().redact(label)[:255], **_receipt_fields(results)
     )
 
 
-def ingest_run(*, run: Run, source_format: str = "") -> str:
-    """Store one already-redacted run; returns "created", "updated" or "duplicate"."""
+def open_receipt(
+    *, source: str, item_count: int, token: models.IngestToken | None = None
+) -> models.IngestReceipt:
+    """A receipt written (committed) before anything is stored; ``ingest_items`` keeps its
+    counts current and ``close_receipt`` completes it."""
+    return models.IngestReceipt.objects.create(
+        source=source, token=token, item_count=item_count, state=models.IngestReceipt.OPEN
+    )
+
+
+def close_receipt(*, receipt: models.IngestReceipt, results: list[ItemResult]) -> None:
+    """Complete a receipt. If the database is gone by now, the receipt keeps the counts its
+    items wrote and is shown as interrupted; the answer to the client is not lost."""
+    _update_receipt(receipt, state=models.IngestReceipt.COMPLETE, **_receipt_fields(results))
+
+
+def interrupt_receipt(*, receipt: models.IngestReceipt) -> None:
+    """Mark a receipt whose request stopped partway (its counts say what was stored)."""
+    _update_receipt(receipt, state=models.IngestReceipt.INTERRUPTED)
+
+
+def _update_receipt(receipt: models.IngestReceipt, **fields: Any) -> None:
+    try:
+        models.IngestReceipt.objects.filter(pk=receipt.pk).update(updated_at=timezone.now(), **fields)
+    except DatabaseError:
+        logger.exception("receipt %s could not be updated", receipt.pk)
+
+
+def ingest_run(*, run: Run, source_format: str = "", output_html: str | None = None) -> str:
+    """Store one already-redacted run; returns "created", "updated" or "duplicate".
+    ``output_html`` is the answer rendered beforehand, outside any transaction."""
     digest = content_hash(run)
-    # Rendered before the transaction opens: rendering is bounded but not free, and on
-    # SQLite every other writer waits while a write transaction is open.
-    output_html = render_markdown(run.output)
+    if output_html is None:
+        output_html = render_markdown(run.output)
     try:
         return _ingest_run(run, digest, source_format, output_html)
     except IntegrityError:
@@ -209,7 +317,7 @@ def _ingest_run(run: Run, digest: str, source_format: str, output_html: str) -> 
     existing = models.Run.objects.select_for_update().filter(run_id=run.run_id).first()
     if existing is not None and existing.content_hash == digest:
         return "duplicate"
-    session = _session_for(run)
+    session = _session_for(run, old_session_id=existing.session_id if existing is not None else None)
     old_session_id = None
     if existing is None:
         row = models.Run(run_id=run.run_id)
@@ -233,7 +341,7 @@ def _ingest_run(run: Run, digest: str, source_format: str, output_html: str) -> 
         link_context_sources(row)
     _refresh_session(session)
     if old_session_id is not None:
-        _refresh_session(models.Session.objects.select_for_update().get(pk=old_session_id))
+        _refresh_session(models.Session.objects.get(pk=old_session_id))
     return status
 
 
@@ -243,14 +351,21 @@ def delete_children(row: models.Run) -> None:
         related.all()._raw_delete(related.all().db)
 
 
-def _session_for(run: Run) -> models.Session:
+def _session_for(run: Run, *, old_session_id: int | None) -> models.Session:
+    """The run's session, locked (with the session the run leaves, if any) so concurrent
+    runs of one session update its counts one at a time. Both rows are locked in primary
+    key order: two requests moving runs between two sessions in opposite directions
+    would otherwise each hold one and wait for the other (a deadlock)."""
     now = timezone.now()
     session, _ = models.Session.objects.get_or_create(
         session_id=run.session_id,
         defaults={"last_activity_at": now, "user_id": run.user_id[:255], "framework": run.framework[:32]},
     )
-    # Lock the row so concurrent runs of one session update its counts one at a time.
-    return models.Session.objects.select_for_update().get(pk=session.pk)
+    keys = sorted({session.pk, old_session_id} - {None})
+    locked = {
+        row.pk: row for row in models.Session.objects.select_for_update().filter(pk__in=keys).order_by("pk")
+    }
+    return locked[session.pk]
 
 
 def _fill_run(row: models.Run, run: Run, session: models.Session, digest: str, source_format: str) -> None:

@@ -149,6 +149,18 @@ TEMPLATES = [
     },
 ]
 
+# Every SQLite database, however it is named, gets the same options. IMMEDIATE takes the
+# write lock when a transaction starts, so two writers queue on the busy timeout instead of
+# failing with "database is locked" when one of them tries to upgrade a read lock.
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+    "init_command": (
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+        "PRAGMA foreign_keys=ON; PRAGMA busy_timeout=20000;"
+    ),
+}
+
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {
@@ -159,23 +171,9 @@ if DATABASE_URL:
         )
     }
 else:
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "history.sqlite3",
-            "OPTIONS": {
-                # IMMEDIATE takes the write lock when a transaction starts, so two writers
-                # queue on the busy timeout instead of failing with "database is locked"
-                # when one of them tries to upgrade a read lock.
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-                "init_command": (
-                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
-                    "PRAGMA foreign_keys=ON; PRAGMA busy_timeout=20000;"
-                ),
-            },
-        }
-    }
+    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "history.sqlite3"}}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -251,6 +249,9 @@ CONTENT_SECURITY_POLICY = {
 HISTORY_MAX_BODY_BYTES = env_int("HISTORY_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(HISTORY_MAX_BODY_BYTES, 2_621_440)
 # Any stored text field longer than this is cut, with a marker, before it is written.
+# A request holding more runs than this is refused whole (413), before anything is stored,
+# so one request never outlives a worker timeout.
+HISTORY_MAX_ITEMS_PER_REQUEST = env_int("HISTORY_MAX_ITEMS_PER_REQUEST", 1000, minimum=1)
 HISTORY_MAX_FIELD_CHARS = env_int("HISTORY_MAX_FIELD_CHARS", 256 * 1024, minimum=1024)
 # Rendering one text as Markdown may take this long; a text that would take longer is
 # shown escaped, as preformatted text under a note (history_app/rendering.py).

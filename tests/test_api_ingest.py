@@ -150,7 +150,8 @@ def test_a_run_is_stored_whole_or_not_at_all(ingest, monkeypatch):
     monkeypatch.setattr(services, "_write_children", explode)
     response = ingest(native(iterations=[{"thought": "a"}]))
     assert response.status_code == 400
-    assert "disk full" in response.json()["results"][0]["errors"][0]["message"]
+    # The message names no database internals (issue #10, item 4); the log has them.
+    assert response.json()["results"][0]["errors"][0]["message"] == "the database refused this run"
     assert models.Run.objects.count() == 0
     assert models.Iteration.objects.count() == 0
     assert models.Session.objects.count() == 0

@@ -87,3 +87,35 @@ def test_a_laptop_stays_plain_http(tmp_path, settings, client):
     assert client.get("/accounts/login/").status_code == 200  # no redirect to https
     result = check_deploy(tmp_path)
     assert "security.W004" in result.stderr and "security.W008" in result.stderr  # the checks still guard
+
+
+def test_a_sqlite_database_named_in_database_url_gets_the_same_options(tmp_path):
+    """WAL, IMMEDIATE, the busy timeout… for every SQLite database, however it is named."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json; from django.conf import settings; "
+        "print(json.dumps(settings.DATABASES['default'].get('OPTIONS', {})))"
+    )
+    answers = []
+    for url in (None, f"sqlite:///{tmp_path / 'named.sqlite3'}"):
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "history_app.settings",
+            "HISTORY_DATA_DIR": str(tmp_path),
+        }
+        env.pop("DATABASE_URL", None)
+        if url:
+            env["DATABASE_URL"] = url
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        )
+        answers.append(json.loads(out.stdout))
+    default, named = answers
+    assert named == default
+    assert named["transaction_mode"] == "IMMEDIATE" and named["timeout"] == 20
+    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=20000"):
+        assert pragma in named["init_command"]

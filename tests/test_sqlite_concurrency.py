@@ -34,9 +34,14 @@ print(errors)
 
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="exercises the SQLite file settings")
-def test_four_processes_write_at_once_without_lock_errors(tmp_path):
+@pytest.mark.parametrize("named", [False, True], ids=["default-path", "DATABASE_URL"])
+def test_four_processes_write_at_once_without_lock_errors(tmp_path, named):
+    """The same for the default file and for a SQLite file named in DATABASE_URL."""
     env = {**os.environ, "HISTORY_DATA_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "history_app.settings"}
     env.pop("DATABASE_URL", None)
+    database = tmp_path / ("named.sqlite3" if named else "history.sqlite3")
+    if named:
+        env["DATABASE_URL"] = f"sqlite:///{database}"
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     writers = [
         subprocess.Popen(
@@ -56,7 +61,7 @@ def test_four_processes_write_at_once_without_lock_errors(tmp_path):
         assert "locked" not in err
     import sqlite3
 
-    db = sqlite3.connect(tmp_path / "history.sqlite3")
+    db = sqlite3.connect(database)
     assert db.execute("SELECT COUNT(*) FROM history_app_run").fetchone()[0] == 4 * 40 * 3
     assert db.execute("SELECT SUM(run_count) FROM history_app_session").fetchone()[0] == 480
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
