@@ -55,12 +55,12 @@ def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_r
     real = services.ingest_run
     seen = []
 
-    def dies_on_the_third(*, run, source_format=""):
+    def dies_on_the_third(*, run, **options):
         receipt = models.IngestReceipt.objects.get()
         seen.append((receipt.state, receipt.counts.get("created", 0)))
         if len(seen) == 3:
             raise RuntimeError("the worker was killed")  # not a database error
-        return real(run=run, source_format=source_format)
+        return real(run=run, **options)
 
     monkeypatch.setattr(services, "ingest_run", dies_on_the_third)
     with pytest.raises(RuntimeError):
@@ -93,11 +93,11 @@ def _fails_on(calls: set[int], exc: Exception):
     real = services.ingest_run
     count = [0]
 
-    def flaky(*, run, source_format=""):
+    def flaky(*, run, **options):
         count[0] += 1
         if count[0] in calls:
             raise exc
-        return real(run=run, source_format=source_format)
+        return real(run=run, **options)
 
     return flaky
 

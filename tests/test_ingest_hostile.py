@@ -120,12 +120,25 @@ def test_a_value_just_within_the_limit_is_stored(ingest):
     assert models.Run.objects.get().metadata == nested(63)
 
 
-def test_deep_json_inside_an_agno_arguments_string_is_refused(ingest):
-    call = {"id": "c1", "function": {"name": "f", "arguments": json.dumps(nested(900))}}
+@pytest.mark.parametrize(
+    ("depth", "path"),
+    [
+        # Past the limit: refused in the record, wherever the parsed value sits.
+        (100, "$.iterations[0].tool_calls[0].params"),
+        # Too deep to parse at all: refused at the raw field, before Python's JSON parser
+        # could meet the recursion limit (which depends on the caller's stack, so the
+        # answer would differ between a test runner and a server).
+        (900, "$.messages[0].tool_calls[0].function.arguments"),
+        (50_000, "$.messages[0].tool_calls[0].function.arguments"),
+    ],
+)
+def test_deep_json_inside_an_agno_arguments_string_is_refused(ingest, depth, path):
+    arguments = '{"a": ' * depth + "1" + "}" * depth
+    call = {"id": "c1", "function": {"name": "f", "arguments": arguments}}
     payload = {"run_id": "a1", "agent_id": "x", "messages": [{"role": "assistant", "tool_calls": [call]}]}
     response = ingest(body(payload))
     assert response.status_code == 400, response.content
-    assert first_error(response)["path"].startswith("$.iterations[0].tool_calls[0].params")
+    assert first_error(response)["path"].startswith(path)
 
 
 def test_deep_json_in_a_markdown_fence_is_refused(ingest):

@@ -86,14 +86,32 @@ def _duration(metrics: dict[str, Any]) -> float:
     return duration if isinstance(duration, int | float) and not isinstance(duration, bool) else 0
 
 
-def _arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except (ValueError, RecursionError):
-            # Not JSON, or nested too deep for Python's parser: kept as the text it is.
-            return raw
-    return raw
+# Deeper than any nesting limit a server may set (HISTORY_MAX_DEPTH is at most 200), and
+# shallow enough that Python's JSON parser never meets the recursion limit, whatever the
+# stack depth of its caller: the same arguments get the same answer everywhere.
+_ARGUMENTS_MAX_DEPTH = 256
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON ``text`` (strings skipped); linear."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _arguments(raw: Any, path: str) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    if _json_depth(raw) > _ARGUMENTS_MAX_DEPTH:
+        raise RecordError([(path, f"holds JSON nested deeper than {_ARGUMENTS_MAX_DEPTH} levels")])
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw  # not JSON: kept as the text it is
 
 
 RUN_FIELDS = {
@@ -192,18 +210,20 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
         return call
 
     iterations: list[Iteration] = []
-    for message in payload.get("messages") or []:
+    for m, message in enumerate(payload.get("messages") or []):
         if not isinstance(message, dict) or message.get("from_history") or message.get("role") != "assistant":
             continue
         iteration = Iteration(index=len(iterations) + 1, thought=_text(message.get("content")) or None)
-        for raw in message.get("tool_calls") or []:
+        for k, raw in enumerate(message.get("tool_calls") or []):
             function = raw.get("function") or {}
             call_id = raw.get("id")
             iteration.tool_calls.append(
                 call_from(
                     executions.get(call_id),
                     name=function.get("name"),
-                    params=_arguments(function.get("arguments")),
+                    params=_arguments(
+                        function.get("arguments"), f"$.messages[{m}].tool_calls[{k}].function.arguments"
+                    ),
                     call_id=call_id,
                 )
             )
