@@ -74,6 +74,7 @@ POISON = {
 TRANSIENT = re.compile(r"locked|deadlock|serializ|could not serialize|connection", re.IGNORECASE)
 MAX_RETRY_AFTER = 5.0
 RETRIES = 10
+MIN_BESIDE = 3.0
 
 _servers: list[Server] = []
 
@@ -147,6 +148,8 @@ class Tally:
                     self.acknowledged.add(run_id)
                 elif status == "rejected":
                     message = "; ".join(e.get("message", "") for e in result.get("errors") or [])
+                    # First line only: PostgreSQL's DETAIL lines name processes and differ each time.
+                    message = (message.splitlines() or [""])[0]
                     kind = "transient" if TRANSIENT.search(message) else "other"
                     self.items[f"rejected ({kind})"] += 1
                     self.messages[f"rejected: {message[:120]}"] += 1
@@ -507,7 +510,15 @@ def beside(server: Server, args, label: str, prefix: str, heavy) -> None:
     with concurrent.futures.ThreadPoolExecutor(len(POISON)) as pool:
         futures = [pool.submit(heavy, name, text) for name, text in POISON.items()]
         time.sleep(0.2)  # let the heavy requests reach the server first
-        ordinary_load(server, args, lambda: not all(f.done() for f in futures), tally, prefix)
+        # At least MIN_BESIDE seconds of ordinary load, so there is a figure when they are quick.
+        until = time.monotonic() + MIN_BESIDE
+        ordinary_load(
+            server,
+            args,
+            lambda: time.monotonic() < until or not all(f.done() for f in futures),
+            tally,
+            prefix,
+        )
         results = [f.result() for f in futures]
     failures = tally.failures()
     p99 = percentile(tally.latencies, 0.99)
