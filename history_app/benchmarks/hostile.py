@@ -129,8 +129,9 @@ class Tally:
         self.latencies: list[float] = []
         self.messages: collections.Counter[str] = collections.Counter()
         self.acknowledged: set[str] = set()
+        self.retried = 0  # 503 answers whose request was sent again
 
-    def add(self, reply: Reply, sent_ids: list[str]) -> None:
+    def add(self, reply: Reply, sent_ids: list[str], *, retrying: bool = False) -> None:
         data = reply.json()
         with self.lock:
             self.latencies.append(reply.seconds)
@@ -139,8 +140,9 @@ class Tally:
                 self.messages[reply.error[:120]] += 1
             elif reply.status >= 500 or (reply.status >= 400 and not data.get("results")):
                 self.messages[f"{reply.status} {str(data.get('error') or reply.body[:120])[:120]}"] += 1
-            if reply.status == 503:
-                return  # retried by the caller; its items are counted on the final answer
+            if retrying:
+                self.retried += 1
+                return  # a 503 sent again: its items are counted on the final answer
             for result, run_id in zip(data.get("results") or [], sent_ids, strict=False):
                 status = result.get("status", "?")
                 self.items[status] += 1
@@ -155,7 +157,8 @@ class Tally:
                     self.messages[f"rejected: {message[:120]}"] += 1
 
     def failures(self) -> int:
-        return sum(n for status, n in self.responses.items() if status != "200")
+        """Answers other than 200, not counting the 503s that were sent again."""
+        return sum(n for status, n in self.responses.items() if status != "200") - self.retried
 
 
 def post_runs(port: int, token: str, runs: list[dict], *, ndjson: bool, tally: Tally, timeout=60.0) -> Reply:
@@ -168,10 +171,11 @@ def post_runs(port: int, token: str, runs: list[dict], *, ndjson: bool, tally: T
         content_type = "application/json"
     headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type}
     ids = [run["run_id"] for run in runs]
-    for _ in range(RETRIES):
+    for attempt in range(RETRIES):
         reply = call(port, "POST", "/api/v1/ingest", body=body, headers=headers, timeout=timeout)
-        tally.add(reply, ids)
-        if reply.status != 503:
+        last = attempt == RETRIES - 1
+        tally.add(reply, ids, retrying=reply.status == 503 and not last)
+        if reply.status != 503 or last:
             return reply
         try:
             wait = float(reply.headers.get("retry-after", "1"))
@@ -201,7 +205,10 @@ def report(tally: Tally, indent: str = "     ") -> None:
     partial = tally.responses.get("207", 0)
     server_errors = sum(n for k, n in tally.responses.items() if k.isdigit() and int(k) >= 500)
     print(f"{indent}items: {items}")
-    print(f"{indent}answers: {responses}; partial (207) {partial}; 5xx {server_errors}")
+    print(
+        f"{indent}answers: {responses}; partial (207) {partial}; 5xx {server_errors}"
+        f" (of which 503 sent again after Retry-After: {tally.retried})"
+    )
     print(f"{indent}latency per request: {latency_line(tally.latencies)}")
     for message, n in tally.messages.most_common(4):
         print(f"{indent}  {n} × {message}")
@@ -328,7 +335,7 @@ def make_runs(prefix: str, count: int) -> list[dict]:
     return runs
 
 
-def burst(server: Server, runs: list[dict], args, tally: Tally, stop: threading.Event | None = None) -> int:
+def burst(server: Server, runs: list[dict], args, tally: Tally) -> int:
     """``args.clients`` clients, each posting its share of ``runs`` in batches, odd clients as
     NDJSON; returns the number of batches left unsent when the phase's time ran out."""
     share = len(runs) // args.clients
@@ -338,7 +345,7 @@ def burst(server: Server, runs: list[dict], args, tally: Tally, stop: threading.
     def client(number: int) -> None:
         mine = runs[number * share : (number + 1) * share]
         for start in range(0, len(mine), args.batch):
-            if time.monotonic() > deadline or (stop is not None and stop.is_set()):
+            if time.monotonic() > deadline:
                 unsent[0] += 1
                 continue
             batch = mine[start : start + args.batch]
@@ -443,7 +450,7 @@ def phase_move(server: Server, args) -> None:
     deadlocks = sum(n for m, n in tally.messages.items() if "deadlock" in m.lower())
     print(
         f"  4. session-move race: 2 clients × {args.moves} moves in opposite directions, "
-        f"{time.perf_counter() - started:.1f} s; 503 retried {tally.responses.get('503', 0)}; "
+        f"{time.perf_counter() - started:.1f} s; 503 sent again {tally.retried}; "
         f"400 {tally.responses.get('400', 0)}; messages naming a deadlock {deadlocks}"
     )
     report(tally)
@@ -457,8 +464,7 @@ def phase_kill(server: Server, args) -> None:
     runs = make_runs("kill", args.clients * args.runs_per_client)
     tally = Tally()
     total_requests = len(runs) // args.batch
-    result: list[int] = []
-    worker = threading.Thread(target=lambda: result.append(burst(server, runs, args, tally)), daemon=True)
+    worker = threading.Thread(target=burst, args=(server, runs, args, tally), daemon=True)
     worker.start()
     deadline = time.monotonic() + args.phase_timeout
     while len(tally.latencies) < max(1, total_requests // 3) and time.monotonic() < deadline:
