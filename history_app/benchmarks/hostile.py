@@ -5,8 +5,9 @@
 For each configuration it starts a real server on 127.0.0.1 — ``manage.py quickstart``
 (runserver, one process with threads) or ``gunicorn history_app.wsgi -w 4`` — on SQLite
 (the default path, and once named through ``DATABASE_URL=sqlite:///…``) or on PostgreSQL
-(``BENCH_DATABASE_URL``: that database is migrated and its history tables are EMPTIED;
-without it the PostgreSQL configurations are skipped), and prints:
+(``BENCH_DATABASE_URL``: that database is migrated, its history tables are EMPTIED and its
+``admin`` user's password is reset; without it the PostgreSQL configurations are
+skipped), and prints:
 
 1. a burst of 8 clients × 250 runs in batches of 25 (JSON arrays and NDJSON): what each
    run's result said, partial (207) and 5xx answers, latency per request, and how many
@@ -568,6 +569,7 @@ def log_in(server: Server, timeout: float) -> str:
                 print(f"     logging in failed first: {dict(failures)}")
             return "; ".join(f"{cookie.name}={cookie.value}" for cookie in jar)
         failures["no session cookie"] += 1
+        time.sleep(1)
     raise RuntimeError(f"logging in failed for {timeout:.0f} s: {dict(failures)}")
 
 
@@ -647,6 +649,12 @@ def db_task(task: str, prefix: str) -> None:
 
         setup_django()
         empty_history_tables()
+        # quickstart keeps an existing admin's password; this run logs in with its own.
+        from django.contrib.auth import get_user_model
+
+        for user in get_user_model().objects.filter(username="admin"):
+            user.set_password(os.environ["HISTORY_ADMIN_PASSWORD"])
+            user.save()
         return
     import django
 
