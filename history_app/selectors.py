@@ -11,7 +11,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.db.models import Count, Exists, F, Max, OuterRef, Prefetch, Q, Window
@@ -43,13 +43,44 @@ def encode_cursor(value: datetime | int, pk: int) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+_MAX_BIGINT = 2**63 - 1
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")
+
+
 def decode_cursor(token: str, *, is_datetime: bool = True) -> tuple[datetime | int, int]:
+    """The (value, id) a ``_next`` token holds. Anything this server could not have handed
+    out is a ``BadCursor``: a float, NaN or a number past 64 bits (the databases would
+    refuse it), or a time without a zone or one that falls outside the years 1–9999 in UTC
+    (the databases compare in UTC)."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        value, pk = json.loads(raw)
-        return (datetime.fromisoformat(value) if is_datetime else int(value)), int(pk)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        value, pk = json.loads(raw, parse_constant=_reject_constant)
+        if type(pk) is not int or not 0 <= pk <= _MAX_BIGINT:
+            raise ValueError("bad id")
+        if not is_datetime:
+            if type(value) is not int or not -_MAX_BIGINT <= value <= _MAX_BIGINT:
+                raise ValueError("bad number")
+            return value, pk
+        moment = datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            raise ValueError("no time zone")
+        return moment.astimezone(UTC), pk
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, OverflowError, RecursionError):
         raise BadCursor("not a token this server handed out; start again from the first page") from None
+
+
+def whole_number(value: str, field: str, *, low: int, high: int) -> int:
+    """A query-string number from ``low`` to ``high``, written in ASCII digits; anything
+    else (a sign, a decimal point, "²", "٣", thousands of digits) is a ``BadParameter``."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 12) or not (
+        low <= int(value) <= high
+    ):
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        raise BadParameter(field, f"{shown!r} is not a whole number from {low} to {high}")
+    return int(value)
 
 
 @dataclass
@@ -81,6 +112,8 @@ def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int, des
     return Page(rows, next_cursor)
 
 
+FIRST_DAY, LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
+
 # Sort name -> (field, descending).
 SESSION_SORTS = {
     "recent": ("last_activity_at", True),
@@ -109,8 +142,10 @@ class SessionFilters:
 
         def text(name: str) -> str:
             value = params.get(name, "").strip()
-            if len(value) > 255:
+            if len(value) > 255 and name != "q":
                 raise BadParameter(name, "at most 255 characters")
+            if "\x00" in value:  # PostgreSQL refuses NUL in any text
+                raise BadParameter(name, "contains a NUL character")
             return value
 
         def day(name: str) -> date | None:
@@ -118,9 +153,14 @@ class SessionFilters:
             if not value:
                 return None
             try:
-                return date.fromisoformat(value)
+                parsed = date.fromisoformat(value)
             except ValueError:
                 raise BadParameter(name, f"{value!r} is not a date (YYYY-MM-DD)") from None
+            # A day away from both ends of the calendar: the filters use the day after
+            # "to", and a day's start moved to UTC must still be a date.
+            if not FIRST_DAY <= parsed <= LAST_DAY:
+                raise BadParameter(name, f"must be between {FIRST_DAY} and {LAST_DAY}")
+            return parsed
 
         status = text("status")
         if status and status not in records.RUN_STATUSES:
@@ -129,7 +169,7 @@ class SessionFilters:
         if sort not in SESSION_SORTS:
             raise BadParameter("sort", f"must be one of {', '.join(SESSION_SORTS)}")
         filters = cls(
-            q=params.get("q", "").strip()[:500],
+            q=text("q")[:500],
             framework=text("framework"),
             agent=text("agent"),
             status=status,

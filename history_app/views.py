@@ -18,7 +18,7 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from . import inspector, present, selectors
+from . import inspector, present, selectors, transcripts
 from .agent_history.recorder import render_autourgos_markdown
 from .rendering import render_markdown
 
@@ -119,14 +119,65 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
 @login_required
 @vary_on_headers("HX-Request")
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
-    run = selectors.run_transcript(run_id)
+    """A run's transcript: its first iterations and the first tool calls of each (the page
+    stays bounded whatever the run holds; "show more" links load the rest)."""
+    run = transcripts.get_run(run_id)
+    iterations = transcripts.iteration_slice(run=run)
     context = {
         "run": run,
         "session": run.session,
         "contexts": list(run.injected_contexts.all()),
-        "waterfall": present.waterfall_svg(run),
+        "slice": iterations,
+        "waterfall": present.waterfall_svg(run, [(p.iteration, p.calls) for p in iterations.parts]),
     }
     return render(request, _template(request, "run_detail", "transcript"), context)
+
+
+def _slice_template(request: HttpRequest, partial: str) -> str:
+    """A slice's partial for htmx's "show more", or a page of its own without JavaScript."""
+    htmx = request.htmx
+    if htmx and not htmx.boosted and not htmx.history_restore_request:
+        return f"history_app/run_detail.html#{partial}"
+    return "history_app/run_slice.html"
+
+
+def _start(request: HttpRequest) -> int:
+    return selectors.whole_number(request.GET.get("start", "0"), "start", low=0, high=transcripts.MAX_START)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def run_iterations(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The next iterations of a run, from position ``start``."""
+    run = transcripts.get_run(run_id)
+    try:
+        iterations = transcripts.iteration_slice(run=run, start=_start(request))
+    except selectors.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    context = {
+        "run": run,
+        "session": run.session,
+        "contexts": list(run.injected_contexts.all()),
+        "slice": iterations,
+        "partial": "iterations",
+    }
+    return render(request, _slice_template(request, "iterations"), context)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def run_tool_calls(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
+    """The next tool calls of one iteration, from position ``start``."""
+    iteration = transcripts.get_iteration(run_id, position)
+    try:
+        calls = transcripts.call_slice(iteration=iteration, start=_start(request))
+    except selectors.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    run = iteration.run
+    context = {"run": run, "session": run.session, "part": calls, "partial": "tool-calls"}
+    return render(request, _slice_template(request, "tool-calls"), context)
 
 
 @require_GET
@@ -212,10 +263,11 @@ def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpRespo
 def stats(request: HttpRequest) -> HttpResponse:
     """Runs per day, failure rate, duration percentiles, top tools and errors: server-drawn
     SVG charts, each beside a table with the same numbers."""
-    raw = request.GET.get("days", "30")
-    if not raw.isdigit() or not 1 <= int(raw) <= 365:
-        return _bad_request(request, f"days: {raw!r} is not a whole number from 1 to 365", "days")
-    data = selectors.stats(days=int(raw))
+    try:
+        days = selectors.whole_number(request.GET.get("days", "30"), "days", low=1, high=365)
+    except selectors.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    data = selectors.stats(days=days)
     per_day = [(p["day"].isoformat(), p["total"]) for p in data["series"]]
     rates = [
         (p["day"].isoformat(), round(100 * p["failed"] / p["total"], 1) if p["total"] else 0)

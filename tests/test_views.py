@@ -362,7 +362,9 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
         alice_client.get("/")
     with django_assert_num_queries(4):
         alice_client.get("/sessions/sess-0/")
-    with django_assert_num_queries(7):
+    # The run page: session + user, the run, its first iterations, their first tool calls,
+    # its contexts.
+    with django_assert_num_queries(6):
         alice_client.get("/runs/run-10-0/")
     # The list with a search: sessions, their matching runs, the framework menu (and on
     # PostgreSQL the sample that picks the plan).
