@@ -12,6 +12,7 @@ import binascii
 import json
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Count, Exists, F, Max, OuterRef, Prefetch, Q, Window
@@ -401,16 +402,51 @@ def _transcript_queryset() -> Any:
     )
 
 
-def run_transcript(run_id: str) -> models.Run:
-    """A run with everything it contains (5 queries)."""
-    try:
-        return _transcript_queryset().get(run_id=run_id)
-    except models.Run.DoesNotExist:
-        raise Http404("No such run") from None
+def tool_call_record(call: models.ToolCall) -> records.ToolCall:
+    return records.ToolCall(
+        tool=call.tool,
+        params=call.params,
+        result=call.result,
+        error=call.error,
+        started_at=call.started_at,
+        ended_at=call.ended_at,
+        call_id=call.call_id or None,
+    )
 
 
-def run_record(run: models.Run) -> records.Run:
-    """The stored (redacted) run as a canonical record; expects ``run_transcript``'s prefetches."""
+def iteration_record(it: models.Iteration, tool_calls: list[records.ToolCall]) -> records.Iteration:
+    return records.Iteration(
+        index=it.index,
+        name=it.name,
+        thought=it.thought,
+        started_at=it.started_at,
+        ended_at=it.ended_at,
+        metadata=it.metadata,
+        tool_calls=tool_calls,
+    )
+
+
+def interaction_record(mi: models.MemberInteraction) -> records.MemberInteraction:
+    return records.MemberInteraction(
+        member=mi.member, task=mi.task, response=mi.response, member_run_id=mi.member_run_id
+    )
+
+
+def context_record(ctx: models.InjectedContext) -> records.InjectedContext:
+    return records.InjectedContext(
+        text=ctx.text,
+        kind=ctx.kind,
+        target=ctx.target,
+        step=ctx.step,
+        source_run_ids=ctx.source_run_ids,
+        settings=ctx.settings,
+        reported=ctx.reported,
+    )
+
+
+def run_record(run: models.Run, *, children: bool = True) -> records.Run:
+    """The stored (redacted) run as a canonical record; with ``children``, from
+    ``_transcript_queryset``'s prefetches, else with none (the caller adds them)."""
     return records.Run(
         run_id=run.run_id,
         session_id=run.session.session_id,
@@ -428,46 +464,13 @@ def run_record(run: models.Run) -> records.Run:
         started_at=run.started_at,
         ended_at=run.ended_at,
         iterations=[
-            records.Iteration(
-                index=it.index,
-                name=it.name,
-                thought=it.thought,
-                started_at=it.started_at,
-                ended_at=it.ended_at,
-                metadata=it.metadata,
-                tool_calls=[
-                    records.ToolCall(
-                        tool=call.tool,
-                        params=call.params,
-                        result=call.result,
-                        error=call.error,
-                        started_at=call.started_at,
-                        ended_at=call.ended_at,
-                        call_id=call.call_id or None,
-                    )
-                    for call in it.tool_calls.all()
-                ],
-            )
-            for it in run.iterations.all()
+            iteration_record(it, [tool_call_record(call) for call in it.tool_calls.all()])
+            for it in (run.iterations.all() if children else ())
         ],
         member_interactions=[
-            records.MemberInteraction(
-                member=mi.member, task=mi.task, response=mi.response, member_run_id=mi.member_run_id
-            )
-            for mi in run.member_interactions.all()
+            interaction_record(mi) for mi in (run.member_interactions.all() if children else ())
         ],
-        injected_contexts=[
-            records.InjectedContext(
-                text=ctx.text,
-                kind=ctx.kind,
-                target=ctx.target,
-                step=ctx.step,
-                source_run_ids=ctx.source_run_ids,
-                settings=ctx.settings,
-                reported=ctx.reported,
-            )
-            for ctx in run.injected_contexts.all()
-        ],
+        injected_contexts=[context_record(ctx) for ctx in (run.injected_contexts.all() if children else ())],
         metrics=run.metrics,
         metadata=run.metadata,
         redactions=run.redactions,
@@ -534,37 +537,30 @@ def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:
     }
 
 
-def session_records(*, session: models.Session) -> list[records.Run]:
-    """Every run of a session as canonical records, in order: 5 queries whatever the size."""
-    runs = _transcript_queryset().filter(session=session).order_by("started_at", "received_at", "id")
-    return [run_record(run) for run in runs]
-
-
-def autourgos_document(record: records.Run) -> dict[str, Any]:
-    """A run in autourgos-history's JSON layout, for its Markdown export."""
+def autourgos_document(record: records.Run, iterations: Iterable[records.Iteration] | None = None) -> dict[str, Any]:
+    """A run in autourgos-history's JSON layout, for its Markdown export; ``iterations``
+    (read once, while the Markdown is written) stand in for the record's own."""
     return {
         "query": record.input,
         "agent_name": record.agent_name or "Agent",
         "start_time": record.started_at.isoformat() if record.started_at else None,
         "end_time": record.ended_at.isoformat() if record.ended_at else None,
-        "iterations": [
-            {
-                "iteration": it.index,
-                "thought": it.thought,
-                "tools": [
-                    {"tool": c.tool, "params": c.params if c.params is not None else {}}
-                    for c in it.tool_calls
-                ],
-                "observations": [
-                    {"tool": c.tool, "result": c.result if c.result is not None else c.error}
-                    for c in it.tool_calls
-                    if c.result is not None or c.error is not None
-                ],
-            }
-            for it in record.iterations
-        ],
+        "iterations": map(_autourgos_iteration, record.iterations if iterations is None else iterations),
         "final_response": record.output,
         "error": record.error,
+    }
+
+
+def _autourgos_iteration(it: records.Iteration) -> dict[str, Any]:
+    return {
+        "iteration": it.index,
+        "thought": it.thought,
+        "tools": [{"tool": c.tool, "params": c.params if c.params is not None else {}} for c in it.tool_calls],
+        "observations": [
+            {"tool": c.tool, "result": c.result if c.result is not None else c.error}
+            for c in it.tool_calls
+            if c.result is not None or c.error is not None
+        ],
     }
 
 
