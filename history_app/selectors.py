@@ -10,9 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Count, Exists, F, Max, OuterRef, Prefetch, Q, Window
@@ -76,9 +76,7 @@ def decode_cursor(token: str, *, is_datetime: bool = True) -> tuple[datetime | i
 def whole_number(value: str, field: str, *, low: int, high: int) -> int:
     """A query-string number from ``low`` to ``high``, written in ASCII digits; anything
     else (a sign, a decimal point, "²", "٣", thousands of digits) is a ``BadParameter``."""
-    if not (value.isascii() and value.isdigit() and len(value) <= 12) or not (
-        low <= int(value) <= high
-    ):
+    if not (value.isascii() and value.isdigit() and len(value) <= 12) or not (low <= int(value) <= high):
         shown = value if len(value) <= 40 else value[:40] + "…"
         raise BadParameter(field, f"{shown!r} is not a whole number from {low} to {high}")
     return int(value)
@@ -537,7 +535,9 @@ def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:
     }
 
 
-def autourgos_document(record: records.Run, iterations: Iterable[records.Iteration] | None = None) -> dict[str, Any]:
+def autourgos_document(
+    record: records.Run, iterations: Iterable[records.Iteration] | None = None
+) -> dict[str, Any]:
     """A run in autourgos-history's JSON layout, for its Markdown export; ``iterations``
     (read once, while the Markdown is written) stand in for the record's own."""
     return {
@@ -555,7 +555,9 @@ def _autourgos_iteration(it: records.Iteration) -> dict[str, Any]:
     return {
         "iteration": it.index,
         "thought": it.thought,
-        "tools": [{"tool": c.tool, "params": c.params if c.params is not None else {}} for c in it.tool_calls],
+        "tools": [
+            {"tool": c.tool, "params": c.params if c.params is not None else {}} for c in it.tool_calls
+        ],
         "observations": [
             {"tool": c.tool, "result": c.result if c.result is not None else c.error}
             for c in it.tool_calls

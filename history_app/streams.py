@@ -59,6 +59,11 @@ def _as_dict(record: Any, **raw: Any) -> dict[str, Any]:
     return data
 
 
+def _tool_call_dict(call: models.ToolCall) -> dict[str, Any]:
+    record = selectors.tool_call_record(call)
+    return _as_dict(record, params=record.params)
+
+
 class RunReader:
     """The runs of a queryset, in ``RUN_ORDER``, with all their children."""
 
@@ -80,7 +85,9 @@ class RunReader:
         ``iterations`` (read each run's before asking for the next run)."""
         for run in self.runs.iterator(chunk_size=CHUNK_ROWS):
             record = selectors.run_record(run, children=False)
-            record.member_interactions = [selectors.interaction_record(m) for m in self.interactions.of(run.pk)]
+            record.member_interactions = [
+                selectors.interaction_record(m) for m in self.interactions.of(run.pk)
+            ]
             record.injected_contexts = [selectors.context_record(c) for c in self.contexts.of(run.pk)]
             yield run, record
 
@@ -111,9 +118,7 @@ class RunReader:
             yield _as_dict(
                 selectors.iteration_record(iteration, []),
                 metadata=iteration.metadata,
-                tool_calls=Lazy(
-                    _as_dict(selectors.tool_call_record(c), params=c.params) for c in calls
-                ),
+                tool_calls=Lazy(map(_tool_call_dict, calls)),
             )
 
     def iteration_records(self, run: models.Run) -> Iterator[records.Iteration]:
@@ -125,4 +130,6 @@ class RunReader:
 def run_markdown(reader: RunReader) -> Iterator[str]:
     """The reader's run as an autourgos Markdown log, an iteration at a time."""
     for run, record in reader.shells():
-        yield from iter_autourgos_markdown(selectors.autourgos_document(record, reader.iteration_records(run)))
+        yield from iter_autourgos_markdown(
+            selectors.autourgos_document(record, reader.iteration_records(run))
+        )

@@ -12,9 +12,7 @@ history_patterns = [
     path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
     path("runs/<str:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<str:run_id>/iterations/", views.run_iterations, name="run_iterations"),
-    path(
-        "runs/<str:run_id>/iterations/<int:position>/calls/", views.run_tool_calls, name="run_tool_calls"
-    ),
+    path("runs/<str:run_id>/iterations/<int:position>/calls/", views.run_tool_calls, name="run_tool_calls"),
     path("runs/<str:run_id>/context/<int:position>/", views.context_detail, name="context_detail"),
     path("runs/<str:run_id>/export.<str:fmt>", views.run_export, name="run_export"),
     path("sessions/<str:session_id>/export.<str:fmt>", views.session_export, name="session_export"),

@@ -15,7 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test.utils import CaptureQueriesContext
 
-from history_app import models, selectors, streams
+from history_app import models, selectors
 from history_app.agent_history.recorder import render_autourgos_markdown
 
 from .conftest import autourgos_logs, native
@@ -34,7 +34,9 @@ def _deep_object(depth: int) -> str:
 @pytest.fixture
 def run(ingest):
     """A run with one iteration and one tool call, stored through the API."""
-    payload = native("r-1", iterations=[{"thought": "t", "tool_calls": [{"tool": "web", "params": {"q": 1}}]}])
+    payload = native(
+        "r-1", iterations=[{"thought": "t", "tool_calls": [{"tool": "web", "params": {"q": 1}}]}]
+    )
     assert ingest(payload).status_code == 200
     return models.Run.objects.get(run_id="r-1")
 
@@ -193,7 +195,9 @@ def _grow(run: models.Run, *, calls: int = 0, iterations: int = 0) -> None:
     first = run.iterations.get(position=0)
     have_calls, have_iterations = first.tool_calls.count(), run.iterations.count()
     models.ToolCall.objects.bulk_create(
-        models.ToolCall(run=run, iteration=first, position=p, tool=f"tool-{p}", params_json='{"n": %d}' % p)
+        models.ToolCall(
+            run=run, iteration=first, position=p, tool=f"tool-{p}", params_json=json.dumps({"n": p})
+        )
         for p in range(have_calls, have_calls + calls)
     )
     for position in range(have_iterations, have_iterations + iterations):
@@ -297,14 +301,18 @@ def test_streamed_exports_are_the_same_text_as_whole_ones(alice_client, ingest):
         as_md = alice_client.get(f"/runs/{run.run_id}/export.md").getvalue().decode()
         assert as_md == render_autourgos_markdown(selectors.autourgos_document(record))
         twin = alice_client.get(f"/api/v1/runs/{run.run_id}")
-        assert twin.streaming and twin.getvalue() == json.dumps({"ok": True, "run": record.to_dict()}).encode()
+        assert (
+            twin.streaming and twin.getvalue() == json.dumps({"ok": True, "run": record.to_dict()}).encode()
+        )
         session = run.session
         bundle = {
             "schema": "agent-history/session-bundle/v1",
             "session": selectors.session_summary(session),
             "runs": [
                 _old_run_record(r).to_dict()
-                for r in session.runs.order_by(*streams.RUN_ORDER).values_list("run_id", flat=True)
+                for r in session.runs.order_by("started_at", "received_at", "id").values_list(
+                    "run_id", flat=True
+                )
             ],
         }
         exported = alice_client.get(f"/sessions/{session.session_id}/export.json").getvalue().decode()

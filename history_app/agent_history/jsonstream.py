@@ -20,13 +20,17 @@ class Lazy:
         self.items = iter(items)
 
 
+class _HoldsLazy(Exception):
+    """Raised inside ``json.dumps`` on meeting a ``Lazy``: that value is written in pieces."""
+
+
 def _key(key: Any) -> str:
     """A dict key as ``json.dumps`` writes it (it turns non-string keys into strings)."""
     if isinstance(key, str):
         return key
-    if key is True or key is False or key is None:
+    if key is True or key is False or key is None or isinstance(key, int | float):
         return json.dumps(key)
-    return json.dumps(key) if isinstance(key, int | float) else str(key)
+    return str(key)
 
 
 def iter_json(
@@ -38,29 +42,55 @@ def iter_json(
     chunk_chars: int = 65536,
 ) -> Iterator[str]:
     """``json.dumps(value, indent=…, ensure_ascii=…, default=…)`` in chunks of about
-    ``chunk_chars`` characters; ``Lazy`` values are written as arrays."""
+    ``chunk_chars`` characters; ``Lazy`` values are written as arrays.
+
+    A container is written by ``json.dumps`` in one go when it can be (no ``Lazy`` inside,
+    not too deep); otherwise it is opened here and its items written one by one, with an
+    explicit stack instead of recursion.
+    """
     item_separator = "," if indent is not None else ", "
-    buffer: list[str] = []
-    size = 0
-    # One frame per open container: its items, whether they are (key, value) pairs, its
-    # nesting level, its brackets, and whether nothing has been written into it yet.
-    stack: list[list[Any]] = []
+
+    def no_lazy(obj: Any) -> Any:
+        if isinstance(obj, Lazy):
+            raise _HoldsLazy
+        if default is None:
+            raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+        return default(obj)
+
+    whole = json.JSONEncoder(indent=indent, ensure_ascii=ensure_ascii, default=no_lazy)
 
     def newline(level: int) -> str:
         return "" if indent is None else "\n" + " " * (indent * level)
 
+    # One frame per open container: [its items, whether they are (key, value) pairs, its
+    # level, its brackets, whether nothing is written in it yet, whether it is too deep
+    # for json.dumps (its descendants then skip the attempt)].
+    stack: list[list[Any]] = []
+
     def begin(item: Any, level: int) -> str:
-        """Open a container (written once its first item is known) or write a scalar."""
+        """The text of a scalar or a whole container, or "" after opening a container."""
+        too_deep = bool(stack) and stack[-1][6]
+        if isinstance(item, dict | list | tuple) and not too_deep:
+            try:
+                text = whole.encode(item)
+            except _HoldsLazy:
+                pass
+            except RecursionError:
+                too_deep = True
+            else:
+                return text.replace("\n", newline(level)) if indent is not None and level else text
         if isinstance(item, dict):
-            stack.append([iter(item.items()), True, level, "{", "}", True])
+            stack.append([iter(item.items()), True, level, "{", "}", True, too_deep])
         elif isinstance(item, list | tuple):
-            stack.append([iter(item), False, level, "[", "]", True])
+            stack.append([iter(item), False, level, "[", "]", True, too_deep])
         elif isinstance(item, Lazy):
-            stack.append([item.items, False, level, "[", "]", True])
+            stack.append([item.items, False, level, "[", "]", True, too_deep])
         else:
             return json.dumps(item, ensure_ascii=ensure_ascii, default=default)
         return ""
 
+    buffer: list[str] = []
+    size = 0
     piece = begin(value, 0)
     while True:
         if piece:
@@ -72,7 +102,7 @@ def iter_json(
         if not stack:
             break
         frame = stack[-1]
-        items, keyed, level, opener, closer, empty = frame
+        items, keyed, level, opener, closer, empty, _ = frame
         item = next(items, _END)
         if item is _END:
             stack.pop()
