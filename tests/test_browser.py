@@ -327,10 +327,10 @@ def test_show_more_loads_the_next_tool_calls_in_place(browser_page, live_server,
     page.goto(f"{live_server.url}/runs/big-run/")
     assert page.locator(".tool-call").count() == 20
     page.click("text=Show more tool calls")
-    page.wait_for_function("document.querySelectorAll('.tool-call').length === 40")
+    page.locator(".tool-call").nth(39).wait_for()  # no wait_for_function: the CSP forbids eval
     assert urlparse(page.url).path == "/runs/big-run/"  # loaded in place, not a new page
     page.click("text=Show more tool calls")
-    page.wait_for_function("document.querySelectorAll('.tool-call').length === 45")
-    assert page.locator("text=Show more tool calls").count() == 0
+    page.locator(".tool-call").nth(44).wait_for()
+    assert page.locator(".tool-call").count() == 45 and page.locator("text=Show more tool calls").count() == 0
     assert page.locator(".tool-call h3 code").last.inner_text() == "tool-44"
     assert page.problems == []
