@@ -53,7 +53,9 @@ class IngestTokenAdmin(admin.ModelAdmin):
 
 
 class RetentionForm(forms.Form):
-    older_than_days = forms.FloatField(min_value=0, initial=90, label="Last activity older than (days)")
+    older_than_days = forms.FloatField(
+        min_value=0, max_value=services.MAX_PRUNE_DAYS, initial=90, label="Last activity older than (days)"
+    )
     status = forms.MultipleChoiceField(
         required=False,
         choices=[(s, s) for s in ("pending", "running", "completed", "failed", "cancelled")],

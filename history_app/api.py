@@ -7,12 +7,14 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from . import selectors, services
+from . import models, selectors, services, streams, transcripts
 from .agent_history import formats
 from .agent_history.formats import autourgos
+from .agent_history.jsonstream import iter_json
 from .agent_history.records import RecordError
 from .auth import error_response, token_required
 from .errors import require_GET, require_POST
@@ -255,12 +257,14 @@ def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
 
 @require_GET
 @token_required(allow_session=True)
-def run_detail(request: HttpRequest, run_id: str) -> JsonResponse:
+def run_detail(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    """The run's canonical record, streamed as it is read (a run of any size)."""
     try:
-        run = selectors.run_transcript(run_id)
-    except selectors.Http404:
+        run = transcripts.get_run(run_id)
+    except Http404:
         return error_response(f"no run {run_id!r}", 404)
-    return JsonResponse({"ok": True, "run": selectors.run_record(run).to_dict()})
+    (data,) = streams.RunReader(models.Run.objects.filter(pk=run.pk)).dicts()
+    return StreamingHttpResponse(iter_json({"ok": True, "run": data}), content_type="application/json")
 
 
 @require_GET

@@ -22,11 +22,13 @@ from django.utils.safestring import SafeString, mark_safe
 
 from . import models
 from .agent_history import context as renderers
-from .selectors import BadParameter
+from .selectors import whole_number
 
 MAX_HISTORY_RUNS = 100
 MAX_DETAIL_ITEMS = 100
-_RUN_MARK = re.compile(r"\[(run-|Workflow Run-)(\d+)\]")
+# At most 9 ASCII digits: a longer number is no entry of ours (and int() of thousands of
+# digits raises), so it stays plain text.
+_RUN_MARK = re.compile(r"\[(run-|Workflow Run-)([0-9]{1,9})\]")
 _MEMBER_MARK = re.compile(r"^Member: .*$", re.MULTILINE)
 
 RERENDERABLE = ("workflow_history", "team_history", "member_interactions", "cot_history")
@@ -44,15 +46,7 @@ class Settings:
     def from_query(cls, params: Any, defaults: Settings) -> Settings:
         def number(name: str, default: int, top: int) -> int:
             value = params.get(name, "")
-            if value == "":
-                return default
-            try:
-                number = int(value)
-            except ValueError:
-                raise BadParameter(name, f"{value!r} is not a whole number") from None
-            if not 0 <= number <= top:
-                raise BadParameter(name, f"must be between 0 and {top}")
-            return number
+            return default if value == "" else whole_number(value, name, low=0, high=top)
 
         return cls(
             history_runs=number("runs", defaults.history_runs, MAX_HISTORY_RUNS),

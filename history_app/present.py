@@ -17,9 +17,15 @@ from typing import Any
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from .agent_history import jsonstream
+
 FOLD_STRING_CHARS = 240  # a JSON string longer than this shows its head and "show all"
 FOLD_TEXT_CHARS = 2000  # an observation longer than this, likewise
 MAX_JSON_NODES = 4000  # past this, plain pretty-printed text (still folded)
+# Deeper containers show as pretty-printed text inside the tree: the tree is drawn by
+# recursion, and a value stored before the ingest depth limit may be hundreds deep.
+MAX_JSON_DEPTH = 32
+MAX_WATERFALL_BARS = 250  # the run page shows at most this many bars, whatever the run
 
 
 def _show_all(head: str, rest: str, unit: str) -> str:
@@ -47,19 +53,23 @@ class _JsonHtml:
         self.parts: list[str] = []
         self.nodes = 0
 
-    def value(self, value: Any, prefix: str, comma: str) -> None:
+    def value(self, value: Any, prefix: str, comma: str, depth: int = 0) -> None:
         self.nodes += 1
         if self.nodes > MAX_JSON_NODES:
             raise _TooBig
         out = self.parts.append
-        if isinstance(value, dict) and value:
-            self.container(value.items(), "{", "}", prefix, comma, f"{len(value)} keys", keyed=True)
+        if isinstance(value, dict | list) and value and depth >= MAX_JSON_DEPTH:
+            out(f'<div class="jl">{prefix}<pre class="json">{_pretty_text(value)}</pre>{comma}</div>')
+        elif isinstance(value, dict) and value:
+            self.container(value.items(), "{", "}", prefix, comma, f"{len(value)} keys", True, depth)
         elif isinstance(value, list) and value:
-            self.container(enumerate(value), "[", "]", prefix, comma, f"{len(value)} items", keyed=False)
+            self.container(enumerate(value), "[", "]", prefix, comma, f"{len(value)} items", False, depth)
         else:
             out(f'<div class="jl">{prefix}{self.scalar(value)}{comma}</div>')
 
-    def container(self, items: Any, open_: str, close: str, prefix: str, comma: str, size: str, keyed: bool):
+    def container(
+        self, items: Any, open_: str, close: str, prefix: str, comma: str, size: str, keyed: bool, depth: int
+    ) -> None:
         out = self.parts.append
         out(f'<details class="jc" open><summary>{prefix}{open_}<span class="jn"> {size} </span></summary>')
         out('<div class="jb">')
@@ -68,7 +78,7 @@ class _JsonHtml:
             child_prefix = (
                 f'<span class="jk">{escape(json.dumps(key, ensure_ascii=False))}</span>: ' if keyed else ""
             )
-            self.value(child, child_prefix, "," if n < len(items) - 1 else "")
+            self.value(child, child_prefix, "," if n < len(items) - 1 else "", depth + 1)
         out(f"</div>{close}{comma}</details>")
 
     @staticmethod
@@ -95,21 +105,40 @@ def highlight_json(value: Any) -> SafeString:
     try:
         renderer.value(value, "", "")
     except _TooBig:
-        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
-        return mark_safe(f'<pre class="json">{fold_text(text, FOLD_TEXT_CHARS * 5)}</pre>')
+        return mark_safe(f'<pre class="json">{_pretty_text(value)}</pre>')
     return mark_safe('<div class="json tree">' + "".join(renderer.parts) + "</div>")
+
+
+def _pretty_text(value: Any) -> SafeString:
+    """A JSON value as indented text of any depth, folded."""
+    return fold_text(jsonstream.dumps(value, indent=2, ensure_ascii=False, default=str), FOLD_TEXT_CHARS * 5)
+
+
+def _parse(text: str) -> tuple[bool, Any]:
+    """(True, value) for JSON text, (False, None) for anything else: text that is not JSON,
+    and JSON nested too deep for the parser (RecursionError), which stays readable as text."""
+    try:
+        return True, json.loads(text)
+    except (ValueError, RecursionError):
+        return False, None
 
 
 def highlight_observation(text: str | None) -> SafeString:
     """An observation: highlighted when it is a JSON object or array, else folded text."""
     stripped = (text or "").strip()
     if stripped[:1] in {"{", "["}:
-        try:
-            value = json.loads(stripped)
-        except ValueError:
-            value = None
-        if isinstance(value, dict | list):
+        parsed, value = _parse(stripped)
+        if parsed and isinstance(value, dict | list):
             return highlight_json(value)
+    return mark_safe(f'<pre class="text">{fold_text(text)}</pre>')
+
+
+def highlight_json_text(text: str) -> SafeString:
+    """Stored JSON text (a tool call's parameters) highlighted, or shown as text when it
+    cannot be parsed."""
+    parsed, value = _parse(text)
+    if parsed:
+        return highlight_json(value)
     return mark_safe(f'<pre class="text">{fold_text(text)}</pre>')
 
 
@@ -134,12 +163,13 @@ def _ms(delta: float) -> str:
     return f"{ms / 60_000:.1f} min"
 
 
-def waterfall_bars(run: Any) -> list[Bar]:
-    """The run, its iterations and their tool calls, where they carry start times."""
+def waterfall_bars(run: Any, parts: list[tuple[Any, list[Any]]]) -> list[Bar]:
+    """The run, the iterations shown and their tool calls shown, where they carry start
+    times: at most ``MAX_WATERFALL_BARS`` bars."""
     bars = []
     if run.started_at:
         bars.append(Bar(run.agent_name or "run", "run", run.started_at, run.ended_at))
-    for iteration in run.iterations.all():
+    for iteration, calls in parts:
         if iteration.started_at:
             label = f"iteration {iteration.index}" + (f" · {iteration.name}" if iteration.name else "")
             bars.append(
@@ -151,18 +181,19 @@ def waterfall_bars(run: Any) -> list[Bar]:
                     f"#iteration-{iteration.index}",
                 )
             )
-        for call in iteration.tool_calls.all():
+        for call in calls:
             if call.started_at:
                 kind = "error" if call.error else "tool"
                 bars.append(
                     Bar(call.tool, kind, call.started_at, call.ended_at, f"#iteration-{iteration.index}")
                 )
-    return bars
+    return bars[:MAX_WATERFALL_BARS]
 
 
-def waterfall_svg(run: Any) -> SafeString | None:
-    """The run's timing as an SVG waterfall, or None when no iteration or tool call is timed."""
-    bars = waterfall_bars(run)
+def waterfall_svg(run: Any, parts: list[tuple[Any, list[Any]]]) -> SafeString | None:
+    """The timing of what the page shows as an SVG waterfall, or None when no iteration or
+    tool call is timed."""
+    bars = waterfall_bars(run, parts)
     if all(bar.kind == "run" for bar in bars):
         return None
     t0 = min(b.start for b in bars)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.db.models import Count, Exists, F, Max, OuterRef, Prefetch, Q, Window
@@ -43,13 +44,42 @@ def encode_cursor(value: datetime | int, pk: int) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+_MAX_BIGINT = 2**63 - 1
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")
+
+
 def decode_cursor(token: str, *, is_datetime: bool = True) -> tuple[datetime | int, int]:
+    """The (value, id) a ``_next`` token holds. Anything this server could not have handed
+    out is a ``BadCursor``: a float, NaN or a number past 64 bits (the databases would
+    refuse it), or a time without a zone or one that falls outside the years 1–9999 in UTC
+    (the databases compare in UTC)."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        value, pk = json.loads(raw)
-        return (datetime.fromisoformat(value) if is_datetime else int(value)), int(pk)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        value, pk = json.loads(raw, parse_constant=_reject_constant)
+        if type(pk) is not int or not 0 <= pk <= _MAX_BIGINT:
+            raise ValueError("bad id")
+        if not is_datetime:
+            if type(value) is not int or not -_MAX_BIGINT <= value <= _MAX_BIGINT:
+                raise ValueError("bad number")
+            return value, pk
+        moment = datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            raise ValueError("no time zone")
+        return moment.astimezone(UTC), pk
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, OverflowError, RecursionError):
         raise BadCursor("not a token this server handed out; start again from the first page") from None
+
+
+def whole_number(value: str, field: str, *, low: int, high: int) -> int:
+    """A query-string number from ``low`` to ``high``, written in ASCII digits; anything
+    else (a sign, a decimal point, "²", "٣", thousands of digits) is a ``BadParameter``."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 12) or not (low <= int(value) <= high):
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        raise BadParameter(field, f"{shown!r} is not a whole number from {low} to {high}")
+    return int(value)
 
 
 @dataclass
@@ -81,6 +111,8 @@ def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int, des
     return Page(rows, next_cursor)
 
 
+FIRST_DAY, LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
+
 # Sort name -> (field, descending).
 SESSION_SORTS = {
     "recent": ("last_activity_at", True),
@@ -109,8 +141,10 @@ class SessionFilters:
 
         def text(name: str) -> str:
             value = params.get(name, "").strip()
-            if len(value) > 255:
+            if len(value) > 255 and name != "q":
                 raise BadParameter(name, "at most 255 characters")
+            if "\x00" in value:  # PostgreSQL refuses NUL in any text
+                raise BadParameter(name, "contains a NUL character")
             return value
 
         def day(name: str) -> date | None:
@@ -118,9 +152,14 @@ class SessionFilters:
             if not value:
                 return None
             try:
-                return date.fromisoformat(value)
+                parsed = date.fromisoformat(value)
             except ValueError:
                 raise BadParameter(name, f"{value!r} is not a date (YYYY-MM-DD)") from None
+            # A day away from both ends of the calendar: the filters use the day after
+            # "to", and a day's start moved to UTC must still be a date.
+            if not FIRST_DAY <= parsed <= LAST_DAY:
+                raise BadParameter(name, f"must be between {FIRST_DAY} and {LAST_DAY}")
+            return parsed
 
         status = text("status")
         if status and status not in records.RUN_STATUSES:
@@ -129,7 +168,7 @@ class SessionFilters:
         if sort not in SESSION_SORTS:
             raise BadParameter("sort", f"must be one of {', '.join(SESSION_SORTS)}")
         filters = cls(
-            q=params.get("q", "").strip()[:500],
+            q=text("q")[:500],
             framework=text("framework"),
             agent=text("agent"),
             status=status,
@@ -367,16 +406,51 @@ def _transcript_queryset() -> Any:
     )
 
 
-def run_transcript(run_id: str) -> models.Run:
-    """A run with everything it contains (5 queries)."""
-    try:
-        return _transcript_queryset().get(run_id=run_id)
-    except models.Run.DoesNotExist:
-        raise Http404("No such run") from None
+def tool_call_record(call: models.ToolCall) -> records.ToolCall:
+    return records.ToolCall(
+        tool=call.tool,
+        params=call.params,
+        result=call.result,
+        error=call.error,
+        started_at=call.started_at,
+        ended_at=call.ended_at,
+        call_id=call.call_id or None,
+    )
 
 
-def run_record(run: models.Run) -> records.Run:
-    """The stored (redacted) run as a canonical record; expects ``run_transcript``'s prefetches."""
+def iteration_record(it: models.Iteration, tool_calls: list[records.ToolCall]) -> records.Iteration:
+    return records.Iteration(
+        index=it.index,
+        name=it.name,
+        thought=it.thought,
+        started_at=it.started_at,
+        ended_at=it.ended_at,
+        metadata=it.metadata,
+        tool_calls=tool_calls,
+    )
+
+
+def interaction_record(mi: models.MemberInteraction) -> records.MemberInteraction:
+    return records.MemberInteraction(
+        member=mi.member, task=mi.task, response=mi.response, member_run_id=mi.member_run_id
+    )
+
+
+def context_record(ctx: models.InjectedContext) -> records.InjectedContext:
+    return records.InjectedContext(
+        text=ctx.text,
+        kind=ctx.kind,
+        target=ctx.target,
+        step=ctx.step,
+        source_run_ids=ctx.source_run_ids,
+        settings=ctx.settings,
+        reported=ctx.reported,
+    )
+
+
+def run_record(run: models.Run, *, children: bool = True) -> records.Run:
+    """The stored (redacted) run as a canonical record; with ``children``, from
+    ``_transcript_queryset``'s prefetches, else with none (the caller adds them)."""
     return records.Run(
         run_id=run.run_id,
         session_id=run.session.session_id,
@@ -394,46 +468,13 @@ def run_record(run: models.Run) -> records.Run:
         started_at=run.started_at,
         ended_at=run.ended_at,
         iterations=[
-            records.Iteration(
-                index=it.index,
-                name=it.name,
-                thought=it.thought,
-                started_at=it.started_at,
-                ended_at=it.ended_at,
-                metadata=it.metadata,
-                tool_calls=[
-                    records.ToolCall(
-                        tool=call.tool,
-                        params=call.params,
-                        result=call.result,
-                        error=call.error,
-                        started_at=call.started_at,
-                        ended_at=call.ended_at,
-                        call_id=call.call_id or None,
-                    )
-                    for call in it.tool_calls.all()
-                ],
-            )
-            for it in run.iterations.all()
+            iteration_record(it, [tool_call_record(call) for call in it.tool_calls.all()])
+            for it in (run.iterations.all() if children else ())
         ],
         member_interactions=[
-            records.MemberInteraction(
-                member=mi.member, task=mi.task, response=mi.response, member_run_id=mi.member_run_id
-            )
-            for mi in run.member_interactions.all()
+            interaction_record(mi) for mi in (run.member_interactions.all() if children else ())
         ],
-        injected_contexts=[
-            records.InjectedContext(
-                text=ctx.text,
-                kind=ctx.kind,
-                target=ctx.target,
-                step=ctx.step,
-                source_run_ids=ctx.source_run_ids,
-                settings=ctx.settings,
-                reported=ctx.reported,
-            )
-            for ctx in run.injected_contexts.all()
-        ],
+        injected_contexts=[context_record(ctx) for ctx in (run.injected_contexts.all() if children else ())],
         metrics=run.metrics,
         metadata=run.metadata,
         redactions=run.redactions,
@@ -502,37 +543,34 @@ def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:
     }
 
 
-def session_records(*, session: models.Session) -> list[records.Run]:
-    """Every run of a session as canonical records, in order: 5 queries whatever the size."""
-    runs = _transcript_queryset().filter(session=session).order_by("started_at", "received_at", "id")
-    return [run_record(run) for run in runs]
-
-
-def autourgos_document(record: records.Run) -> dict[str, Any]:
-    """A run in autourgos-history's JSON layout, for its Markdown export."""
+def autourgos_document(
+    record: records.Run, iterations: Iterable[records.Iteration] | None = None
+) -> dict[str, Any]:
+    """A run in autourgos-history's JSON layout, for its Markdown export; ``iterations``
+    (read once, while the Markdown is written) stand in for the record's own."""
     return {
         "query": record.input,
         "agent_name": record.agent_name or "Agent",
         "start_time": record.started_at.isoformat() if record.started_at else None,
         "end_time": record.ended_at.isoformat() if record.ended_at else None,
-        "iterations": [
-            {
-                "iteration": it.index,
-                "thought": it.thought,
-                "tools": [
-                    {"tool": c.tool, "params": c.params if c.params is not None else {}}
-                    for c in it.tool_calls
-                ],
-                "observations": [
-                    {"tool": c.tool, "result": c.result if c.result is not None else c.error}
-                    for c in it.tool_calls
-                    if c.result is not None or c.error is not None
-                ],
-            }
-            for it in record.iterations
-        ],
+        "iterations": map(_autourgos_iteration, record.iterations if iterations is None else iterations),
         "final_response": record.output,
         "error": record.error,
+    }
+
+
+def _autourgos_iteration(it: records.Iteration) -> dict[str, Any]:
+    return {
+        "iteration": it.index,
+        "thought": it.thought,
+        "tools": [
+            {"tool": c.tool, "params": c.params if c.params is not None else {}} for c in it.tool_calls
+        ],
+        "observations": [
+            {"tool": c.tool, "result": c.result if c.result is not None else c.error}
+            for c in it.tool_calls
+            if c.result is not None or c.error is not None
+        ],
     }
 
 

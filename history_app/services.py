@@ -593,6 +593,11 @@ def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, A
     ]
 
 
+# A bound on "older than" (about 270 years): the cutoff, today minus that many days, must
+# remain a date the databases can store.
+MAX_PRUNE_DAYS = 100_000
+
+
 def prune_sessions(
     *,
     older_than_days: float | None = None,
@@ -617,6 +622,8 @@ def prune_sessions(
     """
     if older_than_days is None and session_ids is None:
         raise ValueError("give older_than_days or session_ids")
+    if older_than_days is not None and not 0 <= older_than_days <= MAX_PRUNE_DAYS:  # NaN fails too
+        raise ValueError(f"older_than_days must be a number of days from 0 to {MAX_PRUNE_DAYS}")
     cutoff = timezone.now() - timedelta(days=older_than_days) if older_than_days is not None else None
     criteria = {
         "older_than_days": older_than_days,

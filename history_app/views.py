@@ -7,20 +7,21 @@ and must get the full page.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from . import inspector, present, selectors
-from .agent_history.recorder import render_autourgos_markdown
+from . import inspector, models, present, selectors, streams, transcripts
+from .agent_history import jsonstream
+from .agent_history.jsonstream import Lazy
 from .rendering import render_markdown
 
 # The offline export carries its style inside it: it must open with no server at all.
@@ -120,14 +121,65 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
 @login_required
 @vary_on_headers("HX-Request")
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
-    run = selectors.run_transcript(run_id)
+    """A run's transcript: its first iterations and the first tool calls of each (the page
+    stays bounded whatever the run holds; "show more" links load the rest)."""
+    run = transcripts.get_run(run_id)
+    iterations = transcripts.iteration_slice(run=run)
     context = {
         "run": run,
         "session": run.session,
         "contexts": list(run.injected_contexts.all()),
-        "waterfall": present.waterfall_svg(run),
+        "slice": iterations,
+        "waterfall": present.waterfall_svg(run, [(p.iteration, p.calls) for p in iterations.parts]),
     }
     return render(request, _template(request, "run_detail", "transcript"), context)
+
+
+def _slice_template(request: HttpRequest, partial: str) -> str:
+    """A slice's partial for htmx's "show more", or a page of its own without JavaScript."""
+    htmx = request.htmx
+    if htmx and not htmx.boosted and not htmx.history_restore_request:
+        return f"history_app/run_detail.html#{partial}"
+    return "history_app/run_slice.html"
+
+
+def _start(request: HttpRequest) -> int:
+    return selectors.whole_number(request.GET.get("start", "0"), "start", low=0, high=transcripts.MAX_START)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def run_iterations(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The next iterations of a run, from position ``start``."""
+    run = transcripts.get_run(run_id)
+    try:
+        iterations = transcripts.iteration_slice(run=run, start=_start(request))
+    except selectors.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    context = {
+        "run": run,
+        "session": run.session,
+        "contexts": list(run.injected_contexts.all()),
+        "slice": iterations,
+        "partial": "iterations",
+    }
+    return render(request, _slice_template(request, "iterations"), context)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def run_tool_calls(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
+    """The next tool calls of one iteration, from position ``start``."""
+    iteration = transcripts.get_iteration(run_id, position)
+    try:
+        calls = transcripts.call_slice(iteration=iteration, start=_start(request))
+    except selectors.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    run = iteration.run
+    context = {"run": run, "session": run.session, "part": calls, "partial": "tool-calls"}
+    return render(request, _slice_template(request, "tool-calls"), context)
 
 
 @require_GET
@@ -157,8 +209,8 @@ def context_detail(request: HttpRequest, run_id: str, position: int) -> HttpResp
     return render(request, _template(request, "context_detail", "rerender"), context)
 
 
-def _download(content: str | bytes, content_type: str, filename: str) -> HttpResponse:
-    response = HttpResponse(content, content_type=content_type)
+def _download(chunks: Iterable[str], content_type: str, filename: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(chunks, content_type=content_type)
     # RFC 6266: a name outside ASCII (a session id like 会话-东京) goes in filename*.
     response["Content-Disposition"] = content_disposition_header(True, filename)
     return response
@@ -171,42 +223,48 @@ def _safe_name(text: str) -> str:
 @require_GET
 @login_required
 def run_export(request: HttpRequest, run_id: str, fmt: str) -> HttpResponse:
-    """A run as autourgos-style Markdown (``.md``) or as its canonical JSON (``.json``)."""
+    """A run as autourgos-style Markdown (``.md``) or as its canonical JSON (``.json``),
+    streamed as it is read (see ``streams``)."""
     if fmt not in {"md", "json"}:
         raise Http404("Runs export as .md or .json")
-    record = selectors.run_record(selectors.run_transcript(run_id))
+    run = transcripts.get_run(run_id)
+    reader = streams.RunReader(models.Run.objects.filter(pk=run.pk))
     name = _safe_name(run_id)
     if fmt == "md":
-        text = render_autourgos_markdown(selectors.autourgos_document(record))
-        return _download(text, "text/markdown; charset=utf-8", f"{name}.md")
-    return _download(record.to_json(indent=2), "application/json", f"{name}.json")
+        return _download(streams.run_markdown(reader), "text/markdown; charset=utf-8", f"{name}.md")
+    (data,) = reader.dicts()
+    chunks = jsonstream.iter_json(data, indent=2, ensure_ascii=False)
+    return _download(chunks, "application/json", f"{name}.json")
 
 
 @require_GET
 @login_required
 def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpResponse:
-    """A session as a JSON bundle, or as one self-contained HTML file that opens offline."""
+    """A session as a JSON bundle, or as one self-contained HTML file that opens offline;
+    both streamed a run at a time."""
     if fmt not in {"json", "html"}:
         raise Http404("Sessions export as .json or .html")
     session = selectors.get_session(session_id)
-    runs = selectors.session_records(session=session)
+    reader = streams.RunReader(session.runs.all())
     name = _safe_name(session_id)
     if fmt == "json":
         bundle = {
             "schema": "agent-history/session-bundle/v1",
             "session": selectors.session_summary(session),
-            "runs": [run.to_dict() for run in runs],
+            "runs": Lazy(reader.dicts()),
         }
-        return _download(json.dumps(bundle, ensure_ascii=False, indent=2), "application/json", f"{name}.json")
-    html = render_to_string(
-        "history_app/session_export.html",
-        {
-            "session": session,
-            "entries": [(run, render_markdown(run.output)) for run in runs],
-            "css": _EXPORT_CSS.read_text(),
-        },
-    )
-    return _download(html, "text/html; charset=utf-8", f"{name}.html")
+        chunks = jsonstream.iter_json(bundle, indent=2, ensure_ascii=False)
+        return _download(chunks, "application/json", f"{name}.json")
+    return _download(_offline_html(session, reader), "text/html; charset=utf-8", f"{name}.html")
+
+
+def _offline_html(session: models.Session, reader: streams.RunReader) -> Iterator[str]:
+    template = "history_app/session_export.html"
+    yield render_to_string(f"{template}#head", {"session": session, "css": _EXPORT_CSS.read_text()})
+    for number, run in enumerate(reader.records(), start=1):
+        context = {"run": run, "number": number, "output_html": render_markdown(run.output)}
+        yield render_to_string(f"{template}#run", context)
+    yield render_to_string(f"{template}#foot")
 
 
 @require_GET
@@ -214,10 +272,11 @@ def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpRespo
 def stats(request: HttpRequest) -> HttpResponse:
     """Runs per day, failure rate, duration percentiles, top tools and errors: server-drawn
     SVG charts, each beside a table with the same numbers."""
-    raw = request.GET.get("days", "30")
-    if not raw.isdigit() or not 1 <= int(raw) <= 365:
-        return _bad_request(request, f"days: {raw!r} is not a whole number from 1 to 365", "days")
-    data = selectors.stats(days=int(raw))
+    try:
+        days = selectors.whole_number(request.GET.get("days", "30"), "days", low=1, high=365)
+    except selectors.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    data = selectors.stats(days=days)
     per_day = [(p["day"].isoformat(), p["total"]) for p in data["series"]]
     rates = [
         (p["day"].isoformat(), round(100 * p["failed"] / p["total"], 1) if p["total"] else 0)

@@ -228,7 +228,7 @@ def test_no_secret_reaches_the_database_in_any_placement(ingest, alice_client, e
         assert leftover not in dump
     for run in models.Run.objects.all():
         for url in (run.get_absolute_url(), f"/api/v1/runs/{run.run_id}", run.session.get_absolute_url()):
-            page = alice_client.get(url).content.decode()
+            page = alice_client.get(url).getvalue().decode()
             for leftover in leftovers:
                 assert leftover not in page
                 assert leftover not in json.dumps(page)

@@ -34,7 +34,7 @@ def test_session_detail_lists_its_runs(alice_client, stored):
 
 
 def test_run_detail_is_the_stored_canonical_record(alice_client, stored):
-    run = alice_client.get(f"/api/v1/runs/{stored[0]}").json()["run"]
+    run = json.loads(alice_client.get(f"/api/v1/runs/{stored[0]}").getvalue())["run"]
     assert run["schema"] == "agent-history/v1"
     assert run["run_id"] == stored[0]
     assert len(run["iterations"]) == 6
@@ -51,7 +51,7 @@ def test_run_detail_is_the_stored_canonical_record(alice_client, stored):
 
 
 def test_the_exported_record_can_be_ingested_again_as_a_duplicate(alice_client, ingest, stored):
-    run = alice_client.get(f"/api/v1/runs/{stored[0]}").json()["run"]
+    run = json.loads(alice_client.get(f"/api/v1/runs/{stored[0]}").getvalue())["run"]
     assert ingest(run).json()["results"][0]["status"] == "duplicate"
 
 

@@ -16,7 +16,7 @@ import pytest
 from history_app import services
 from history_app.agent_history import parse
 
-from .conftest import AUTOURGOS, load_jsonl
+from .conftest import AUTOURGOS, load_jsonl, native
 
 CHROMIUM = Path(os.environ.get("HISTORY_CHROMIUM", "/usr/bin/chromium"))
 OUTPUT = Path(os.environ.get("TEST_OUTPUT_DIR", Path(__file__).resolve().parent.parent / "test-output"))
@@ -317,3 +317,20 @@ def test_library_parser_is_the_one_the_server_uses():
     """Guards the single normalisation path: the page shows what the library parses."""
     data = json.loads((AUTOURGOS / "named_run_custom.json").read_text())
     assert parse(data)[0].output == "42"
+
+
+def test_show_more_loads_the_next_tool_calls_in_place(browser_page, live_server, django_user_model):
+    calls = [{"tool": f"tool-{n}", "params": {"n": n}, "result": "ok"} for n in range(45)]
+    services.ingest_items(items=[{**native("big-run", "big"), "iterations": [{"tool_calls": calls}]}])
+    page = browser_page
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/runs/big-run/")
+    assert page.locator(".tool-call").count() == 20
+    page.click("text=Show more tool calls")
+    page.locator(".tool-call").nth(39).wait_for()  # no wait_for_function: the CSP forbids eval
+    assert urlparse(page.url).path == "/runs/big-run/"  # loaded in place, not a new page
+    page.click("text=Show more tool calls")
+    page.locator(".tool-call").nth(44).wait_for()
+    assert page.locator(".tool-call").count() == 45 and page.locator("text=Show more tool calls").count() == 0
+    assert page.locator(".tool-call h3 code").last.inner_text() == "tool-44"
+    assert page.problems == []

@@ -28,7 +28,7 @@ def test_run_markdown_export_is_an_autourgos_log_that_parses_back(alice_client, 
     data, run_id, _ = stored
     response = alice_client.get(f"/runs/{run_id}/export.md")
     assert response["Content-Disposition"] == f'attachment; filename="{run_id}.md"'
-    (back,) = autourgos.parse_markdown(response.content.decode())
+    (back,) = autourgos.parse_markdown(response.getvalue().decode())
     original = parse(data)[0]
     assert [it.thought for it in back.iterations] == [it.thought for it in original.iterations]
     assert [[c.tool for c in it.tool_calls] for it in back.iterations] == [
@@ -39,14 +39,14 @@ def test_run_markdown_export_is_an_autourgos_log_that_parses_back(alice_client, 
 
 def test_run_json_export_is_the_canonical_record(alice_client, stored, ingest):
     _, run_id, _ = stored
-    record = json.loads(alice_client.get(f"/runs/{run_id}/export.json").content)
+    record = json.loads(alice_client.get(f"/runs/{run_id}/export.json").getvalue())
     assert record["schema"] == "agent-history/v1" and record["run_id"] == run_id
     assert ingest(record).json()["results"][0]["status"] == "duplicate"
 
 
 def test_session_bundle(alice_client, stored):
     _, run_id, session_id = stored
-    bundle = json.loads(alice_client.get(f"/sessions/{session_id}/export.json").content)
+    bundle = json.loads(alice_client.get(f"/sessions/{session_id}/export.json").getvalue())
     assert bundle["schema"] == "agent-history/session-bundle/v1"
     assert bundle["session"]["session_id"] == session_id
     assert [r["run_id"] for r in bundle["runs"]] == [run_id]
@@ -54,7 +54,7 @@ def test_session_bundle(alice_client, stored):
 
 def test_offline_html_is_self_contained(alice_client, stored):
     _, _, session_id = stored
-    html = alice_client.get(f"/sessions/{session_id}/export.html").content.decode()
+    html = alice_client.get(f"/sessions/{session_id}/export.html").getvalue().decode()
     assert "Compare Tokyo and Osaka" in html and "web_search" in html and "Tokyo (~37.4M metro)" in html
     assert "<style>" in html and "<script" not in html and "<link" not in html
     assert 'src="' not in html and "url(" not in html  # nothing for the browser to fetch
@@ -81,10 +81,10 @@ def test_session_export_query_count_does_not_grow(alice_client, ingest, django_a
     ]
     ingest(runs)
     with django_assert_num_queries(8):
-        alice_client.get("/sessions/big/export.html")
+        alice_client.get("/sessions/big/export.html").getvalue()
     ingest([{**r, "run_id": f"x{r['run_id']}"} for r in runs])
     with django_assert_num_queries(8):
-        alice_client.get("/sessions/big/export.json")
+        alice_client.get("/sessions/big/export.json").getvalue()
 
 
 def test_xss_payloads_are_inert_in_the_offline_file(alice_client, ingest):
@@ -102,7 +102,7 @@ def test_xss_payloads_are_inert_in_the_offline_file(alice_client, ingest):
             for i, p in enumerate(payloads)
         ]
     )
-    html = alice_client.get("/sessions/xss/export.html").content.decode()
+    html = alice_client.get("/sessions/xss/export.html").getvalue().decode()
     # The file's own <style> sits in its head; everything from the runs is in the body.
     assert html.count("<style>") == 1 and html.index("<style>") < html.index("<body>")
     assert_inert(html.split("<body>", 1)[1], "offline export")

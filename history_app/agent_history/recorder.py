@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from . import jsonstream
 from .records import InjectedContext, Iteration, Run, ToolCall
 from .redact import Redactor
 
@@ -382,12 +383,19 @@ def _md_value(value: Any) -> str:
 
 def render_autourgos_markdown(data: Mapping[str, Any]) -> str:
     """The ``.md`` twin of an autourgos JSON log, in the package's exact layout."""
+    return "".join(iter_autourgos_markdown(data))
+
+
+def iter_autourgos_markdown(data: Mapping[str, Any]) -> Iterator[str]:
+    """``render_autourgos_markdown`` an iteration at a time; ``data["iterations"]`` may be
+    any iterable, read once (an export streams a run of any length this way)."""
     start = data.get("start_time")
     started = datetime.fromisoformat(start).strftime("%Y-%m-%d %H:%M:%S") if start else ""
     lines = [f"# Task Session: {data.get('agent_name')}", f"**Started At:** {started}", ""]
     lines += ["## Initial Query", _md_value(data.get("query")), "", "---", ""]
+    yield "\n".join(lines) + "\n"
     for iteration in data.get("iterations", []):
-        lines += [f"## Iteration {iteration.get('iteration')}", ""]
+        lines = [f"## Iteration {iteration.get('iteration')}", ""]
         thought = iteration.get("thought")
         if thought is not None:
             lines += ["### Thought", thought if isinstance(thought, str) else str(thought), ""]
@@ -397,16 +405,18 @@ def render_autourgos_markdown(data: Mapping[str, Any]) -> str:
             for tool in tools if isinstance(tools, list) else []:
                 params = tool.get("params")
                 lines += [f"**Tool:** `{tool.get('tool')}`", "**Parameters:**", "```json"]
-                lines += [params if params == SOURCE_REDACTED else json.dumps(params, indent=2), "```", ""]
+                text = params if params == SOURCE_REDACTED else jsonstream.dumps(params, indent=2)
+                lines += [text, "```", ""]
         observations = iteration.get("observations")
         if observations and isinstance(observations, list):
             lines.append("### Observations")
             for obs in observations:
                 lines += [f"**{obs.get('tool')}**:", _md_value(obs.get("result")), ""]
         lines += ["---", ""]
-    lines.append("## Final Answer")
+        yield "\n".join(lines) + "\n"
+    lines = ["## Final Answer"]
     if data.get("error") is not None:
         lines.append(json.dumps(f"Error: {data['error']}"))
     else:
         lines.append(_md_value(data.get("final_response")))
-    return "\n".join(lines) + "\n"
+    yield "\n".join(lines) + "\n"

@@ -63,6 +63,9 @@ class ToolCall:
     ended_at: datetime | None = None
     call_id: str | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
 
 @dataclass
 class Iteration:
@@ -73,6 +76,9 @@ class Iteration:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
 
 
 @dataclass
@@ -92,6 +98,9 @@ class InjectedContext:
     source_run_ids: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     reported: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
 
 
 @dataclass

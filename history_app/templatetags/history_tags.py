@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import template
 
 from history_app import present
+from history_app.agent_history import jsonstream
 
 register = template.Library()
 
@@ -15,7 +15,7 @@ def pretty_json(value: Any) -> str:
     """JSON with indentation; escaped by the template like any other text."""
     if value is None:
         return "null"
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+    return jsonstream.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
 @register.filter
@@ -46,9 +46,9 @@ def get_item(mapping: dict | None, key: Any) -> Any:
 
 
 @register.filter
-def json_tree(value: Any) -> str:
-    """Collapsible, highlighted JSON (escaped inside ``present``)."""
-    return present.highlight_json(value)
+def json_text_tree(text: str) -> str:
+    """Stored JSON text as collapsible, highlighted JSON (escaped inside ``present``)."""
+    return present.highlight_json_text(text)
 
 
 @register.filter

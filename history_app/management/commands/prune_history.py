@@ -5,7 +5,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app.services import PRUNE_COUNT_KEYS, PruneResult, prune_sessions
+from history_app.services import MAX_PRUNE_DAYS, PRUNE_COUNT_KEYS, PruneResult, prune_sessions
 
 
 def summary(result: PruneResult) -> str:
@@ -49,8 +49,8 @@ class Command(BaseCommand):
         agent: list[str],
         **options,
     ):
-        if older_than < 0:
-            raise CommandError("--older-than must be zero or more days")
+        if not 0 <= older_than <= MAX_PRUNE_DAYS:  # NaN fails this too
+            raise CommandError(f"--older-than must be a number of days from 0 to {MAX_PRUNE_DAYS}")
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
         started = time.perf_counter()
