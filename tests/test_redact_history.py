@@ -139,7 +139,7 @@ def test_redact_history_removes_what_older_rules_kept_and_a_resend_stays_duplica
     assert [r["status"] for r in results if r["run_id"] != "old-partial"] == ["duplicate"] * (len(items) - 1)
     # ...and so is each stored run exported and sent again.
     for run_id in ("old-0", "old-partial"):
-        exported = alice_client.get(f"/api/v1/runs/{run_id}").json()["run"]
+        exported = json.loads(alice_client.get(f"/api/v1/runs/{run_id}").getvalue())["run"]
         assert ingest(exported).json()["results"][0]["status"] == "duplicate"
 
 
