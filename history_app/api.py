@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
@@ -129,9 +130,27 @@ def _refuse(request: HttpRequest, message: str, status: int, path: str = "$", **
 
 
 @csrf_exempt
+def ingest(request: HttpRequest) -> JsonResponse:
+    try:
+        return _ingest(request)
+    except DatabaseError as exc:
+        # A transient failure outside any item (the receipt could not be written while
+        # another writer held SQLite's lock, a lost connection): the client sends again.
+        if not services.is_transient(exc):
+            raise
+        logger.warning("ingest request not handled, to be sent again: %s", exc)
+        response = error_response(
+            f"temporary database failure; send the request again in {RETRY_AFTER_SECONDS} s",
+            503,
+            retry_after=RETRY_AFTER_SECONDS,
+        )
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+
+
 @require_POST
 @token_required(allow_session=False)
-def ingest(request: HttpRequest) -> JsonResponse:
+def _ingest(request: HttpRequest) -> JsonResponse:
     content_type = request.content_type.lower()
     if content_type not in JSON_TYPES | NDJSON_TYPES | MARKDOWN_TYPES:
         return _refuse(

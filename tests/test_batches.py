@@ -262,3 +262,20 @@ def test_a_sigkilled_worker_leaves_an_open_receipt_with_exactly_what_was_stored(
 def _suppress_disconnect(port: int, body: bytes) -> None:
     with contextlib.suppress(http.client.HTTPException, OSError):  # the worker was killed: no answer
         _post(port, body, chunked=False)
+
+
+@pytest.mark.parametrize("where", ["open_receipt", "close_receipt"])
+def test_a_transient_failure_outside_the_items_answers_503_not_500(ingest, monkeypatch, where):
+    """The receipt cannot be written while another writer holds SQLite's lock for longer
+    than the busy timeout: the client is told to send again, never a 500."""
+
+    def locked(**_):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(services, where, locked)
+    response = ingest([native("r1")])
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    body = response.json()
+    assert body["ok"] is False and body["status"] == 503 and "send the request again" in body["error"]
+    assert "locked" not in response.content.decode()
