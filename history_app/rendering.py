@@ -137,6 +137,13 @@ class _Bounded(Extension):
         md.preprocessors.deregister("html_block")
         for processor in md.parser.blockprocessors:
             processor.test = self.guarded(processor.test)
+        # A table's rows are split one by one inside one ``run``, and splitting one row
+        # pairs every pipe with every backtick run (quadratic in the row's length): check
+        # before each row, and leave rows longer than any real table's to the paragraph
+        # processor (whose inline patterns are bounded).
+        tables = md.parser.blockprocessors["table"]
+        tables._split_row = self.guarded(tables._split_row)
+        tables.test = _short_rows_only(tables.test)
         for stage in (md.preprocessors, md.treeprocessors, md.postprocessors):
             for processor in stage:
                 processor.run = self.guarded(processor.run)
@@ -153,6 +160,17 @@ class _Bounded(Extension):
             if isinstance(pattern, LinkInlineProcessor):
                 pattern.getText = _link_text
                 pattern.getLink = _bounded_link(pattern.getLink)
+
+
+MAX_TABLE_ROW = 2_000
+
+
+def _short_rows_only(test):
+    @wraps(test)
+    def call(parent, block: str) -> bool:
+        return all(len(row) <= MAX_TABLE_ROW for row in block.split("\n")) and test(parent, block)
+
+    return call
 
 
 @dataclass(frozen=True)

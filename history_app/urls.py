@@ -1,28 +1,45 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, register_converter
 
 from . import api, views
+
+
+class IdConverter:
+    """A run or session id in a URL: any text but "/" and NUL. Stored ids never hold a NUL
+    (it becomes U+FFFD at ingestion), and PostgreSQL refuses one in a query, so such a URL
+    is simply not found, the same on both databases."""
+
+    regex = "[^/\x00]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(IdConverter, "id")
 
 app_name = "history_app"
 
 history_patterns = [
     path("", views.session_list, name="session_list"),
-    path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
-    path("runs/<str:run_id>/", views.run_detail, name="run_detail"),
-    path("runs/<str:run_id>/iterations/", views.run_iterations, name="run_iterations"),
-    path("runs/<str:run_id>/iterations/<int:position>/calls/", views.run_tool_calls, name="run_tool_calls"),
-    path("runs/<str:run_id>/context/<int:position>/", views.context_detail, name="context_detail"),
-    path("runs/<str:run_id>/export.<str:fmt>", views.run_export, name="run_export"),
-    path("sessions/<str:session_id>/export.<str:fmt>", views.session_export, name="session_export"),
+    path("sessions/<id:session_id>/", views.session_detail, name="session_detail"),
+    path("runs/<id:run_id>/", views.run_detail, name="run_detail"),
+    path("runs/<id:run_id>/iterations/", views.run_iterations, name="run_iterations"),
+    path("runs/<id:run_id>/iterations/<int:position>/calls/", views.run_tool_calls, name="run_tool_calls"),
+    path("runs/<id:run_id>/context/<int:position>/", views.context_detail, name="context_detail"),
+    path("runs/<id:run_id>/export.<str:fmt>", views.run_export, name="run_export"),
+    path("sessions/<id:session_id>/export.<str:fmt>", views.session_export, name="session_export"),
     path("receipts/", views.receipt_list, name="receipt_list"),
     path("stats/", views.stats, name="stats"),
     path("api/v1/receipts", api.receipts, name="api_receipts"),
     path("api/v1/ingest", api.ingest, name="api_ingest"),
     path("api/v1/sessions", api.sessions, name="api_sessions"),
-    path("api/v1/sessions/<str:session_id>", api.session_detail, name="api_session_detail"),
-    path("api/v1/runs/<str:run_id>", api.run_detail, name="api_run_detail"),
+    path("api/v1/sessions/<id:session_id>", api.session_detail, name="api_session_detail"),
+    path("api/v1/runs/<id:run_id>", api.run_detail, name="api_run_detail"),
 ]
 
 urlpatterns = [

@@ -327,3 +327,27 @@ def test_a_big_run_exports_whole_in_the_same_queries(alice_client, run, django_a
         record = json.loads(alice_client.get("/runs/r-1/export.json").getvalue())
     assert [len(it["tool_calls"]) for it in record["iterations"]] == [3000, 2, 2, 2]
     assert record["iterations"][0]["tool_calls"][2999]["params"] == {"n": 2999}
+
+
+NUL_URLS = [
+    "/api/v1/runs/a%00b",
+    "/api/v1/sessions/a%00b",
+    "/runs/a%00b/",
+    "/runs/a%00b/export.json",
+    "/runs/a%00b/export.md",
+    "/runs/a%00b/context/0/",
+    "/runs/a%00b/iterations/",
+    "/runs/a%00b/iterations/0/calls/",
+    "/sessions/a%00b/",
+    "/sessions/a%00b/export.json",
+    "/sessions/a%00b/export.html",
+]
+
+
+@pytest.mark.parametrize("url", NUL_URLS)
+def test_a_nul_in_an_id_in_the_url_is_not_found_on_both_databases(alice_client, url):
+    """PostgreSQL refuses a NUL in a query (a 500 before); no stored id holds one."""
+    response = alice_client.get(url)
+    assert response.status_code == 404
+    if url.startswith("/api/"):
+        assert response.json()["status"] == 404

@@ -81,6 +81,10 @@ POISON = {
     "inline-tags": "<a>" * 7_000,
     "emphasis": "**a_" * 5_000,
     "fences": "```\n" * 5_000,
+    # One table row of pipes and backtick runs: splitting it paired every pipe with every
+    # backtick run inside one processor call (86 s for 250 KB), never checking the budget.
+    "table-row": "|a|b|\n|-|-|\n" + "|`x" * 5_000,
+    "table-rows": "|a|\n|-|\n" + "|b|\n" * 5_000,
 }
 
 
@@ -137,3 +141,9 @@ def test_splitting_long_runs_of_references_for_nh3_changes_nothing():
         link_rel="noopener noreferrer nofollow",
         strip_comments=True,
     )
+
+
+def test_a_table_row_longer_than_any_real_table_is_left_to_the_paragraph_processor():
+    row = "|`x" * (rendering.MAX_TABLE_ROW // 3 + 1)
+    assert "<table>" not in rendering.render("|a|b|\n|-|-|\n" + row, budget_ms=60_000).html
+    assert "<table>" in rendering.render("|a|b|\n|-|-|\n|1|`2`|", budget_ms=60_000).html
