@@ -83,6 +83,42 @@ def test_a_surrogate_beside_a_rejected_run_still_leaves_a_receipt(ingest):
     }
 
 
+def _markdown_log(answer: str, fence: str = "{}") -> str:
+    return "\n".join(
+        ["# Task Session: A", "", "---", "", "## Iteration 1", "", "### Action (Tools)", "**Tool:** `t`"]
+        + ["```json", fence, "```", "", "---", "", "## Final Answer", answer]
+    )
+
+
+def test_deep_fenced_json_gets_the_same_answer_at_any_stack_depth():
+    """Python's JSON parser recurses: a fence 900 deep parsed near the recursion limit
+    once became text (stored) while the same log parsed at the top was refused."""
+    from history_app.agent_history.formats.autourgos import parse_markdown
+    from history_app.agent_history.records import RecordError
+
+    text = _markdown_log("done", json.dumps(nested(900)))
+
+    def at_depth(levels: int):
+        if levels:
+            return at_depth(levels - 1)
+        try:
+            parse_markdown(text)
+        except RecordError as error:
+            return error.errors
+        return None
+
+    assert at_depth(0) == at_depth(700)
+    assert at_depth(0)[0][0] == "$.iterations[0].tools[0].params"
+
+
+def test_deep_bracket_prose_in_a_markdown_answer_is_kept_as_text(ingest):
+    answer = "[" * 5000 + " not JSON"
+    response = ingest(_markdown_log(answer), content_type="text/markdown")
+    assert response.status_code in (200, 201), response.content
+    run = models.Run.objects.get()
+    assert run.output == answer
+
+
 @pytest.mark.parametrize(
     ("payload", "path"),
     [

@@ -188,6 +188,33 @@ def _children(value: Any, path: str) -> list[tuple[str, Any]]:
     return [(f"{path}.{f.name}", getattr(value, f.name)) for f in fields(value)]
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def json_text_depth(text: str, *, balanced: bool = False) -> int:
+    """The deepest nesting of arrays and objects in JSON ``text`` (strings skipped), in
+    linear time and without parsing: Python's JSON parser recurses, so whether it meets
+    the recursion limit depends on its caller's stack. Measuring first gives the same
+    answer for the same text everywhere. With ``balanced``, -1 when the brackets do not
+    close in order (so the text cannot be JSON)."""
+    depth = deepest = 0
+    stack: list[str] = []
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if balanced:
+                stack.append("]" if bracket == "[" else "}")
+        else:
+            depth -= 1
+            if balanced and (not stack or stack.pop() != bracket):
+                return -1
+    if balanced and stack:
+        return -1
+    return deepest
+
+
 def structure_errors(value: Any, path: str = "$", *, max_depth: int = MAX_DEPTH) -> list[tuple[str, str]]:
     """``(path, message)`` for the first value nested deeper than ``max_depth`` levels of
     objects and arrays (``value`` itself is the first level) and for every number that is

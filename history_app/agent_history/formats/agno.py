@@ -27,6 +27,7 @@ from ..records import (
     RecordError,
     Run,
     ToolCall,
+    json_text_depth,
     parse_time,
     type_errors,
 )
@@ -90,23 +91,12 @@ def _duration(metrics: dict[str, Any]) -> float:
 # shallow enough that Python's JSON parser never meets the recursion limit, whatever the
 # stack depth of its caller: the same arguments get the same answer everywhere.
 _ARGUMENTS_MAX_DEPTH = 256
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACKETS = re.compile(r"[\[\]{}]")
-
-
-def _json_depth(text: str) -> int:
-    """The deepest nesting of arrays and objects in JSON ``text`` (strings skipped); linear."""
-    depth = deepest = 0
-    for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
-        depth += 1 if bracket in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
 
 
 def _arguments(raw: Any, path: str) -> Any:
     if not isinstance(raw, str):
         return raw
-    if _json_depth(raw) > _ARGUMENTS_MAX_DEPTH:
+    if json_text_depth(raw) > _ARGUMENTS_MAX_DEPTH:
         raise RecordError([(path, f"holds JSON nested deeper than {_ARGUMENTS_MAX_DEPTH} levels")])
     try:
         return json.loads(raw)

@@ -26,6 +26,7 @@ from ..records import (
     checked_payload,
     count_lone_surrogates,
     is_index,
+    json_text_depth,
     parse_time,
 )
 
@@ -198,15 +199,22 @@ _TOOL = re.compile(r"^\*\*Tool:\*\* `(.*)`\s*$")
 _OBSERVATION = re.compile(r"^\*\*(.+?)\*\*:\s*$")
 
 
-def _json_literal(text: str) -> Any:
+def _json_literal(text: str, path: str, max_depth: int) -> Any:
     text = text.strip()
     if not text:
         return None
+    # Measured before parsing: Python's parser recurses, so a deep literal would be JSON
+    # or text depending on the caller's stack. The same text gets the same answer: a
+    # JSON-shaped literal too deep is refused with its path, deep prose (an answer of
+    # "[[[[…") is kept as the text it is.
+    if json_text_depth(text) > max_depth:
+        if text[0] in "[{" and text[-1] in "]}" and json_text_depth(text, balanced=True) >= 0:
+            raise RecordError([(path, f"is nested deeper than {max_depth} levels of objects and arrays")])
+        return text
     try:
         return json.loads(text)
-    except (ValueError, RecursionError):
-        # Not JSON, or nested too deep for Python's parser: kept as the text it is.
-        return text
+    except ValueError:
+        return text  # not JSON: kept as the text it is
 
 
 def parse_markdown(text: str, *, max_depth: int = MAX_DEPTH) -> list[Run]:
@@ -265,21 +273,24 @@ def parse_markdown(text: str, *, max_depth: int = MAX_DEPTH) -> list[Run]:
         while body and body[-1].strip() in ("", "---"):
             body = body[:-1]
         if heading == "query":
-            payload["query"] = _json_literal("\n".join(body))
+            payload["query"] = _json_literal("\n".join(body), "$.query", max_depth)
         elif heading == "final":
-            answer = _json_literal("\n".join(body))
+            answer = _json_literal("\n".join(body), "$.final_response", max_depth)
             if isinstance(answer, str) and answer.startswith("Error: "):
                 payload["error"] = answer[len("Error: ") :]
             else:
                 payload["final_response"] = answer
         else:
-            payload["iterations"].append(_parse_md_iteration(int(heading.split(":")[1]), body))
+            position = len(payload["iterations"])
+            payload["iterations"].append(
+                _parse_md_iteration(int(heading.split(":")[1]), body, f"$.iterations[{position}]", max_depth)
+            )
     # Fenced JSON may hold anything: the same checks as a JSON payload's.
     payload, replaced = checked_payload(payload, max_depth=max_depth)
     return count_lone_surrogates(parse(payload, imported_from="markdown"), replaced)
 
 
-def _parse_md_iteration(number: int, body: list[str]) -> dict[str, Any]:
+def _parse_md_iteration(number: int, body: list[str], path: str, max_depth: int) -> dict[str, Any]:
     parts: dict[str, list[str]] = {}
     current = None
     for line in body:
@@ -304,7 +315,11 @@ def _parse_md_iteration(number: int, body: list[str]) -> dict[str, Any]:
                     (j for j in range(fence_start + 1, len(lines)) if lines[j].startswith("```")),
                     len(lines),
                 )
-                params = _json_literal("\n".join(lines[fence_start + 1 : fence_end]))
+                params = _json_literal(
+                    "\n".join(lines[fence_start + 1 : fence_end]),
+                    f"{path}.tools[{len(tools)}].params",
+                    max_depth,
+                )
                 i = fence_end
             # A withheld call still names its tool in Markdown: keep the name.
             tools.append({"tool": match.group(1), "params": params})
@@ -316,7 +331,10 @@ def _parse_md_iteration(number: int, body: list[str]) -> dict[str, Any]:
         match = _OBSERVATION.match(line)
         if match:
             if current_tool is not None:
-                observations.append({"tool": current_tool, "result": _json_literal("\n".join(buffer))})
+                where = f"{path}.observations[{len(observations)}].result"
+                observations.append(
+                    {"tool": current_tool, "result": _json_literal("\n".join(buffer), where, max_depth)}
+                )
             current_tool, buffer = match.group(1), []
         else:
             buffer.append(line)
