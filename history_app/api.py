@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -14,25 +13,14 @@ from django.views.decorators.csrf import csrf_exempt
 
 from . import models, selectors, services, streams, transcripts
 from .agent_history import formats
-from .agent_history.formats import autourgos
 from .agent_history.jsonstream import iter_json
-from .agent_history.records import RecordError
 from .auth import error_response, token_required
 from .errors import require_GET, require_POST
 
 logger = logging.getLogger(__name__)
 
-JSON_TYPES = {"application/json"}
-MARKDOWN_TYPES = {"text/markdown", "text/x-markdown"}
-NDJSON_TYPES = {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
 # Seconds a client waits before sending again a batch that met a transient database failure.
 RETRY_AFTER_SECONDS = 5
-
-
-class BadBody(ValueError):
-    def __init__(self, message: str, path: str = "$"):
-        super().__init__(message)
-        self.path = path
 
 
 def _chunked(request: HttpRequest) -> bool:
@@ -62,61 +50,6 @@ def _read_body(request: HttpRequest) -> bytes | None:
         chunks.append(chunk)
         size += len(chunk)
     return None if size > limit else b"".join(chunks)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _loads(text: str, path: str) -> Any:
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise BadBody(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path) from None
-    except RecursionError:
-        limit = settings.HISTORY_MAX_DEPTH
-        raise BadBody(
-            f"invalid JSON: nested deeper than {limit} levels of objects and arrays", path
-        ) from None
-    except ValueError as exc:
-        raise BadBody(f"invalid JSON: {exc}", path) from None
-
-
-def parse_items(body: bytes, content_type: str) -> list[Any]:
-    """The items of a request: one object, a JSON array, or NDJSON lines.
-
-    A bad NDJSON line does not sink its neighbours: it becomes a ``BadBody`` item that is
-    reported as rejected at its own index.
-    """
-    try:
-        text = body.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise BadBody(f"the body is not UTF-8 (byte {exc.start})") from None
-    if content_type in MARKDOWN_TYPES:
-        # An autourgos Markdown log (for runs whose .json is gone): parsed defensively,
-        # then ingested as the canonical record it becomes.
-        try:
-            return [
-                run.to_dict() for run in autourgos.parse_markdown(text, max_depth=settings.HISTORY_MAX_DEPTH)
-            ]
-        except RecordError as exc:
-            raise BadBody(str(exc)) from None
-    if content_type in NDJSON_TYPES:
-        items: list[Any] = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                items.append(_loads(line, f"$[{len(items)}]"))
-            except BadBody as exc:
-                items.append(BadBody(f"line {number}: {exc}", exc.path))
-        return items
-    data = _loads(text, "$")
-    if isinstance(data, list):
-        return data
-    if isinstance(data, dict):
-        return [data]
-    raise BadBody("the body must be a JSON object or an array of objects")
 
 
 def _refuse(request: HttpRequest, message: str, status: int, path: str = "$", **extra: Any) -> JsonResponse:
@@ -152,7 +85,7 @@ def ingest(request: HttpRequest) -> JsonResponse:
 @token_required(allow_session=False)
 def _ingest(request: HttpRequest) -> JsonResponse:
     content_type = request.content_type.lower()
-    if content_type not in JSON_TYPES | NDJSON_TYPES | MARKDOWN_TYPES:
+    if content_type not in formats.CONTENT_TYPES:
         return _refuse(
             request,
             f"unsupported content type {content_type or '(none)'!r}; send application/json, "
@@ -178,8 +111,8 @@ def _ingest(request: HttpRequest) -> JsonResponse:
             "format",
         )
     try:
-        items = parse_items(body, content_type)
-    except BadBody as exc:
+        items = formats.read_body(body, content_type, max_depth=settings.HISTORY_MAX_DEPTH)
+    except formats.BodyError as exc:
         return _refuse(request, str(exc), 400, exc.path)
     if not items:
         return _refuse(request, "the body holds no runs", 400)
@@ -188,22 +121,14 @@ def _ingest(request: HttpRequest) -> JsonResponse:
         message = f"the body holds {len(items)} runs; at most {limit} per request"
         return _refuse(request, message, 413, count=len(items), limit=limit)
 
-    good = [(i, item) for i, item in enumerate(items) if not isinstance(item, BadBody)]
     receipt = services.open_receipt(source="api", token=request.ingest_token, item_count=len(items))
     try:
-        stored = services.ingest_items(items=[item for _, item in good], format=format_name, receipt=receipt)
+        results = services.ingest_items(items=items, format=format_name, receipt=receipt)
     except BaseException:
         # Whatever stopped the request (a bug, a worker timeout's SystemExit), the receipt
         # says so, with the counts of what its items' transactions stored.
         services.interrupt_receipt(receipt=receipt)
         raise
-    results: list[services.ItemResult] = [services.ItemResult(index=i) for i in range(len(items))]
-    for (index, _), result in zip(good, stored, strict=True):
-        result.index = index
-        results[index] = result
-    for index, item in enumerate(items):
-        if isinstance(item, BadBody):
-            results[index].errors = [{"path": item.path, "message": str(item)}]
     services.close_receipt(receipt=receipt, results=results)
     if any(r.status == "retry" for r in results):
         return _retry_later(results)

@@ -167,6 +167,9 @@ def _ingest_item(
     receipt: models.IngestReceipt | None,
     counts: Counter[str],
 ) -> None:
+    if isinstance(item, formats.BodyError):  # an unreadable NDJSON line, at its own index
+        result.errors = [{"path": item.path, "message": str(item)}]
+        return
     try:
         detected, runs = formats.parse_detected(item, format=format, max_depth=settings.HISTORY_MAX_DEPTH)
     except RecordError as exc:

@@ -48,6 +48,16 @@ def test_markdown_is_the_fallback_when_no_json_exists(tmp_path):
     from_md = models.Run.objects.get(metadata__imported_from="markdown")
     assert from_md.status == "failed" and "HTTP 502" in from_md.error
     assert from_md.iteration_count == 3
+    # Stored as the format it arrived in, not as the native record it passed through.
+    assert from_md.source_format == "autourgos-markdown"
+    assert models.Run.objects.exclude(pk=from_md.pk).get().source_format == "autourgos"
+
+
+def test_a_markdown_upload_keeps_its_format(ingest):
+    body = (AUTOURGOS / "Task_20261129_224355_610116_7bfd7d3a.md").read_text()
+    response = ingest(body, content_type="text/markdown")
+    assert response.status_code == 200, response.content
+    assert models.Run.objects.get().source_format == "autourgos-markdown"
 
 
 def test_rejections_are_listed_with_reasons(tmp_path):

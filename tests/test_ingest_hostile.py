@@ -195,7 +195,9 @@ def test_deep_json_in_a_markdown_fence_is_refused(ingest):
     )
     response = ingest(text, content_type="text/markdown")
     assert response.status_code == 400, response.content
-    assert "nested deeper than 64 levels" in response.json()["error"]
+    [error] = response.json()["results"][0]["errors"]
+    assert error["path"] == "$.iterations[0].tools[0].params"
+    assert "nested deeper than 64 levels" in error["message"]
 
 
 @pytest.mark.parametrize(

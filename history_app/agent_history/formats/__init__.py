@@ -6,6 +6,8 @@ import commands all call :func:`parse`.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import MAX_DEPTH, RecordError, Run, checked_payload, count_lone_surrogates, structure_errors
@@ -23,8 +25,135 @@ FORMATS = {
 }
 
 
+# The format name of runs read from an autourgos Markdown log (its .json twin is gone):
+# stored as the run's source format, so the page says where the run came from.
+MARKDOWN_FORMAT = "autourgos-markdown"
+
+JSON_TYPES = frozenset({"application/json"})
+NDJSON_TYPES = frozenset(
+    {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
+)
+MARKDOWN_TYPES = frozenset({"text/markdown", "text/x-markdown"})
+CONTENT_TYPES = JSON_TYPES | NDJSON_TYPES | MARKDOWN_TYPES
+# A file's suffix names its content type, for the import commands and the library's readers.
+SUFFIX_TYPES = {
+    ".json": "application/json",
+    ".jsonl": "application/x-ndjson",
+    ".ndjson": "application/x-ndjson",
+    ".md": "text/markdown",
+}
+
+
 def accepted_formats() -> list[str]:
     return list(FORMATS)
+
+
+class BodyError(ValueError):
+    """A body (or one NDJSON line of it) that holds no readable item; ``path`` says where."""
+
+    def __init__(self, message: str, path: str = "$"):
+        super().__init__(message)
+        self.path = path
+
+
+@dataclass(frozen=True)
+class MarkdownLog:
+    """An item that is an autourgos Markdown log: parsed with its own reader, never as JSON."""
+
+    text: str
+
+
+@dataclass
+class ParsedItem:
+    """One item of a body: its runs and the format they were read as, or what is wrong."""
+
+    index: int
+    format: str | None = None
+    runs: list[Run] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _loads(text: str, path: str, max_depth: int) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise BodyError(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path) from None
+    except RecursionError:
+        raise BodyError(
+            f"invalid JSON: nested deeper than {max_depth} levels of objects and arrays", path
+        ) from None
+    except ValueError as exc:
+        raise BodyError(f"invalid JSON: {exc}", path) from None
+
+
+def read_body(
+    body: bytes | str, content_type: str = "application/json", *, max_depth: int = MAX_DEPTH
+) -> list[Any]:
+    """The items of a body, by its content type: one JSON object or an array of them, NDJSON
+    lines, or one autourgos Markdown log (a ``MarkdownLog`` item).
+
+    Raises ``BodyError`` when the body as a whole cannot be read. A bad NDJSON line does not
+    sink its neighbours: it becomes a ``BodyError`` item at its own index.
+    """
+    content_type = content_type.split(";", 1)[0].strip().lower()
+    if content_type not in CONTENT_TYPES:
+        raise BodyError(
+            f"unsupported content type {content_type or '(none)'!r}; send application/json, "
+            "application/x-ndjson or text/markdown (an autourgos .md log)"
+        )
+    if isinstance(body, bytes):
+        try:
+            text = body.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise BodyError(f"the body is not UTF-8 (byte {exc.start})") from None
+    else:
+        text = body.removeprefix("\ufeff")
+    if content_type in MARKDOWN_TYPES:
+        return [MarkdownLog(text)]
+    if content_type in NDJSON_TYPES:
+        items: list[Any] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append(_loads(line, f"$[{len(items)}]", max_depth))
+            except BodyError as exc:
+                items.append(BodyError(f"line {number}: {exc}", exc.path))
+        return items
+    data = _loads(text, "$", max_depth)
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        return [data]
+    raise BodyError("the body must be a JSON object or an array of objects")
+
+
+def parse_body(
+    body: bytes | str,
+    content_type: str = "application/json",
+    *,
+    format: str | None = None,
+    max_depth: int = MAX_DEPTH,
+) -> list[ParsedItem]:
+    """The one entry point for a body in any accepted format: each item's runs with the
+    format they were detected in, or its errors with their paths. Raises ``BodyError``
+    when the body as a whole is unreadable."""
+    parsed = []
+    for index, item in enumerate(read_body(body, content_type, max_depth=max_depth)):
+        result = ParsedItem(index=index)
+        if isinstance(item, BodyError):
+            result.errors = [(item.path, str(item))]
+        else:
+            try:
+                result.format, result.runs = parse_detected(item, format, max_depth=max_depth)
+            except RecordError as exc:
+                result.errors = list(exc.errors)
+        parsed.append(result)
+    return parsed
 
 
 def detect(payload: Any) -> str | None:
@@ -56,6 +185,9 @@ def parse_detected(
     first run's redactions). Every run a parser builds then passes the same validation as
     a native record, so a format cannot produce a run that the store would refuse.
     """
+    if isinstance(payload, MarkdownLog):
+        runs = autourgos.parse_markdown(payload.text, max_depth=max_depth)
+        return MARKDOWN_FORMAT, [validated(run, max_depth=max_depth) for run in runs]
     if not isinstance(payload, dict):
         raise RecordError([("$", f"must be an object, not {type(payload).__name__}")])
     if format is not None and format not in FORMATS:
@@ -78,7 +210,13 @@ def validated(run: Run, *, max_depth: int = MAX_DEPTH) -> Run:
 
 
 __all__ = [
+    "CONTENT_TYPES",
     "FORMATS",
+    "MARKDOWN_FORMAT",
+    "SUFFIX_TYPES",
+    "BodyError",
+    "MarkdownLog",
+    "ParsedItem",
     "accepted_formats",
     "agno",
     "agno_go",
@@ -87,5 +225,7 @@ __all__ = [
     "detect",
     "native",
     "parse",
+    "parse_body",
     "parse_detected",
+    "read_body",
 ]

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from history_app import services
 from history_app.agent_history import formats
-from history_app.agent_history.formats import autourgos
 from history_app.management.progress import show_progress
 
 SUFFIXES = {".json", ".jsonl", ".ndjson", ".md"}
@@ -32,17 +31,11 @@ def collect_files(paths: list[str]) -> list[Path]:
     return chosen
 
 
-def read_items(path: Path) -> tuple[list[object], str | None]:
-    """The items in a file, and for Markdown logs the parsed runs' format name."""
-    text = path.read_text(encoding="utf-8-sig")
-    suffix = path.suffix.lower()
-    if suffix == ".md":
-        runs = autourgos.parse_markdown(text)
-        return [run.to_dict() for run in runs], "native"
-    if suffix in {".jsonl", ".ndjson"}:
-        return [json.loads(line) for line in text.splitlines() if line.strip()], None
-    data = json.loads(text)
-    return (data if isinstance(data, list) else [data]), None
+def read_items(path: Path) -> list[object]:
+    """The items in a file, read by the library as the endpoint reads a body of the content
+    type its suffix names (a bad NDJSON line is a ``BodyError`` item, reported at its index)."""
+    content_type = formats.SUFFIX_TYPES.get(path.suffix.lower(), "application/json")
+    return formats.read_body(path.read_bytes(), content_type, max_depth=settings.HISTORY_MAX_DEPTH)
 
 
 class Command(BaseCommand):
@@ -61,8 +54,8 @@ class Command(BaseCommand):
         for number, path in enumerate(files, start=1):
             show_progress(self.stderr, number, len(files), path.name)
             try:
-                items, format_name = read_items(path)
-            except (ValueError, OSError) as exc:
+                items = read_items(path)
+            except (formats.BodyError, OSError) as exc:
                 problems.append(f"{path}: {exc}")
                 all_results.append(
                     services.ItemResult(
@@ -70,12 +63,12 @@ class Command(BaseCommand):
                     )
                 )
                 continue
-            if format_name is None and not any(formats.detect(item) for item in items):
+            if not any(isinstance(item, formats.MarkdownLog) or formats.detect(item) for item in items):
                 # A folder of logs often holds other JSON (a manifest, a config): say so
                 # instead of counting each of its objects as a rejected run.
                 skipped.append(f"{path}: not a history file (matches no accepted format)")
                 continue
-            for result in services.ingest_items(items=items, format=format_name):
+            for result in services.ingest_items(items=items):
                 all_results.append(result)
                 for error in result.errors:
                     where = f"[{result.index}]" if len(items) > 1 else ""

@@ -52,8 +52,7 @@ class Command(BaseCommand):
 
         results = []
         for path in collect_files([str(DEMO_DIR)]):
-            items, format_name = read_items(path)
-            results += ingest_items(items=items, format=format_name)
+            results += ingest_items(items=read_items(path))
         counts = record_receipt(source="quickstart", results=results, label="demo data").counts
         self.stdout.write(
             self.style.SUCCESS("Demo data: ")
