@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -540,37 +539,6 @@ def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:
         "counts": receipt.counts,
         "rejections": receipt.rejections,
         "changed_fields": receipt.changed_fields,
-    }
-
-
-def autourgos_document(
-    record: records.Run, iterations: Iterable[records.Iteration] | None = None
-) -> dict[str, Any]:
-    """A run in autourgos-history's JSON layout, for its Markdown export; ``iterations``
-    (read once, while the Markdown is written) stand in for the record's own."""
-    return {
-        "query": record.input,
-        "agent_name": record.agent_name or "Agent",
-        "start_time": record.started_at.isoformat() if record.started_at else None,
-        "end_time": record.ended_at.isoformat() if record.ended_at else None,
-        "iterations": map(_autourgos_iteration, record.iterations if iterations is None else iterations),
-        "final_response": record.output,
-        "error": record.error,
-    }
-
-
-def _autourgos_iteration(it: records.Iteration) -> dict[str, Any]:
-    return {
-        "iteration": it.index,
-        "thought": it.thought,
-        "tools": [
-            {"tool": c.tool, "params": c.params if c.params is not None else {}} for c in it.tool_calls
-        ],
-        "observations": [
-            {"tool": c.tool, "result": c.result if c.result is not None else c.error}
-            for c in it.tool_calls
-            if c.result is not None or c.error is not None
-        ],
     }
 
 

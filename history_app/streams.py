@@ -16,8 +16,8 @@ from django.db.models import QuerySet
 
 from . import models, selectors
 from .agent_history import records
+from .agent_history.formats.autourgos import iter_autourgos_markdown, log_document
 from .agent_history.jsonstream import Lazy
-from .agent_history.recorder import iter_autourgos_markdown
 
 CHUNK_ROWS = 500
 # The order runs are written in: the session's order, as on its page.
@@ -130,6 +130,4 @@ class RunReader:
 def run_markdown(reader: RunReader) -> Iterator[str]:
     """The reader's run as an autourgos Markdown log, an iteration at a time."""
     for run, record in reader.shells():
-        yield from iter_autourgos_markdown(
-            selectors.autourgos_document(record, reader.iteration_records(run))
-        )
+        yield from iter_autourgos_markdown(log_document(record, iterations=reader.iteration_records(run)))

@@ -170,7 +170,7 @@ def test_agno_member_input_stored_by_agno_matches_too():
 def test_agno_workflow_history_prompt_is_reproduced_byte_for_byte():
     runs = agno_runs("sess-wf-1")
     block = render_agno_workflow_history([{"input": r["input"], "output": r["content"]} for r in runs[:2]])
-    assert block + "\n" + runs[2]["input"] == prompt("050_workflow_run3_wf_researcher.json")[0]["content"]
+    assert block + runs[2]["input"] == prompt("050_workflow_run3_wf_researcher.json")[0]["content"]
 
 
 def test_cot_history_two_zones_and_nothing_omitted():

@@ -80,7 +80,7 @@ def test_workflow_run_has_one_iteration_per_step_and_the_history_it_was_given():
         0
     ]["content"]
     research = next(c for c in run.injected_contexts if c.step == "research")
-    assert prompt == research.text + "\n" + run.input
+    assert prompt == research.text + run.input
 
 
 def test_run_outputs_keep_replayed_history_and_member_responses():

@@ -101,4 +101,7 @@ def test_markdown_log_through_the_endpoint(ingest):
     run = models.Run.objects.get()
     assert run.status == "failed" and run.metadata["imported_from"] == "markdown"
     bad = ingest("# Not a log", content_type="text/markdown")
-    assert bad.status_code == 400 and "Task Session" in bad.json()["error"]
+    assert bad.status_code == 400
+    # Rejected like any item, at its index, with the path and the reason.
+    [error] = bad.json()["results"][0]["errors"]
+    assert error["path"] == "$" and "Task Session" in error["message"]

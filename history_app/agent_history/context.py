@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from .text import value_text
+
 WORKFLOW_HEADER = "<workflow_history_context>"
 WORKFLOW_FOOTER = "</workflow_history_context>"
 TEAM_HEADER = "<team_history_context>"
@@ -38,11 +40,7 @@ def field(entry: Any, *names: str, default: Any = None) -> Any:
 
 def as_text(value: Any) -> str:
     """A value as prompt text: ``None`` empty, strings as they are, anything else as JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
+    return value_text(value) or ""
 
 
 _closers: dict[str, re.Pattern[str]] = {}
@@ -164,10 +162,13 @@ def render_workflow_history(
 
 
 def render_agno_workflow_history(entries: Sequence[Any]) -> str:
-    """agno's own workflow history block (``[Workflow Run-N]``, ``User input:``)."""
-    return render_workflow_history(
+    """agno's own workflow history block (``[Workflow Run-N]``, ``User input:``), ending
+    with ``"\n"`` as agno 3.1 writes it: the step's message follows with nothing between
+    (``agno/session/workflow.py``, ``get_workflow_history_context``; ``agno/workflow/step.py``)."""
+    block = render_workflow_history(
         entries, run_label="Workflow Run-{n}", input_label="User input", output_label="Workflow output"
     )
+    return block + "\n" if block else ""
 
 
 def render_team_history(runs: Sequence[Any]) -> str:

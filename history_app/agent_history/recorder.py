@@ -22,15 +22,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import jsonstream
+from .formats import autourgos
+from .formats.autourgos import iter_autourgos_markdown, render_autourgos_markdown  # noqa: F401 (re-exported)
 from .records import InjectedContext, Iteration, Run, ToolCall
 from .redact import Redactor
+from .text import SOURCE_REDACTED, thought_text  # noqa: F401 (SOURCE_REDACTED re-exported)
 
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agent_history_run", default=None)
 
 AUTOURGOS_MAX_CHARS = 512
 AUTOURGOS_TRUNCATION = "... [TRUNCATED]"
-SOURCE_REDACTED = "[REDACTED]"
 
 
 def current_run() -> Run | None:
@@ -211,7 +212,7 @@ class AgentHistoryMiddleware:
         with state.lock:
             iteration = state.iteration()
             state.thoughts[id(iteration)] = thought
-            iteration.thought = _thought_text(thought)
+            iteration.thought = thought_text(thought)
             iteration.ended_at = _now()
 
     def on_tool_start(self, tool_name: str, tool_input: Any = None, agent: Any = None, **kwargs: Any) -> None:
@@ -302,121 +303,19 @@ class AgentHistoryMiddleware:
         return Redactor(rules=self.redactor.rule_set, extra_keys=self.redactor.extra_keys)
 
     def autourgos_log(self, state: _State, *, for_markdown: bool = False) -> dict[str, Any]:
-        """The JSON document autourgos-history writes for a run, redacted, plus our ids.
-
-        The Markdown file names withheld tools one by one (``[REDACTED]`` parameters),
-        where the JSON file has the single string ``"[REDACTED]"``.
-        """
-        redact = self.redactor.redact
+        """The JSON document autourgos-history writes for a run, redacted, with its
+        privacy flags applied, plus our ids and the injected contexts."""
         run = state.run
-        iterations = []
-        for iteration in run.iterations:
-            calls = iteration.tool_calls
-            tools: Any = [
-                {"tool": c.tool, "params": redact(c.params if c.params is not None else {})} for c in calls
-            ]
-            observations: Any = []
-            for c in calls:
-                if c.result is None and c.error is None:
-                    continue
-                entry: dict[str, Any] = {
-                    "tool": c.tool,
-                    "result": redact(c.result if c.result is not None else c.error),
-                }
-                if c.error is not None:
-                    entry["error"] = redact(c.error)
-                observations.append(entry)
-            if not self.include_tools and tools:
-                tools = (
-                    [{"tool": c.tool, "params": SOURCE_REDACTED} for c in calls]
-                    if for_markdown
-                    else SOURCE_REDACTED
-                )
-            if not self.include_observations and observations:
-                observations = (
-                    [{"tool": o["tool"], "result": SOURCE_REDACTED} for o in observations]
-                    if for_markdown
-                    else SOURCE_REDACTED
-                )
-            iterations.append(
-                {
-                    "iteration": iteration.index,
-                    "thought": redact(state.thoughts.get(id(iteration), iteration.thought)),
-                    "tools": tools,
-                    "observations": observations,
-                }
-            )
-        query = state.query if isinstance(state.query, str) else run.input
-        final = state.final if run.status == "completed" else None
-        return {
-            "query": redact(query) if self.include_query else f"[REDACTED: length={len(query or '')}]",
-            "agent_name": run.agent_name,
-            "start_time": run.started_at.isoformat() if run.started_at else None,
-            "end_time": run.ended_at.isoformat() if run.ended_at else None,
-            "iterations": iterations,
-            "final_response": (redact(final) if self.include_final else SOURCE_REDACTED) if final is not None else None,
-            "error": redact(run.error) if run.error is not None else None,
-            "run_id": run.run_id,
-            "session_id": run.session_id,
-            "injected_contexts": [
-                {"text": redact(c.text), "kind": c.kind, "target": c.target, "step": c.step,
-                 "source_run_ids": c.source_run_ids, "settings": c.settings}
-                for c in run.injected_contexts
-            ],
-        }  # fmt: skip
-
-
-def _thought_text(thought: Any) -> str | None:
-    if thought is None or isinstance(thought, str):
-        return thought
-    if isinstance(thought, list):
-        return "\n".join(t if isinstance(t, str) else json.dumps(t, ensure_ascii=False) for t in thought)
-    return json.dumps(thought, ensure_ascii=False, indent=2)
-
-
-def _md_value(value: Any) -> str:
-    """autourgos writes values as JSON literals, except its own "[REDACTED…]" markers."""
-    if isinstance(value, str) and value.startswith("[REDACTED"):
-        return value
-    return json.dumps(value)
-
-
-def render_autourgos_markdown(data: Mapping[str, Any]) -> str:
-    """The ``.md`` twin of an autourgos JSON log, in the package's exact layout."""
-    return "".join(iter_autourgos_markdown(data))
-
-
-def iter_autourgos_markdown(data: Mapping[str, Any]) -> Iterator[str]:
-    """``render_autourgos_markdown`` an iteration at a time; ``data["iterations"]`` may be
-    any iterable, read once (an export streams a run of any length this way)."""
-    start = data.get("start_time")
-    started = datetime.fromisoformat(start).strftime("%Y-%m-%d %H:%M:%S") if start else ""
-    lines = [f"# Task Session: {data.get('agent_name')}", f"**Started At:** {started}", ""]
-    lines += ["## Initial Query", _md_value(data.get("query")), "", "---", ""]
-    yield "\n".join(lines) + "\n"
-    for iteration in data.get("iterations", []):
-        lines = [f"## Iteration {iteration.get('iteration')}", ""]
-        thought = iteration.get("thought")
-        if thought is not None:
-            lines += ["### Thought", thought if isinstance(thought, str) else str(thought), ""]
-        tools = iteration.get("tools")
-        if tools:
-            lines.append("### Action (Tools)")
-            for tool in tools if isinstance(tools, list) else []:
-                params = tool.get("params")
-                lines += [f"**Tool:** `{tool.get('tool')}`", "**Parameters:**", "```json"]
-                text = params if params == SOURCE_REDACTED else jsonstream.dumps(params, indent=2)
-                lines += [text, "```", ""]
-        observations = iteration.get("observations")
-        if observations and isinstance(observations, list):
-            lines.append("### Observations")
-            for obs in observations:
-                lines += [f"**{obs.get('tool')}**:", _md_value(obs.get("result")), ""]
-        lines += ["---", ""]
-        yield "\n".join(lines) + "\n"
-    lines = ["## Final Answer"]
-    if data.get("error") is not None:
-        lines.append(json.dumps(f"Error: {data['error']}"))
-    else:
-        lines.append(_md_value(data.get("final_response")))
-    yield "\n".join(lines) + "\n"
+        return autourgos.log_document(
+            run,
+            redact=self.redactor.redact,
+            thought=lambda iteration: state.thoughts.get(id(iteration), iteration.thought),
+            query=state.query if isinstance(state.query, str) else run.input,
+            final=state.final if run.status == "completed" else None,
+            include_query=self.include_query,
+            include_tools=self.include_tools,
+            include_observations=self.include_observations,
+            include_final=self.include_final,
+            for_markdown=for_markdown,
+            with_ids=True,
+        )

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
+from .text import value_text
+
 SCHEMA = "agent-history/v1"
 RUN_KINDS = ("agent", "team", "workflow", "member")
 RUN_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
@@ -334,7 +336,7 @@ class _Reader:
             return str(value)
         if isinstance(value, dict | list):
             # Structured answers (a dict from a JSON-mode model, say) are kept, as JSON.
-            return json.dumps(value, ensure_ascii=False, indent=2)
+            return value_text(value, indent=2)
         self.fail(key, f"must be a string, not {type(value).__name__}")
         return default
 

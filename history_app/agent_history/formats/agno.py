@@ -16,10 +16,11 @@
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from .. import blocks
 from ..records import (
     InjectedContext,
     Iteration,
@@ -31,6 +32,7 @@ from ..records import (
     parse_time,
     type_errors,
 )
+from ..text import value_text
 
 FRAMEWORK = "agno"
 STATUSES = {
@@ -41,17 +43,6 @@ STATUSES = {
     "PENDING": "pending",
     "PAUSED": "running",
 }
-BLOCKS = (
-    (
-        "member_interactions",
-        re.compile(r"<member_interaction_context>\n.*?</member_interaction_context>\n?", re.DOTALL),
-    ),
-    ("team_history", re.compile(r"<team_history_context>\n.*?</team_history_context>\n?", re.DOTALL)),
-    (
-        "workflow_history",
-        re.compile(r"<workflow_history_context>\n.*?</workflow_history_context>", re.DOTALL),
-    ),
-)
 
 
 def detect(payload: dict[str, Any]) -> bool:
@@ -63,17 +54,11 @@ def detect(payload: dict[str, Any]) -> bool:
     )
 
 
-def _text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
 def _input(payload: dict[str, Any]) -> str:
     value = payload.get("input")
     if isinstance(value, dict):
         value = value.get("input_content", value)
-    return _text(value) or ""
+    return value_text(value) or ""
 
 
 def _time(value: Any) -> datetime | None:
@@ -187,10 +172,10 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
     used: set[Any] = set()
 
     def call_from(execution: dict[str, Any] | None, *, name: str, params: Any, call_id: Any) -> ToolCall:
-        call = ToolCall(tool=name or "unknown", params=params, call_id=_text(call_id))
+        call = ToolCall(tool=name or "unknown", params=params, call_id=value_text(call_id))
         if execution is not None:
             used.add(call_id)
-            result = _text(execution.get("result"))
+            result = value_text(execution.get("result"))
             if execution.get("tool_call_error"):
                 call.error = result or "tool call failed"
             else:
@@ -203,7 +188,7 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
     for m, message in enumerate(payload.get("messages") or []):
         if not isinstance(message, dict) or message.get("from_history") or message.get("role") != "assistant":
             continue
-        iteration = Iteration(index=len(iterations) + 1, thought=_text(message.get("content")) or None)
+        iteration = Iteration(index=len(iterations) + 1, thought=value_text(message.get("content")) or None)
         for k, raw in enumerate(message.get("tool_calls") or []):
             function = raw.get("function") or {}
             call_id = raw.get("id")
@@ -236,7 +221,7 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
 
 def replay_text(messages: list[dict[str, Any]]) -> str:
     """History messages as one text, a ``role: content`` line each."""
-    return "\n".join(f"{m.get('role')}: {_text(m.get('content')) or ''}" for m in messages)
+    return "\n".join(f"{m.get('role')}: {value_text(m.get('content')) or ''}" for m in messages)
 
 
 def replayable_messages(payload: dict[str, Any]) -> list[dict[str, Any]]:
@@ -265,16 +250,26 @@ def reconstructed_history(previous: list[dict[str, Any]], num_history_runs: int)
     )
 
 
-def _contexts(payload: dict[str, Any], step: str) -> list[InjectedContext]:
+def _contexts(payload: dict[str, Any], step: str, tails: Sequence[str] = ()) -> list[InjectedContext]:
+    """The history blocks at the head of the run's user message, found by the layout agno
+    writes (``blocks``), never by the first closing tag: agno escapes nothing, so content
+    may hold one. ``tails`` are the texts that may follow the blocks (the tasks the leader
+    delegated, a workflow step's message); one of them settles the boundary exactly, and
+    without one an ambiguous boundary keeps the longest reading and says so."""
     contexts = []
     messages = [m for m in payload.get("messages") or [] if isinstance(m, dict)]
     user = next((m for m in messages if m.get("role") == "user" and not m.get("from_history")), None)
-    text = _text(user.get("content")) if user else None
+    text = value_text(user.get("content")) if user else None
     if text is None and not messages:
         text = _input(payload)
-    for kind, pattern in BLOCKS:
-        for match in pattern.finditer(text or ""):
-            contexts.append(InjectedContext(text=match.group(0), kind=kind, target="user", step=step))
+    located = blocks.locate_member_blocks(text or "", tails)
+    workflow = blocks.locate_workflow_block(text or "", tails)
+    for block in [*located, *([workflow] if workflow else [])]:
+        contexts.append(
+            InjectedContext(
+                text=block.text, kind=block.kind, target="user", step=step, settings=block.settings
+            )
+        )
     replayed = [m for m in messages if m.get("from_history")]
     if replayed:
         contexts.append(
@@ -289,25 +284,40 @@ def _contexts(payload: dict[str, Any], step: str) -> list[InjectedContext]:
     return contexts
 
 
+def delegated_tasks(payload: dict[str, Any]) -> list[str]:
+    """The tasks a team run handed to its members (``delegate_task_to_member`` and the
+    like): the texts that follow the history blocks in those members' messages."""
+    tasks = []
+    for execution in payload.get("tools") or []:
+        if not isinstance(execution, dict) or not str(execution.get("tool_name") or "").startswith(
+            "delegate"
+        ):
+            continue
+        args = execution.get("tool_args")
+        if isinstance(args, dict) and isinstance(args.get("task"), str):
+            tasks.append(args["task"])
+    return tasks
+
+
 def _base(payload: dict[str, Any], kind: str, name: str) -> Run:
     started = _time(payload.get("created_at"))
     metrics = payload.get("metrics") or {}
     ended = started + timedelta(seconds=_duration(metrics)) if started and _duration(metrics) else None
     status = STATUSES.get(str(payload.get("status") or "COMPLETED").upper(), "completed")
-    content = _text(payload.get("content"))
+    content = value_text(payload.get("content"))
     known = {"run_id", "session_id", "user_id", "parent_run_id", "content", "status", "created_at", "metrics",
              "messages", "tools", "input", "member_responses", "step_results", "step_executor_runs",
              "agent_name", "team_name", "workflow_name", "agent_id", "team_id", "workflow_id", "session_state"}  # fmt: skip
     return Run(
         run_id=str(payload["run_id"]),
         session_id=str(payload.get("session_id") or f"agno:{payload['run_id']}"),
-        parent_run_id=_text(payload.get("parent_run_id")),
+        parent_run_id=value_text(payload.get("parent_run_id")),
         kind=kind,
         status=status,
         agent_name=name,
-        team_id=_text(payload.get("team_id")) or "",
-        workflow_id=_text(payload.get("workflow_id")) or "",
-        user_id=_text(payload.get("user_id")) or "",
+        team_id=value_text(payload.get("team_id")) or "",
+        workflow_id=value_text(payload.get("workflow_id")) or "",
+        user_id=value_text(payload.get("user_id")) or "",
         framework=FRAMEWORK,
         input=_input(payload),
         output=None if status == "failed" else content,
@@ -319,7 +329,10 @@ def _base(payload: dict[str, Any], kind: str, name: str) -> Run:
     )
 
 
-def parse(payload: dict[str, Any], *, include_members: bool = True) -> list[Run]:
+def parse(payload: dict[str, Any], *, include_members: bool = True, tasks: Sequence[str] = ()) -> list[Run]:
+    """Runs from one agno run dict. ``tasks``: for a member run stored as its own row, the
+    tasks its team run delegated (``delegated_tasks`` of the parent), which settle where
+    its history blocks end."""
     if not payload.get("run_id"):
         raise RecordError([("$.run_id", "is required")])
     errors = _check(payload)
@@ -332,22 +345,22 @@ def parse(payload: dict[str, Any], *, include_members: bool = True) -> list[Run]
             return [_workflow(payload)]
         if payload.get("team_id") and not payload.get("agent_id"):
             return _team(payload, include_members)
-        return [_agent(payload)]
+        return [_agent(payload, tasks)]
     except (AttributeError, TypeError, KeyError) as exc:
         raise RecordError([("$", f"not a readable agno run: {exc}")]) from None
 
 
-def _agent(payload: dict[str, Any]) -> Run:
-    name = _text(payload.get("agent_name") or payload.get("agent_id")) or "Agent"
+def _agent(payload: dict[str, Any], tasks: Sequence[str] = ()) -> Run:
+    name = value_text(payload.get("agent_name") or payload.get("agent_id")) or "Agent"
     kind = "member" if payload.get("parent_run_id") and not payload.get("workflow_step_id") else "agent"
     run = _base(payload, kind, name)
     run.iterations, _ = _tool_calls(payload)
-    run.injected_contexts = _contexts(payload, name)
+    run.injected_contexts = _contexts(payload, name, tasks)
     return run
 
 
 def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
-    run = _base(payload, "team", _text(payload.get("team_name") or payload.get("team_id")) or "Team")
+    run = _base(payload, "team", value_text(payload.get("team_name") or payload.get("team_id")) or "Team")
     run.iterations, _ = _tool_calls(payload)
     run.injected_contexts = _contexts(payload, run.agent_name)
     members = [m for m in payload.get("member_responses") or [] if isinstance(m, dict)]
@@ -360,28 +373,34 @@ def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
             member = by_agent.get(member_id, {})
             run.member_interactions.append(
                 MemberInteraction(
-                    member=_text(member.get("agent_name") or member_id) or "Unknown",
-                    task=_text(call.params.get("task")) or "",
+                    member=value_text(member.get("agent_name") or member_id) or "Unknown",
+                    task=value_text(call.params.get("task")) or "",
                     response=call.result or call.error or "",
-                    member_run_id=_text(member.get("run_id")),
+                    member_run_id=value_text(member.get("run_id")),
                 )
             )
     runs = [run]
     if include_members:
         for member in members:
-            runs.append(_agent({**member, "parent_run_id": member.get("parent_run_id") or run.run_id}))
+            member = {**member, "parent_run_id": member.get("parent_run_id") or run.run_id}
+            runs.append(_agent(member, delegated_tasks(payload) + [i.task for i in run.member_interactions]))
     return runs
 
 
 def _workflow(payload: dict[str, Any]) -> Run:
     run = _base(
-        payload, "workflow", _text(payload.get("workflow_name") or payload.get("workflow_id")) or "Workflow"
+        payload,
+        "workflow",
+        value_text(payload.get("workflow_name") or payload.get("workflow_id")) or "Workflow",
     )
     executors = {e.get("run_id"): e for e in payload.get("step_executor_runs") or [] if isinstance(e, dict)}
+    # A step's message follows its workflow history block: the workflow's input for the
+    # first step, an earlier step's output after that.
+    tails = [run.input]
     for position, step in enumerate(payload.get("step_results") or [], start=1):
         if not isinstance(step, dict):
             continue
-        name = _text(step.get("step_name")) or f"step-{position}"
+        name = value_text(step.get("step_name")) or f"step-{position}"
         executor = executors.get(step.get("step_run_id"), {})
         calls = [call for it in _tool_calls(executor)[0] for call in it.tool_calls] if executor else []
         run.iterations.append(
@@ -390,7 +409,7 @@ def _workflow(payload: dict[str, Any]) -> Run:
                 name=name,
                 tool_calls=calls,
                 metadata={
-                    "output": _text(step.get("content")),
+                    "output": value_text(step.get("content")),
                     "executor": step.get("executor_name"),
                     "step_run_id": step.get("step_run_id"),
                     "success": step.get("success"),
@@ -399,5 +418,7 @@ def _workflow(payload: dict[str, Any]) -> Run:
             )
         )
         if executor:
-            run.injected_contexts.extend(_contexts(executor, name))
+            run.injected_contexts.extend(_contexts(executor, name, tails))
+        if isinstance(step.get("content"), str):
+            tails.append(step["content"])
     return run

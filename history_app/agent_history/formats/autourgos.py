@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
+from .. import jsonstream
 from ..records import (
     INDEX_RANGE,
     MAX_DEPTH,
@@ -29,11 +31,14 @@ from ..records import (
     json_text_depth,
     parse_time,
 )
+from ..text import SOURCE_REDACTED, thought_text, value_text
 
 FRAMEWORK = "autourgos"
-SOURCE_REDACTED = "[REDACTED]"
 # autourgos reports a failing tool through on_tool_end with one of these prefixes.
 _TOOL_ERROR_PREFIXES = ("Error executing '", "Error: ")
+
+
+_UNSET: Any = object()
 
 
 def detect(payload: dict[str, Any]) -> bool:
@@ -54,29 +59,13 @@ def derive_session_id(agent_name: str, started_at: datetime | None) -> str:
     return f"autourgos:{name}:{day}"[:255]
 
 
-def thought_text(thought: Any) -> str | None:
-    if thought is None:
-        return None
-    if isinstance(thought, str):
-        return thought
-    if isinstance(thought, list):
-        return "\n".join(t if isinstance(t, str) else json.dumps(t, ensure_ascii=False) for t in thought)
-    return json.dumps(thought, ensure_ascii=False, indent=2)
-
-
-def _as_text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
 def _pair_tool_calls(tools: list[dict[str, Any]], observations: list[dict[str, Any]]) -> list[ToolCall]:
     """Match observations to calls by tool name, in order; extra observations stand alone."""
     calls = [ToolCall(tool=str(t.get("tool") or "unknown"), params=t.get("params")) for t in tools]
     answered = [False] * len(calls)
     for obs in observations:
         name = str(obs.get("tool") or "unknown")
-        result = _as_text(obs.get("result"))
+        result = value_text(obs.get("result"))
         slot = next((i for i, c in enumerate(calls) if not answered[i] and c.tool == name), None)
         if slot is None:
             calls.append(ToolCall(tool=name))
@@ -85,7 +74,7 @@ def _pair_tool_calls(tools: list[dict[str, Any]], observations: list[dict[str, A
         answered[slot] = True
         if obs.get("error") is not None:
             # Written by this project's middleware, which keeps on_tool_error's message.
-            calls[slot].error = _as_text(obs["error"])
+            calls[slot].error = value_text(obs["error"])
         elif isinstance(result, str) and result.startswith(_TOOL_ERROR_PREFIXES):
             calls[slot].error = result
         else:
@@ -173,10 +162,10 @@ def parse(payload: dict[str, Any], *, imported_from: str = "json") -> list[Run]:
         kind="agent",
         status="failed" if error else "completed",
         agent_name=agent_name,
-        user_id=_as_text(payload.get("user_id")) or "",
+        user_id=value_text(payload.get("user_id")) or "",
         framework=FRAMEWORK,
-        input=_as_text(payload.get("query")) or "",
-        output=_as_text(final),
+        input=value_text(payload.get("query")) or "",
+        output=value_text(final),
         error=error,
         started_at=times["start_time"],
         ended_at=times["end_time"],
@@ -339,3 +328,144 @@ def _parse_md_iteration(number: int, body: list[str], path: str, max_depth: int)
         else:
             buffer.append(line)
     return {"iteration": number, "thought": thought, "tools": tools, "observations": observations}
+
+
+# -- Writing: the layout autourgos-history writes, for the recorder and the exports ------
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def log_document(
+    run: Run,
+    *,
+    iterations: Iterable[Iteration] | None = None,
+    redact: Callable[[Any], Any] = _same,
+    thought: Callable[[Iteration], Any] | None = None,
+    query: Any = _UNSET,
+    final: Any = _UNSET,
+    include_query: bool = True,
+    include_tools: bool = True,
+    include_observations: bool = True,
+    include_final: bool = True,
+    for_markdown: bool = False,
+    with_ids: bool = False,
+) -> dict[str, Any]:
+    """A run as the JSON document autourgos-history writes, in its exact layout.
+
+    ``iterations`` (read once, as the Markdown is written) stand in for the run's own, so
+    an export streams a run of any length. ``redact`` is applied to every value, and the
+    ``include_*`` flags withhold what autourgos's privacy flags withhold: the Markdown file
+    names withheld tools one by one (``[REDACTED]`` parameters) where the JSON file has the
+    single string ``"[REDACTED]"``. ``with_ids`` adds our run and session ids and the
+    injected contexts (the recorder's files carry them).
+    """
+    query = run.input if query is _UNSET else query
+    final = run.output if final is _UNSET else final
+
+    def iteration_entry(iteration: Iteration) -> dict[str, Any]:
+        calls = iteration.tool_calls
+        tools: Any = [
+            {"tool": c.tool, "params": redact(c.params if c.params is not None else {})} for c in calls
+        ]
+        observations: Any = []
+        for c in calls:
+            if c.result is None and c.error is None:
+                continue
+            entry: dict[str, Any] = {
+                "tool": c.tool,
+                "result": redact(c.result if c.result is not None else c.error),
+            }
+            if c.error is not None:
+                entry["error"] = redact(c.error)
+            observations.append(entry)
+        if not include_tools and tools:
+            tools = (
+                [{"tool": c.tool, "params": SOURCE_REDACTED} for c in calls]
+                if for_markdown
+                else SOURCE_REDACTED
+            )
+        if not include_observations and observations:
+            observations = (
+                [{"tool": o["tool"], "result": SOURCE_REDACTED} for o in observations]
+                if for_markdown
+                else SOURCE_REDACTED
+            )
+        said = thought(iteration) if thought else iteration.thought
+        return {
+            "iteration": iteration.index,
+            "thought": redact(said),
+            "tools": tools,
+            "observations": observations,
+        }
+
+    document: dict[str, Any] = {
+        "query": redact(query) if include_query else f"[REDACTED: length={len(query or '')}]",
+        "agent_name": run.agent_name or "Agent",
+        "start_time": run.started_at.isoformat() if run.started_at else None,
+        "end_time": run.ended_at.isoformat() if run.ended_at else None,
+        "iterations": map(iteration_entry, run.iterations if iterations is None else iterations),
+        "final_response": (redact(final) if include_final else SOURCE_REDACTED)
+        if final is not None
+        else None,
+        "error": redact(run.error) if run.error is not None else None,
+    }
+    if with_ids:
+        document["iterations"] = list(document["iterations"])
+        document["run_id"] = run.run_id
+        document["session_id"] = run.session_id
+        document["injected_contexts"] = [
+            {"text": redact(c.text), "kind": c.kind, "target": c.target, "step": c.step,
+             "source_run_ids": c.source_run_ids, "settings": c.settings}
+            for c in run.injected_contexts
+        ]  # fmt: skip
+    return document
+
+
+def _md_value(value: Any) -> str:
+    """autourgos writes values as JSON literals, except its own "[REDACTED…]" markers."""
+    if isinstance(value, str) and value.startswith("[REDACTED"):
+        return value
+    return json.dumps(value)
+
+
+def render_autourgos_markdown(data: Mapping[str, Any]) -> str:
+    """The ``.md`` twin of an autourgos JSON log, in the package's exact layout."""
+    return "".join(iter_autourgos_markdown(data))
+
+
+def iter_autourgos_markdown(data: Mapping[str, Any]) -> Iterator[str]:
+    """``render_autourgos_markdown`` an iteration at a time; ``data["iterations"]`` may be
+    any iterable, read once (an export streams a run of any length this way)."""
+    start = data.get("start_time")
+    started = datetime.fromisoformat(start).strftime("%Y-%m-%d %H:%M:%S") if start else ""
+    lines = [f"# Task Session: {data.get('agent_name')}", f"**Started At:** {started}", ""]
+    lines += ["## Initial Query", _md_value(data.get("query")), "", "---", ""]
+    yield "\n".join(lines) + "\n"
+    for iteration in data.get("iterations", []):
+        lines = [f"## Iteration {iteration.get('iteration')}", ""]
+        thought = iteration.get("thought")
+        if thought is not None:
+            lines += ["### Thought", thought if isinstance(thought, str) else str(thought), ""]
+        tools = iteration.get("tools")
+        if tools:
+            lines.append("### Action (Tools)")
+            for tool in tools if isinstance(tools, list) else []:
+                params = tool.get("params")
+                lines += [f"**Tool:** `{tool.get('tool')}`", "**Parameters:**", "```json"]
+                text = params if params == SOURCE_REDACTED else jsonstream.dumps(params, indent=2)
+                lines += [text, "```", ""]
+        observations = iteration.get("observations")
+        if observations and isinstance(observations, list):
+            lines.append("### Observations")
+            for obs in observations:
+                lines += [f"**{obs.get('tool')}**:", _md_value(obs.get("result")), ""]
+        lines += ["---", ""]
+        yield "\n".join(lines) + "\n"
+    lines = ["## Final Answer"]
+    if data.get("error") is not None:
+        lines.append(json.dumps(f"Error: {data['error']}"))
+    else:
+        lines.append(_md_value(data.get("final_response")))
+    yield "\n".join(lines) + "\n"

@@ -50,6 +50,21 @@ def read_postgres(url: str, schema: str, since: int | None) -> list[tuple]:
     return [(json.dumps(r[0]) if not isinstance(r[0], str) else r[0], *r[1:]) for r in rows]
 
 
+def delegated_tasks(rows: list[tuple]) -> dict[str, list[str]]:
+    """The tasks each team run delegated, by team run id (read before any run is parsed)."""
+    tasks: dict[str, list[str]] = {}
+    for row in rows:
+        try:
+            payload = json.loads(row[0])
+        except (TypeError, ValueError):
+            continue
+        if isinstance(payload, dict) and payload.get("run_id") and payload.get("tools"):
+            found = agno.delegated_tasks(payload)
+            if found:
+                tasks.setdefault(str(payload["run_id"]), []).extend(found)
+    return tasks
+
+
 def parse_since(value: str | None) -> int | None:
     if not value:
         return None
@@ -91,6 +106,9 @@ class Command(BaseCommand):
         problems: list[str] = []
         all_results: list[services.ItemResult] = []
         earlier: dict[tuple[str, str], list[dict]] = {}
+        # Member runs are rows of their own, written before their team's row; the tasks the
+        # team delegated settle where the history blocks in each member's message end.
+        tasks = delegated_tasks(rows)
         for number, (run_data, session_id, parent_run_id, user_id, status, created_at) in enumerate(
             rows, start=1
         ):
@@ -115,19 +133,21 @@ class Command(BaseCommand):
             # Member runs are rows of their own here; embedded copies would be duplicates.
             payload["member_responses"] = []
             items, format_name = [payload], "agno"
-            if history_runs is not None and payload.get("agent_id") and not payload.get("parent_run_id"):
-                previous = earlier.setdefault((str(payload.get("session_id")), str(payload["agent_id"])), [])
-                try:
-                    (run,) = agno.parse(payload)
-                except RecordError:
-                    run = None
-                if run is not None:
+            try:
+                runs = agno.parse(payload, tasks=tasks.get(str(payload.get("parent_run_id")), ()))
+            except RecordError:
+                runs = None  # sent as it is: ingestion reports what is wrong, with its path
+            if runs is not None:
+                if history_runs is not None and payload.get("agent_id") and not payload.get("parent_run_id"):
+                    previous = earlier.setdefault(
+                        (str(payload.get("session_id")), str(payload["agent_id"])), []
+                    )
                     context = agno.reconstructed_history(previous, history_runs)
                     if context is not None:
-                        context.step = run.agent_name
-                        run.injected_contexts.append(context)
-                    items, format_name = [run.to_dict()], "native"
-                previous.append(payload)
+                        context.step = runs[0].agent_name
+                        runs[0].injected_contexts.append(context)
+                    previous.append(payload)
+                items, format_name = [run.to_dict() for run in runs], "native"
             for result in services.ingest_items(items=items, format=format_name, source_format="agno"):
                 result.index = number - 1
                 all_results.append(result)
