@@ -177,6 +177,8 @@ class InjectedContext(models.Model):
 
     class Meta:
         ordering = ["position"]
+        # The run page reads a run's contexts a slice at a time, in position order.
+        indexes = [models.Index(fields=["run", "position"], name="context_run_position_idx")]
 
     def __str__(self) -> str:
         return f"{self.kind} for {self.step or 'run'}"

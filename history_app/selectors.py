@@ -299,15 +299,36 @@ class TimelineRow:
     depth: int = 0
     number: str = ""
     steps: list[models.Iteration] | None = None
+    steps_total: int = 0
     interactions: list[models.MemberInteraction] | None = None
+    interactions_total: int = 0
     idle_ms: int | None = None
     tokens: dict[str, int] | None = None
 
 
-def session_timeline(*, session: models.Session, idle_gap_ms: int) -> dict[str, Any]:
+def first_of_each_run(queryset: Any, limit: int) -> dict[int, tuple[list, int]]:
+    """Run pk -> (its first ``limit`` rows by position, how many it has), in one query that
+    returns at most ``limit`` rows a run, however many each run has."""
+    by_position = [F("position").asc(), F("id").asc()]
+    rows = (
+        queryset.annotate(
+            rank=Window(RowNumber(), partition_by=[F("run_id")], order_by=by_position),
+            run_total=Window(Count("id"), partition_by=[F("run_id")]),
+        )
+        .filter(rank__lte=limit)
+        .order_by("run_id", "rank")
+    )
+    found: dict[int, tuple[list, int]] = {}
+    for row in rows:
+        found.setdefault(row.run_id, ([], row.run_total))[0].append(row)
+    return found
+
+
+def session_timeline(*, session: models.Session, idle_gap_ms: int, nested: int = 20) -> dict[str, Any]:
     """A session's runs as a nested timeline: one query, plus one for member interactions
     when the session has team runs and one for steps when it has workflow runs, whatever
-    the number of runs.
+    the number of runs. Each run carries at most ``nested`` interactions or steps, with
+    their total (the run page and its JSON export hold the rest).
 
     Member runs sit under the team run that spawned them and a workflow's step runs under
     the workflow run (by ``parent_run_id``; a child whose parent is not in the session is
@@ -326,15 +347,14 @@ def session_timeline(*, session: models.Session, idle_gap_ms: int) -> dict[str, 
         else:
             top.append(run)
     kinds = {run.kind for run in runs}
-    interactions: dict[int, list] = {}
+    interactions: dict[int, tuple[list, int]] = {}
     if "team" in kinds:
-        for interaction in models.MemberInteraction.objects.filter(run__session=session, run__kind="team"):
-            interactions.setdefault(interaction.run_id, []).append(interaction)
-    steps: dict[int, list] = {}
+        team_interactions = models.MemberInteraction.objects.filter(run__session=session, run__kind="team")
+        interactions = first_of_each_run(team_interactions, nested)
+    steps: dict[int, tuple[list, int]] = {}
     if "workflow" in kinds:
         workflow_steps = models.Iteration.objects.filter(run__session=session, run__kind="workflow")
-        for step in workflow_steps.only("run_id", "index", "name"):
-            steps.setdefault(step.run_id, []).append(step)
+        steps = first_of_each_run(workflow_steps.only("run_id", "position", "index", "name"), nested)
 
     rows: list[TimelineRow] = []
     seen: set[str] = set()
@@ -344,13 +364,17 @@ def session_timeline(*, session: models.Session, idle_gap_ms: int) -> dict[str, 
             return
         seen.add(run.run_id)
         tokens = {k: v for k in TOKEN_KEYS if isinstance(v := (run.metrics or {}).get(k), int)}
+        run_steps, steps_total = steps.get(run.pk, (None, 0))
+        run_interactions, interactions_total = interactions.get(run.pk, (None, 0))
         rows.append(
             TimelineRow(
                 run=run,
                 depth=min(depth, 4),
                 number=number,
-                steps=steps.get(run.pk),
-                interactions=interactions.get(run.pk),
+                steps=run_steps,
+                steps_total=steps_total,
+                interactions=run_interactions,
+                interactions_total=interactions_total,
                 tokens=tokens or None,
             )
         )

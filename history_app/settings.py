@@ -261,10 +261,15 @@ HISTORY_MARKDOWN_BUDGET_MS = env_int("HISTORY_MARKDOWN_BUDGET_MS", 500, minimum=
 HISTORY_MAX_DEPTH = env_int("HISTORY_MAX_DEPTH", 64, minimum=8, maximum=200)
 HISTORY_PAGE_SIZE = env_int("HISTORY_PAGE_SIZE", 50, minimum=1)
 HISTORY_IDLE_GAP_SECONDS = env_int("HISTORY_IDLE_GAP_SECONDS", 300, minimum=1)
-# A run page shows its first HISTORY_RUN_PAGE_ITERATIONS iterations and the first
-# HISTORY_RUN_PAGE_TOOL_CALLS tool calls of each; "show more" loads the next slice.
+# A run page shows its first HISTORY_RUN_PAGE_ITERATIONS iterations, the first
+# HISTORY_RUN_PAGE_TOOL_CALLS tool calls of each and its first HISTORY_RUN_PAGE_CONTEXTS
+# injected contexts; "show more" loads the next slice of each.
 HISTORY_RUN_PAGE_ITERATIONS = env_int("HISTORY_RUN_PAGE_ITERATIONS", 20, minimum=1)
 HISTORY_RUN_PAGE_TOOL_CALLS = env_int("HISTORY_RUN_PAGE_TOOL_CALLS", 20, minimum=1)
+HISTORY_RUN_PAGE_CONTEXTS = env_int("HISTORY_RUN_PAGE_CONTEXTS", 20, minimum=1)
+# A session page shows at most this many items of each list nested in a run's row (a team
+# run's member interactions, a workflow run's steps), with the total and a link to the rest.
+HISTORY_SESSION_PAGE_NESTED = env_int("HISTORY_SESSION_PAGE_NESTED", 20, minimum=1)
 # Retention: unset keeps everything forever. When set, a bounded prune (one batch) runs
 # every HISTORY_RETENTION_EVERY_RUNS ingested runs; `prune_history` is there for cron.
 HISTORY_RETENTION_DAYS = env_int("HISTORY_RETENTION_DAYS", None, minimum=1)

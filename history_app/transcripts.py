@@ -1,16 +1,20 @@
-"""A run page in slices: the first iterations of a run and the first tool calls of each,
-the rest a slice at a time, so a page stays the same size whatever the run holds.
+"""A run page in slices: the first iterations of a run, the first tool calls of each and
+the first injected contexts, the rest a slice at a time, so a page stays the same size
+whatever the run holds.
 
-Each slice is one query per table, whatever the run's size. Positions are the ones ingest
-gave (0, 1, 2… in each run and each iteration), so a slice is a range of positions read
-through the (run, position) and (iteration, position) order.
+Each slice is one query per table, whatever the run's size (contexts: one more, their
+count). Positions are the ones ingest gave (0, 1, 2… in each run and each iteration), so a
+slice is a range of positions read through the (run, position) and (iteration, position)
+order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db.models import Count, F, QuerySet, Window
+from django.db.models.functions import Length, RowNumber
 from django.http import Http404
 
 from . import models
@@ -26,9 +30,30 @@ class CallSlice:
 
 
 @dataclass
+class StepContexts:
+    """The contexts sent at one step (an iteration's name): the first few, and how many."""
+
+    contexts: list[models.InjectedContext]
+    total: int
+
+    @property
+    def hidden(self) -> int:
+        return self.total - len(self.contexts)
+
+
+@dataclass
 class IterationSlice:
     parts: list[CallSlice]
     more_from: int | None  # position of the first iteration not shown, if any
+    # Iteration name -> the contexts sent at that step (only names in this slice).
+    step_contexts: dict[str, StepContexts] = field(default_factory=dict)
+
+
+@dataclass
+class ContextSlice:
+    contexts: list[models.InjectedContext]  # without their text: ``text_length`` instead
+    more_from: int | None  # position of the first context not shown, if any
+    total: int  # the run's injected contexts
 
 
 def get_run(run_id: str) -> models.Run:
@@ -63,7 +88,48 @@ def iteration_slice(*, run: models.Run, start: int = 0) -> IterationSlice:
     for call in first_calls.order_by("iteration_id", "position"):
         calls.setdefault(call.iteration_id, []).append(call)
     parts = [CallSlice(it, *_split(calls.get(it.pk, []), call_limit)) for it in iterations]
-    return IterationSlice(parts, more_from)
+    names = {it.name for it in iterations if it.name}
+    return IterationSlice(parts, more_from, _step_contexts(run, names))
+
+
+def _step_contexts(run: models.Run, names: set[str]) -> dict[str, StepContexts]:
+    """The first contexts sent at each of these steps, with each step's total (one query,
+    none without names): a step may have been sent thousands."""
+    if not names:
+        return {}
+    limit = settings.HISTORY_RUN_PAGE_CONTEXTS
+    rows = (
+        models.InjectedContext.objects.filter(run=run, step__in=names)
+        .only("run_id", "position", "step", "kind", "reported")
+        .annotate(
+            rank=Window(RowNumber(), partition_by=[F("step")], order_by=[F("position").asc()]),
+            step_total=Window(Count("id"), partition_by=[F("step")]),
+        )
+        .filter(rank__lte=limit)
+        .order_by("step", "rank")
+    )
+    steps: dict[str, StepContexts] = {}
+    for context in rows:
+        steps.setdefault(context.step, StepContexts([], context.step_total)).contexts.append(context)
+    return steps
+
+
+def _listed(queryset: QuerySet) -> QuerySet:
+    """Contexts as the run page lists them: the text's length, not the text (up to
+    ``HISTORY_MAX_FIELD_CHARS`` each), and not their settings."""
+    return queryset.defer("text", "settings").annotate(text_length=Length("text"))
+
+
+def context_slice(*, run: models.Run, start: int = 0) -> ContextSlice:
+    """The run's injected contexts from position ``start``, and how many it has (two
+    queries; one when it has none)."""
+    limit = settings.HISTORY_RUN_PAGE_CONTEXTS
+    contexts = models.InjectedContext.objects.filter(run=run)
+    total = contexts.count()
+    if not total:
+        return ContextSlice([], None, 0)
+    rows = _listed(contexts.filter(position__gte=start)).order_by("position")
+    return ContextSlice(*_split(list(rows[: limit + 1]), limit), total)
 
 
 def call_slice(*, iteration: models.Iteration, start: int) -> CallSlice:

@@ -30,6 +30,7 @@ history_patterns = [
     path("runs/<id:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<id:run_id>/iterations/", views.run_iterations, name="run_iterations"),
     path("runs/<id:run_id>/iterations/<int:position>/calls/", views.run_tool_calls, name="run_tool_calls"),
+    path("runs/<id:run_id>/contexts/", views.run_contexts, name="run_contexts"),
     path("runs/<id:run_id>/context/<int:position>/", views.context_detail, name="context_detail"),
     path("runs/<id:run_id>/export.<str:fmt>", views.run_export, name="run_export"),
     path("sessions/<id:session_id>/export.<str:fmt>", views.session_export, name="session_export"),

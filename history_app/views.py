@@ -108,7 +108,9 @@ def _with(request: HttpRequest, **changes: str | None) -> str:
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     session = selectors.get_session(session_id)
     timeline = selectors.session_timeline(
-        session=session, idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000
+        session=session,
+        idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000,
+        nested=settings.HISTORY_SESSION_PAGE_NESTED,
     )
     return render(
         request,
@@ -121,14 +123,15 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
 @login_required
 @vary_on_headers("HX-Request")
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
-    """A run's transcript: its first iterations and the first tool calls of each (the page
-    stays bounded whatever the run holds; "show more" links load the rest)."""
+    """A run's transcript: its first injected contexts, its first iterations and the first
+    tool calls of each (the page stays bounded whatever the run holds; "show more" links
+    load the rest)."""
     run = transcripts.get_run(run_id)
     iterations = transcripts.iteration_slice(run=run)
     context = {
         "run": run,
         "session": run.session,
-        "contexts": list(run.injected_contexts.all()),
+        "contexts": transcripts.context_slice(run=run),
         "slice": iterations,
         "waterfall": present.waterfall_svg(run, [(p.iteration, p.calls) for p in iterations.parts]),
     }
@@ -157,14 +160,22 @@ def run_iterations(request: HttpRequest, run_id: str) -> HttpResponse:
         iterations = transcripts.iteration_slice(run=run, start=_start(request))
     except selectors.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
-    context = {
-        "run": run,
-        "session": run.session,
-        "contexts": list(run.injected_contexts.all()),
-        "slice": iterations,
-        "partial": "iterations",
-    }
+    context = {"run": run, "session": run.session, "slice": iterations, "partial": "iterations"}
     return render(request, _slice_template(request, "iterations"), context)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def run_contexts(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The next injected contexts of a run, from position ``start``."""
+    run = transcripts.get_run(run_id)
+    try:
+        contexts = transcripts.context_slice(run=run, start=_start(request))
+    except selectors.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    context = {"run": run, "session": run.session, "contexts": contexts, "partial": "contexts"}
+    return render(request, _slice_template(request, "context-items"), context)
 
 
 @require_GET

@@ -334,3 +334,22 @@ def test_show_more_loads_the_next_tool_calls_in_place(browser_page, live_server,
     assert page.locator(".tool-call").count() == 45 and page.locator("text=Show more tool calls").count() == 0
     assert page.locator(".tool-call h3 code").last.inner_text() == "tool-44"
     assert page.problems == []
+
+
+def test_show_more_loads_the_next_contexts_in_place(browser_page, live_server, django_user_model):
+    contexts = [{"kind": "custom", "text": f"context {n}"} for n in range(45)]
+    services.ingest_items(items=[{**native("ctx-run", "ctx"), "injected_contexts": contexts}])
+    page = browser_page
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/runs/ctx-run/")
+    items = page.locator(".context-list > li:not(.more)")
+    assert items.count() == 20
+    page.click("text=Show more contexts")
+    items.nth(39).wait_for()  # no wait_for_function: the CSP forbids eval
+    assert urlparse(page.url).path == "/runs/ctx-run/"  # loaded in place, not a new page
+    assert page.locator(".context-list").count() == 1  # the items joined the list
+    page.click("text=Show more contexts")
+    items.nth(44).wait_for()
+    assert items.count() == 45 and page.locator("text=Show more contexts").count() == 0
+    assert items.last.locator("a").get_attribute("href") == "/runs/ctx-run/context/44/"
+    assert page.problems == []

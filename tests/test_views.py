@@ -365,7 +365,7 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
     with django_assert_num_queries(4):
         alice_client.get("/sessions/sess-0/")
     # The run page: session + user, the run, its first iterations, their first tool calls,
-    # its contexts.
+    # how many contexts it has (none here, so no query for the first of them).
     with django_assert_num_queries(6):
         alice_client.get("/runs/run-10-0/")
     # The list with a search: sessions, their matching runs, the framework menu (and on

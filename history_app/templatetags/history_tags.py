@@ -35,6 +35,12 @@ def duration(ms: int | None) -> str:
 
 
 @register.filter
+def thousands(number: int | None) -> str:
+    """5000 as "5,000"."""
+    return f"{number:,}" if isinstance(number, int) else ""
+
+
+@register.filter
 def redaction_items(redactions: dict[str, int] | None) -> list[tuple[str, int]]:
     return sorted((redactions or {}).items(), key=lambda item: (-item[1], item[0]))
 
