@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-LIBRARY = README[README.index("## The library") : README.index("## Configuration")]
-EXAMPLES = re.findall(r"```python\n(.*?)```", LIBRARY, re.DOTALL)
+from .readme_examples import library_examples
+
+EXAMPLES = library_examples()
 
 
 def test_the_library_section_has_an_example_per_feature():

@@ -1,9 +1,13 @@
 """agent_history: record, redact, store, render and inject agent run history.
 
-Standard library only: agent code imports this package without Django.
+Standard library only: agent code imports this package without Django. It is also its
+own distribution, ``agent-history-lib`` (build configuration: ``pyproject.toml`` next to
+this file), whose version is this ``__version__``.
 """
 
 from __future__ import annotations
+
+__version__ = "0.1.0"
 
 from .context import (
     compose_member_task,

@@ -1,0 +1,58 @@
+"""The Python examples of the README's library section.
+
+tests/test_readme.py runs them under pytest. `.ci/run` also runs this file as a script
+with the Python of a bare virtual environment that holds only the library distribution
+(agent-history-lib): then it checks that the library comes from that environment, not
+from this checkout, and that Django cannot be imported, and runs every example. Standard
+library only, so that it runs there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def library_examples(readme: str | None = None) -> list[str]:
+    """Every ```python block between "## The library" and "## Configuration"."""
+    text = README.read_text() if readme is None else readme
+    section = text[text.index("## The library") : text.index("## Configuration")]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+
+
+def main() -> int:
+    import history_app.agent_history as library
+
+    location = Path(library.__file__).resolve()
+    print(f"history_app.agent_history {library.__version__} from {location.parent}")
+    if location.is_relative_to(ROOT):
+        print(f"the library was imported from the checkout ({ROOT}), not installed", file=sys.stderr)
+        return 1
+    try:
+        import django  # noqa: F401
+    except ModuleNotFoundError:
+        print("import django: ModuleNotFoundError, as it should")
+    else:
+        print("Django is importable next to the library alone", file=sys.stderr)
+        return 1
+    examples = library_examples()
+    for number, code in enumerate(examples, 1):
+        # The HttpSink example spools into the user's cache folder: keep it in a temporary one.
+        with tempfile.TemporaryDirectory() as cache, contextlib.redirect_stdout(io.StringIO()):
+            os.environ["XDG_CACHE_HOME"] = cache
+            exec(compile(code, f"README.md (example {number})", "exec"), {"__name__": "readme_example"})
+        print(f"ok {number}: {code.splitlines()[0]}")
+    print(f"{len(examples)} examples of the README's library section ran")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
