@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db.models import Count, F, QuerySet, Window
+from django.db.models.fields.json import KT
 from django.db.models.functions import Length, RowNumber
 from django.http import Http404
 
@@ -116,8 +117,11 @@ def _step_contexts(run: models.Run, names: set[str]) -> dict[str, StepContexts]:
 
 def _listed(queryset: QuerySet) -> QuerySet:
     """Contexts as the run page lists them: the text's length, not the text (up to
-    ``HISTORY_MAX_FIELD_CHARS`` each), and not their settings."""
-    return queryset.defer("text", "settings").annotate(text_length=Length("text"))
+    ``HISTORY_MAX_FIELD_CHARS`` each), and of their settings only how sure the block's
+    boundary is."""
+    return queryset.defer("text", "settings").annotate(
+        text_length=Length("text"), boundary=KT("settings__boundary")
+    )
 
 
 def context_slice(*, run: models.Run, start: int = 0) -> ContextSlice:

@@ -291,3 +291,4 @@ def test_a_member_run_sent_alone_says_its_boundary_is_ambiguous(ingest, alice_cl
     assert context.settings["boundary"] == "ambiguous" and context.settings["boundary_readings"] == 2
     page = alice_client.get(f"/runs/member-1/context/{context.position}/").content.decode()
     assert "ambiguous" in page and "2 readings of the message fit the layout" in page
+    assert "boundary ambiguous" in alice_client.get("/runs/member-1/").content.decode()
