@@ -11,7 +11,7 @@ from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpRespons
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from . import models, selectors, services, streams, transcripts
+from . import listing, models, paging, services, streams, timeline, transcripts
 from .agent_history import formats
 from .agent_history.jsonstream import iter_json
 from .auth import error_response, token_required
@@ -160,7 +160,7 @@ def _retry_later(results: list[services.ItemResult]) -> JsonResponse:
 def _json_page(request: HttpRequest, selector, summary, key: str, warnings=(), **extra) -> JsonResponse:
     try:
         page = selector(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE, **extra)
-    except selectors.BadParameter as exc:
+    except paging.BadParameter as exc:
         return error_response(str(exc), 400, parameter=exc.field)
     data = {"ok": True, key: [summary(row) for row in page.items], "next": page.next_cursor}
     if warnings:
@@ -173,12 +173,12 @@ def _json_page(request: HttpRequest, selector, summary, key: str, warnings=(), *
 def sessions(request: HttpRequest) -> JsonResponse:
     """Sessions, with the same search, filters and sorting as the page (``q``, ``framework``…)."""
     try:
-        filters = selectors.SessionFilters.from_query(request.GET)
-    except selectors.BadParameter as exc:
+        filters = listing.SessionFilters.from_query(request.GET)
+    except paging.BadParameter as exc:
         return error_response(str(exc), 400, parameter=exc.field)
     warnings = [{"parameter": "q", "message": filters.search_notice}] if filters.search_notice else []
     return _json_page(
-        request, selectors.sessions_page, selectors.session_summary, "sessions", warnings, filters=filters
+        request, listing.sessions_page, listing.session_summary, "sessions", warnings, filters=filters
     )
 
 
@@ -186,15 +186,15 @@ def sessions(request: HttpRequest) -> JsonResponse:
 @token_required(allow_session=True)
 def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
     try:
-        session = selectors.get_session(session_id)
-    except selectors.Http404:
+        session = listing.get_session(session_id)
+    except Http404:
         return error_response(f"no session {session_id!r}", 404)
-    runs = selectors.session_runs(session=session)
+    runs = timeline.session_runs(session=session)
     return JsonResponse(
         {
             "ok": True,
-            "session": selectors.session_summary(session),
-            "runs": [selectors.run_summary(r) for r in runs],
+            "session": listing.session_summary(session),
+            "runs": [listing.run_summary(r) for r in runs],
         }
     )
 
@@ -214,4 +214,4 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponseBase:
 @require_GET
 @token_required(allow_session=True)
 def receipts(request: HttpRequest) -> JsonResponse:
-    return _json_page(request, selectors.receipts_page, selectors.receipt_summary, "receipts")
+    return _json_page(request, listing.receipts_page, listing.receipt_summary, "receipts")

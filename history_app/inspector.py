@@ -22,7 +22,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from . import models
 from .agent_history import context as renderers
-from .selectors import whole_number
+from .paging import whole_number
 
 MAX_HISTORY_RUNS = 100
 MAX_DETAIL_ITEMS = 100

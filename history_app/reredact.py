@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from . import models, search, selectors, services
+from . import mapper, models, search, services
 from .agent_history.records import RecordError
 from .agent_history.redact import Redactor
 from .rendering import render_markdown
@@ -65,14 +65,14 @@ def _batches(queryset: Any, batch_size: int) -> Any:
 
 
 def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, progress: Any) -> None:
-    for batch in _batches(selectors._transcript_queryset(), batch_size):
+    for batch in _batches(mapper.transcript_queryset(), batch_size):
         documents = dict(models.RunSearch.objects.filter(run__in=batch).values_list("run_id", "document"))
         planned = []
         for row in batch:
             result.scanned["runs"] += 1
             report: list[dict[str, Any]] = []
             try:
-                prepared = services.prepare_run(selectors.run_record(row), redactor=redactor, report=report)
+                prepared = services.prepare_run(mapper.run_record(row), redactor=redactor, report=report)
             except (RecordError, RecursionError):
                 result.skipped.append(row.run_id)
                 continue

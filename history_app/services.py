@@ -26,7 +26,7 @@ from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import models, search
+from . import mapper, models, search
 from .agent_history import formats
 from .agent_history.records import RecordError, Run
 from .agent_history.redact import Redactor
@@ -89,11 +89,7 @@ def prepare_run(
     prepared = Run.from_dict(cleaned, max_depth=settings.HISTORY_MAX_DEPTH)
     # Stored times are aware; normalising here keeps the content hash of a re-sent run
     # (for example one exported from GET /api/v1/runs/<id>) equal to the stored one.
-    prepared.started_at, prepared.ended_at = _aware(prepared.started_at), _aware(prepared.ended_at)
-    for iteration in prepared.iterations:
-        iteration.started_at, iteration.ended_at = _aware(iteration.started_at), _aware(iteration.ended_at)
-        for call in iteration.tool_calls:
-            call.started_at, call.ended_at = _aware(call.started_at), _aware(call.ended_at)
+    mapper.make_times_aware(prepared)
     return prepared
 
 
@@ -111,13 +107,6 @@ def _without_nul(value: Any) -> Any:
 def content_hash(run: Run) -> str:
     canonical = json.dumps(run.to_dict(), sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    if value is None or timezone.is_aware(value):
-        return value
-    # Naive times (autourgos writes local time without an offset) are taken as TIME_ZONE.
-    return timezone.make_aware(value, timezone.get_default_timezone())
 
 
 def ingest_items(
@@ -373,76 +362,25 @@ def _session_for(run: Run, *, old_session_id: int | None) -> models.Session:
 
 def _fill_run(row: models.Run, run: Run, session: models.Session, digest: str, source_format: str) -> None:
     row.session = session
-    row.parent_run_id = run.parent_run_id
-    row.kind, row.status = run.kind, run.status
-    row.agent_name = (run.agent_name or run.team_id or run.workflow_id)[:255]
-    row.team_id, row.workflow_id, row.user_id = run.team_id[:255], run.workflow_id[:255], run.user_id[:255]
-    row.framework = run.framework[:32]
-    row.input, row.output, row.error = run.input, run.output, run.error
-    row.started_at, row.ended_at = _aware(run.started_at), _aware(run.ended_at)
-    row.duration_ms = run.duration_ms
-    row.iteration_count = len(run.iterations)
-    row.tool_call_count = sum(len(it.tool_calls) for it in run.iterations)
-    row.tool_error_count = sum(1 for it in run.iterations for call in it.tool_calls if call.error)
-    row.metrics, row.metadata, row.redactions = run.metrics, run.metadata, run.redactions
+    mapper.fill_run(row, run)
     row.source_format = source_format[:32]
     row.content_hash = digest
 
 
 def _write_children(row: models.Run, run: Run) -> None:
     iterations = models.Iteration.objects.bulk_create(
-        models.Iteration(
-            run=row,
-            position=position,
-            index=it.index,
-            name=it.name[:255],
-            thought=it.thought,
-            started_at=_aware(it.started_at),
-            ended_at=_aware(it.ended_at),
-            metadata=it.metadata,
-        )
-        for position, it in enumerate(run.iterations)
+        mapper.iteration_row(row, position, it) for position, it in enumerate(run.iterations)
     )
     models.ToolCall.objects.bulk_create(
-        models.ToolCall(
-            run=row,
-            iteration=stored,
-            position=position,
-            tool=call.tool[:255],
-            call_id=(call.call_id or "")[:255],
-            params_json=json.dumps(call.params, ensure_ascii=False),
-            result=call.result,
-            error=call.error,
-            started_at=_aware(call.started_at),
-            ended_at=_aware(call.ended_at),
-        )
+        mapper.tool_call_row(row, stored, position, call)
         for stored, it in zip(iterations, run.iterations, strict=True)
         for position, call in enumerate(it.tool_calls)
     )
     models.MemberInteraction.objects.bulk_create(
-        models.MemberInteraction(
-            run=row,
-            position=position,
-            member=interaction.member[:255],
-            task=interaction.task,
-            response=interaction.response,
-            member_run_id=interaction.member_run_id,
-        )
-        for position, interaction in enumerate(run.member_interactions)
+        mapper.interaction_row(row, position, mi) for position, mi in enumerate(run.member_interactions)
     )
     models.InjectedContext.objects.bulk_create(
-        models.InjectedContext(
-            run=row,
-            position=position,
-            step=context.step[:255],
-            target=context.target,
-            kind=context.kind,
-            text=context.text,
-            source_run_ids=context.source_run_ids,
-            settings=context.settings,
-            reported=context.reported,
-        )
-        for position, context in enumerate(run.injected_contexts)
+        mapper.context_row(row, position, context) for position, context in enumerate(run.injected_contexts)
     )
 
 

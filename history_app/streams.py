@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from . import models, selectors
+from . import mapper, models
 from .agent_history import records
 from .agent_history.formats.autourgos import iter_autourgos_markdown, log_document
 from .agent_history.jsonstream import Lazy
@@ -60,7 +60,7 @@ def _as_dict(record: Any, **raw: Any) -> dict[str, Any]:
 
 
 def _tool_call_dict(call: models.ToolCall) -> dict[str, Any]:
-    record = selectors.tool_call_record(call)
+    record = mapper.tool_call_record(call)
     return _as_dict(record, params=record.params)
 
 
@@ -84,11 +84,9 @@ class RunReader:
         """Each run with its member interactions and contexts; iterations come from
         ``iterations`` (read each run's before asking for the next run)."""
         for run in self.runs.iterator(chunk_size=CHUNK_ROWS):
-            record = selectors.run_record(run, children=False)
-            record.member_interactions = [
-                selectors.interaction_record(m) for m in self.interactions.of(run.pk)
-            ]
-            record.injected_contexts = [selectors.context_record(c) for c in self.contexts.of(run.pk)]
+            record = mapper.run_record(run, children=False)
+            record.member_interactions = [mapper.interaction_record(m) for m in self.interactions.of(run.pk)]
+            record.injected_contexts = [mapper.context_record(c) for c in self.contexts.of(run.pk)]
             yield run, record
 
     def iterations_of(self, run: models.Run) -> Iterator[tuple[models.Iteration, Iterator[models.ToolCall]]]:
@@ -116,7 +114,7 @@ class RunReader:
     def _iteration_dicts(self, run: models.Run) -> Iterator[dict[str, Any]]:
         for iteration, calls in self.iterations_of(run):
             yield _as_dict(
-                selectors.iteration_record(iteration, []),
+                mapper.iteration_record(iteration, []),
                 metadata=iteration.metadata,
                 tool_calls=Lazy(map(_tool_call_dict, calls)),
             )
@@ -124,7 +122,7 @@ class RunReader:
     def iteration_records(self, run: models.Run) -> Iterator[records.Iteration]:
         """A run's iterations as records, one at a time."""
         for it, calls in self.iterations_of(run):
-            yield selectors.iteration_record(it, [selectors.tool_call_record(c) for c in calls])
+            yield mapper.iteration_record(it, [mapper.tool_call_record(c) for c in calls])
 
 
 def run_markdown(reader: RunReader) -> Iterator[str]:

@@ -19,10 +19,12 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from . import inspector, models, present, selectors, streams, transcripts
+from . import inspector, listing, models, paging, present, streams, transcripts
 from .agent_history import jsonstream
 from .agent_history.jsonstream import Lazy
 from .rendering import render_markdown
+from .stats import stats as stats_numbers
+from .timeline import session_timeline
 
 # The offline export carries its style inside it: it must open with no server at all.
 _EXPORT_CSS = Path(settings.BASE_DIR) / "static" / "history_app" / "app.css"
@@ -41,7 +43,7 @@ def _template(request: HttpRequest, name: str, partial: str) -> str:
     return template
 
 
-def _keyset_context(request: HttpRequest, page: selectors.Page, items: str) -> dict:
+def _keyset_context(request: HttpRequest, page: paging.Page, items: str) -> dict:
     """A keyset page's context. The "older" link keeps every other parameter of the query
     string (filters, sort), so a filtered view pages through its own results."""
     next_query = _with(request, _next=page.next_cursor, live=None) if page.next_cursor else ""
@@ -69,25 +71,25 @@ def session_list(request: HttpRequest) -> HttpResponse:
     poll stops by itself: the partial drops its trigger once nothing is running.
     """
     try:
-        filters = selectors.SessionFilters.from_query(request.GET)
-        page = selectors.sessions_page(
+        filters = listing.SessionFilters.from_query(request.GET)
+        page = listing.sessions_page(
             after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE, filters=filters
         )
-    except selectors.BadParameter as exc:
+    except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     context = _keyset_context(request, page, "sessions")
     live = request.GET.get("live") == "1" and not context["is_next_page"]
     context.update(
         filters=filters,
-        hits=selectors.search_hits(page.items, filters.q) if filters.q else {},
+        hits=listing.search_hits(page.items, filters.q) if filters.q else {},
         live=live,
-        polling=live and selectors.anything_running(),
+        polling=live and listing.anything_running(),
         live_query=_with(request, live="1"),
         still_query=_with(request, live=None),
     )
     template = _template(request, "session_list", "session-rows" if context["is_next_page"] else "results")
     if "#" not in template:
-        context["choices"] = selectors.filter_choices()
+        context["choices"] = listing.filter_choices()
     return render(request, template, context)
 
 
@@ -106,8 +108,8 @@ def _with(request: HttpRequest, **changes: str | None) -> str:
 @login_required
 @vary_on_headers("HX-Request")
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
-    session = selectors.get_session(session_id)
-    timeline = selectors.session_timeline(
+    session = listing.get_session(session_id)
+    timeline = session_timeline(
         session=session,
         idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000,
         nested=settings.HISTORY_SESSION_PAGE_NESTED,
@@ -147,7 +149,7 @@ def _slice_template(request: HttpRequest, partial: str) -> str:
 
 
 def _start(request: HttpRequest) -> int:
-    return selectors.whole_number(request.GET.get("start", "0"), "start", low=0, high=transcripts.MAX_START)
+    return paging.whole_number(request.GET.get("start", "0"), "start", low=0, high=transcripts.MAX_START)
 
 
 @require_GET
@@ -158,7 +160,7 @@ def run_iterations(request: HttpRequest, run_id: str) -> HttpResponse:
     run = transcripts.get_run(run_id)
     try:
         iterations = transcripts.iteration_slice(run=run, start=_start(request))
-    except selectors.BadParameter as exc:
+    except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     context = {"run": run, "session": run.session, "slice": iterations, "partial": "iterations"}
     return render(request, _slice_template(request, "iterations"), context)
@@ -172,7 +174,7 @@ def run_contexts(request: HttpRequest, run_id: str) -> HttpResponse:
     run = transcripts.get_run(run_id)
     try:
         contexts = transcripts.context_slice(run=run, start=_start(request))
-    except selectors.BadParameter as exc:
+    except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     context = {"run": run, "session": run.session, "contexts": contexts, "partial": "contexts"}
     return render(request, _slice_template(request, "context-items"), context)
@@ -186,7 +188,7 @@ def run_tool_calls(request: HttpRequest, run_id: str, position: int) -> HttpResp
     iteration = transcripts.get_iteration(run_id, position)
     try:
         calls = transcripts.call_slice(iteration=iteration, start=_start(request))
-    except selectors.BadParameter as exc:
+    except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     run = iteration.run
     context = {"run": run, "session": run.session, "part": calls, "partial": "tool-calls"}
@@ -199,8 +201,8 @@ def run_tool_calls(request: HttpRequest, run_id: str, position: int) -> HttpResp
 def receipt_list(request: HttpRequest) -> HttpResponse:
     """Recent ingestion receipts: the answer to "why is my run missing?"."""
     try:
-        page = selectors.receipts_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
-    except selectors.BadParameter as exc:
+        page = listing.receipts_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
+    except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     context = _keyset_context(request, page, "receipts")
     return render(request, _template(request, "receipt_list", "receipt-rows"), context)
@@ -214,7 +216,7 @@ def context_detail(request: HttpRequest, run_id: str, position: int) -> HttpResp
     a rebuild check, a re-render under other settings and the delta from the step before."""
     try:
         inspection = inspector.inspect(run_id, position, request.GET)
-    except selectors.BadParameter as exc:
+    except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     context = {"i": inspection, "run": inspection.run, "session": inspection.run.session}
     return render(request, _template(request, "context_detail", "rerender"), context)
@@ -255,13 +257,13 @@ def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpRespo
     both streamed a run at a time."""
     if fmt not in {"json", "html"}:
         raise Http404("Sessions export as .json or .html")
-    session = selectors.get_session(session_id)
+    session = listing.get_session(session_id)
     reader = streams.RunReader(session.runs.all())
     name = _safe_name(session_id)
     if fmt == "json":
         bundle = {
             "schema": "agent-history/session-bundle/v1",
-            "session": selectors.session_summary(session),
+            "session": listing.session_summary(session),
             "runs": Lazy(reader.dicts()),
         }
         chunks = jsonstream.iter_json(bundle, indent=2, ensure_ascii=False)
@@ -284,10 +286,10 @@ def stats(request: HttpRequest) -> HttpResponse:
     """Runs per day, failure rate, duration percentiles, top tools and errors: server-drawn
     SVG charts, each beside a table with the same numbers."""
     try:
-        days = selectors.whole_number(request.GET.get("days", "30"), "days", low=1, high=365)
-    except selectors.BadParameter as exc:
+        days = paging.whole_number(request.GET.get("days", "30"), "days", low=1, high=365)
+    except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
-    data = selectors.stats(days=days)
+    data = stats_numbers(days=days)
     per_day = [(p["day"].isoformat(), p["total"]) for p in data["series"]]
     rates = [
         (p["day"].isoformat(), round(100 * p["failed"] / p["total"], 1) if p["total"] else 0)

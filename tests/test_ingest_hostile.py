@@ -407,7 +407,7 @@ def test_pages_outside_the_api_keep_their_html_errors(alice_client, monkeypatch)
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("history_app.views.selectors.sessions_page", broken)
+    monkeypatch.setattr("history_app.views.listing.sessions_page", broken)
     alice_client.raise_request_exception = False
     failed = alice_client.get("/")
     assert failed.status_code == 500

@@ -15,7 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test.utils import CaptureQueriesContext
 
-from history_app import models, selectors
+from history_app import listing, mapper, models
 from history_app.agent_history.formats.autourgos import log_document, render_autourgos_markdown
 
 from .conftest import autourgos_logs, native
@@ -288,7 +288,7 @@ def test_run_page_and_slices_make_the_same_queries_whatever_the_size(
 
 
 def _old_run_record(run_id: str):
-    return selectors.run_record(selectors._transcript_queryset().get(run_id=run_id))
+    return mapper.run_record(mapper.transcript_queryset().get(run_id=run_id))
 
 
 def test_streamed_exports_are_the_same_text_as_whole_ones(alice_client, ingest):
@@ -307,7 +307,7 @@ def test_streamed_exports_are_the_same_text_as_whole_ones(alice_client, ingest):
         session = run.session
         bundle = {
             "schema": "agent-history/session-bundle/v1",
-            "session": selectors.session_summary(session),
+            "session": listing.session_summary(session),
             "runs": [
                 _old_run_record(r).to_dict()
                 for r in session.runs.order_by("started_at", "received_at", "id").values_list(

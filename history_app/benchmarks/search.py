@@ -105,7 +105,7 @@ def main() -> None:
     setup_django()
     from django.db import connection
 
-    from history_app import models, selectors
+    from history_app import listing, models, paging
 
     started = time.perf_counter()
     populate(args.runs)
@@ -117,9 +117,9 @@ def main() -> None:
 
     def indexed(query: str):
         def run():
-            filters = selectors.SessionFilters(q=query)
-            page = selectors.sessions_page(limit=50, filters=filters)
-            selectors.search_hits(page.items, query)
+            filters = listing.SessionFilters(q=query)
+            page = listing.sessions_page(limit=50, filters=filters)
+            listing.search_hits(page.items, query)
             return page
 
         return run
@@ -130,7 +130,7 @@ def main() -> None:
             matching = models.RunSearch.objects.filter(document__contains=term).values("run_id")
             sessions = models.Run.objects.filter(pk__in=matching).values("session_id")
             queryset = models.Session.objects.filter(pk__in=sessions)
-            return selectors.keyset_page(queryset, field="last_activity_at", after=None, limit=50)
+            return paging.keyset_page(queryset, field="last_activity_at", after=None, limit=50)
 
         return run
 

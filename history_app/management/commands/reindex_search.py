@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from history_app import models, search, selectors
+from history_app import mapper, models, search
 
 
 class Command(BaseCommand):
@@ -17,12 +17,12 @@ class Command(BaseCommand):
     def handle(self, *args, batch_size: int, **options):
         done, last_pk = 0, 0
         while True:
-            batch = list(selectors._transcript_queryset().filter(pk__gt=last_pk).order_by("pk")[:batch_size])
+            batch = list(mapper.transcript_queryset().filter(pk__gt=last_pk).order_by("pk")[:batch_size])
             if not batch:
                 break
             with transaction.atomic():
                 for run in batch:
-                    document = search.document_for(selectors.run_record(run))
+                    document = search.document_for(mapper.run_record(run))
                     models.RunSearch.objects.update_or_create(run=run, defaults={"document": document})
             done += len(batch)
             last_pk = batch[-1].pk

@@ -1,0 +1,245 @@
+"""The session list (filters, sorts, search hits) and the receipts list, with the
+summaries their JSON twins return. Keyset pages on indexed columns: the number of queries
+never grows with the number of sessions or runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from django.db.models import Exists, F, OuterRef, Q, Window
+from django.db.models.functions import RowNumber
+from django.http import Http404
+
+from . import models, search
+from .agent_history import records
+from .mapper import day_start
+from .paging import BadParameter, Page, keyset_page
+
+FIRST_DAY, LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
+
+# Sort name -> (field, descending).
+SESSION_SORTS = {
+    "recent": ("last_activity_at", True),
+    "oldest": ("last_activity_at", False),
+    "runs": ("run_count", True),
+    "failures": ("failed_count", True),
+}
+
+
+@dataclass
+class SessionFilters:
+    q: str = ""
+    framework: str = ""
+    agent: str = ""
+    status: str = ""
+    user: str = ""
+    tool: str = ""
+    date_from: date | None = None
+    date_to: date | None = None
+    errors: bool = False
+    sort: str = "recent"
+
+    @classmethod
+    def from_query(cls, params: Any) -> SessionFilters:
+        """Read the list's query string; a bad value raises ``BadParameter`` naming it."""
+
+        def text(name: str) -> str:
+            value = params.get(name, "").strip()
+            if len(value) > 255 and name != "q":
+                raise BadParameter(name, "at most 255 characters")
+            if "\x00" in value:  # PostgreSQL refuses NUL in any text
+                raise BadParameter(name, "contains a NUL character")
+            return value
+
+        def day(name: str) -> date | None:
+            value = text(name)
+            if not value:
+                return None
+            try:
+                parsed = date.fromisoformat(value)
+            except ValueError:
+                raise BadParameter(name, f"{value!r} is not a date (YYYY-MM-DD)") from None
+            # A day away from both ends of the calendar: the filters use the day after
+            # "to", and a day's start moved to UTC must still be a date.
+            if not FIRST_DAY <= parsed <= LAST_DAY:
+                raise BadParameter(name, f"must be between {FIRST_DAY} and {LAST_DAY}")
+            return parsed
+
+        status = text("status")
+        if status and status not in records.RUN_STATUSES:
+            raise BadParameter("status", f"must be one of {', '.join(records.RUN_STATUSES)}")
+        sort = text("sort") or "recent"
+        if sort not in SESSION_SORTS:
+            raise BadParameter("sort", f"must be one of {', '.join(SESSION_SORTS)}")
+        filters = cls(
+            q=text("q")[:500],
+            framework=text("framework"),
+            agent=text("agent"),
+            status=status,
+            user=text("user"),
+            tool=text("tool"),
+            date_from=day("from"),
+            date_to=day("to"),
+            errors=params.get("errors", "") in {"1", "on", "true"},
+            sort=sort,
+        )
+        if filters.date_from and filters.date_to and filters.date_from > filters.date_to:
+            raise BadParameter("to", "the end of the date range is before its start")
+        return filters
+
+    @property
+    def search_notice(self) -> str:
+        """Why the search filters nothing (a query without words), or ""."""
+        return search.unsearchable(self.q)
+
+    @property
+    def active(self) -> bool:
+        searching = self.q and not self.search_notice
+        texts = (searching, self.framework, self.agent, self.status, self.user, self.tool)
+        return any(texts) or bool(self.date_from or self.date_to or self.errors)
+
+    @property
+    def panel_open(self) -> bool:
+        """Whether anything beyond the search box is set (the filter panel shows open)."""
+        texts = (self.framework, self.agent, self.status, self.user, self.tool)
+        return any(texts) or bool(self.date_from or self.date_to or self.errors) or self.sort != "recent"
+
+    def apply(self, queryset: Any) -> Any:
+        runs = models.Run.objects.filter(session=OuterRef("pk"))
+        if self.q:
+            matched = search.matching_sessions(self.q)
+            if matched is not None:
+                queryset = queryset.filter(pk__in=matched)
+        if self.framework:
+            queryset = queryset.filter(framework=self.framework)
+        if self.agent:
+            named = Q(agent_name=self.agent) | Q(team_id=self.agent) | Q(workflow_id=self.agent)
+            queryset = queryset.filter(Q(agent_name=self.agent) | Exists(runs.filter(named)))
+        if self.status:
+            queryset = queryset.filter(Exists(runs.filter(status=self.status)))
+        if self.user:
+            queryset = queryset.filter(user_id=self.user)
+        if self.tool:
+            calls = models.ToolCall.objects.filter(run__session=OuterRef("pk"), tool=self.tool)
+            queryset = queryset.filter(Exists(calls))
+        if self.date_from:
+            queryset = queryset.filter(last_activity_at__gte=day_start(self.date_from))
+        if self.date_to:
+            queryset = queryset.filter(last_activity_at__lt=day_start(self.date_to + timedelta(days=1)))
+        if self.errors:
+            queryset = queryset.filter(Q(failed_count__gt=0) | Exists(runs.filter(tool_error_count__gt=0)))
+        return queryset
+
+
+def sessions_page(
+    *, after: str | None = None, limit: int = 50, filters: SessionFilters | None = None
+) -> Page:
+    """Sessions matching ``filters``, newest activity first unless sorted otherwise."""
+    filters = filters or SessionFilters()
+    field, descending = SESSION_SORTS[filters.sort]
+    queryset = filters.apply(models.Session.objects.all())
+    return keyset_page(queryset, field=field, after=after, limit=limit, descending=descending)
+
+
+def search_hits(sessions: list[models.Session], query: str, *, per_session: int = 3) -> dict[int, list]:
+    """Up to ``per_session`` matching runs of each listed session, newest first, in one query."""
+    matching = search.matching_run_pks(query)
+    if matching is None or not sessions:
+        return {}
+    newest_first = [F("started_at").desc(nulls_last=True), F("id").desc()]
+    rows = (
+        models.Run.objects.filter(session__in=sessions, pk__in=matching)
+        .only("run_id", "session_id", "input", "status", "agent_name", "started_at")
+        .annotate(rank=Window(RowNumber(), partition_by=[F("session_id")], order_by=newest_first))
+        .filter(rank__lte=per_session)
+        .order_by("session_id", "rank")
+    )
+    hits: dict[int, list] = {}
+    for run in rows:
+        hits.setdefault(run.session_id, []).append(run)
+    return hits
+
+
+def filter_choices() -> dict[str, list[str]]:
+    """Values for the filter menus: the frameworks present (one query) and the statuses."""
+    frameworks = models.Session.objects.exclude(framework="").values_list("framework", flat=True)
+    return {
+        "frameworks": list(frameworks.order_by("framework").distinct()),
+        "statuses": list(records.RUN_STATUSES),
+    }
+
+
+def anything_running() -> bool:
+    return models.Run.objects.filter(status__in=("running", "pending")).exists()
+
+
+def get_session(session_id: str) -> models.Session:
+    try:
+        return models.Session.objects.get(session_id=session_id)
+    except models.Session.DoesNotExist:
+        raise Http404("No such session") from None
+
+
+def session_summary(session: models.Session) -> dict[str, Any]:
+    return {
+        "session_id": session.session_id,
+        "user_id": session.user_id,
+        "framework": session.framework,
+        "agent_name": session.agent_name,
+        "run_count": session.run_count,
+        "failed_count": session.failed_count,
+        "last_status": session.last_status,
+        "first_started_at": _iso(session.first_started_at),
+        "last_activity_at": _iso(session.last_activity_at),
+        "pinned": session.pinned,
+    }
+
+
+def run_summary(run: models.Run) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "parent_run_id": run.parent_run_id,
+        "kind": run.kind,
+        "status": run.status,
+        "agent_name": run.agent_name,
+        "framework": run.framework,
+        "input": run.input,
+        "output": run.output,
+        "error": run.error,
+        "started_at": _iso(run.started_at),
+        "ended_at": _iso(run.ended_at),
+        "duration_ms": run.duration_ms,
+        "iteration_count": run.iteration_count,
+        "tool_call_count": run.tool_call_count,
+        "tool_error_count": run.tool_error_count,
+        "redactions": run.redactions,
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def receipts_page(*, after: str | None = None, limit: int = 50) -> Page:
+    """Ingestion receipts, newest first."""
+    return keyset_page(
+        models.IngestReceipt.objects.select_related("token"), field="created_at", after=after, limit=limit
+    )
+
+
+def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:
+    return {
+        "id": receipt.pk,
+        "created_at": _iso(receipt.created_at),
+        "source": receipt.source,
+        "token": receipt.token.name if receipt.token else None,
+        "label": receipt.label,
+        "state": receipt.shown_state,
+        "items": receipt.item_count,
+        "counts": receipt.counts,
+        "rejections": receipt.rejections,
+        "changed_fields": receipt.changed_fields,
+    }

@@ -1,0 +1,74 @@
+"""The stats page's numbers: six queries whatever the volume."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Count, Max, Q
+from django.db.models.functions import Coalesce, TruncDate
+from django.utils import timezone
+
+from . import models
+from .mapper import day_start
+
+
+def _percentile_at(queryset: Any, count: int, fraction: float) -> int | None:
+    """The value at ``fraction`` of an ordered queryset, by offset (one small query)."""
+    if not count:
+        return None
+    index = min(count - 1, max(0, round(fraction * (count - 1))))
+    return queryset[index]
+
+
+def stats(*, days: int) -> dict[str, Any]:
+    """The stats page's numbers for the last ``days`` days, in six queries whatever the volume."""
+    today = timezone.now().date()
+    since = day_start(today - timedelta(days=days - 1))
+    when = Coalesce("started_at", "received_at")
+    runs = models.Run.objects.annotate(when=when).filter(when__gte=since)
+    per_day = {
+        row["day"]: row
+        for row in runs.annotate(day=TruncDate("when"))
+        .values("day")
+        .annotate(total=Count("id"), failed=Count("id", filter=Q(status="failed")))
+        .order_by("day")
+    }
+    series = []
+    for n in range(days):
+        day = today - timedelta(days=days - 1 - n)
+        row = per_day.get(day, {"total": 0, "failed": 0})
+        series.append({"day": day, "total": row["total"], "failed": row["failed"]})
+    total = sum(p["total"] for p in series)
+    failed = sum(p["failed"] for p in series)
+    durations = (
+        runs.filter(duration_ms__isnull=False).order_by("duration_ms").values_list("duration_ms", flat=True)
+    )
+    timed = durations.count()
+    tools = (
+        models.ToolCall.objects.filter(run__in=runs.values("pk"))
+        .values("tool")
+        .annotate(calls=Count("id"), errors=Count("id", filter=Q(error__isnull=False)))
+        .order_by("-calls", "tool")[:10]
+    )
+    errors = (
+        runs.filter(status="failed")
+        .exclude(error__isnull=True)
+        .exclude(error="")
+        .values("error")
+        .annotate(count=Count("id"), latest=Max("run_id"))
+        .order_by("-count", "error")[:10]
+    )
+    return {
+        "days": days,
+        "since": since.date(),
+        "series": series,
+        "total": total,
+        "failed": failed,
+        "failure_rate": (failed / total) if total else None,
+        "p50": _percentile_at(durations, timed, 0.5),
+        "p95": _percentile_at(durations, timed, 0.95),
+        "timed": timed,
+        "tools": list(tools),
+        "errors": list(errors),
+    }
