@@ -292,3 +292,41 @@ def test_a_member_run_sent_alone_says_its_boundary_is_ambiguous(ingest, alice_cl
     page = alice_client.get(f"/runs/member-1/context/{context.position}/").content.decode()
     assert "ambiguous" in page and "2 readings of the message fit the layout" in page
     assert "boundary ambiguous" in alice_client.get("/runs/member-1/").content.decode()
+
+
+@pytest.mark.django_db
+def test_workflow_steps_whose_message_was_not_stored_get_the_block_rebuilt_exactly(tmp_path):
+    """Where agno kept no step message, the block is rebuilt from the earlier workflow runs,
+    byte for byte as agno 3.1 wrote it (content verbatim), marked reconstructed."""
+    import io
+
+    from django.core.management import call_command
+
+    from history_app import models
+
+    db = tmp_path / "agno.db"
+    source = sqlite3.connect(f"file:{HOSTILE / 'agno.db'}?mode=ro&immutable=1", uri=True)
+    copy = sqlite3.connect(db)
+    source.backup(copy)
+    source.close()
+    for run_id, data in copy.execute(
+        "SELECT run_id, run_data FROM agno_runs WHERE run_type = 'workflow'"
+    ).fetchall():
+        run = json.loads(data)
+        for executor in run.get("step_executor_runs") or []:
+            executor["messages"], executor["input"] = [], None  # the step's message not stored
+        copy.execute("UPDATE agno_runs SET run_data = ? WHERE run_id = ?", (json.dumps(run), run_id))
+    copy.commit()
+    copy.close()
+    call_command(
+        "import_agno", str(db), "--workflow-history-runs", "3", stdout=io.StringIO(), stderr=io.StringIO()
+    )
+    expected = {key: texts for key, texts in _expected_by_run().items() if key[1] is not None}
+    assert len(expected) >= 6
+    for (run_id, step), texts in expected.items():
+        stored = models.InjectedContext.objects.get(run__run_id=run_id, step=step, kind="workflow_history")
+        assert [stored.text] == texts, (run_id, step)
+        assert not stored.reported and stored.settings["num_history_runs"] == 3
+        assert len(stored.source_run_ids) == min(3, int(run_id.rsplit("-", 1)[1]) - 1)
+    # The first run had no earlier run: no block, as agno sent none.
+    assert not models.InjectedContext.objects.filter(run__run_id="workflow-run-1", kind="workflow_history")

@@ -107,11 +107,14 @@ def render_workflow_history(
     input_label: str = "input",
     output_label: str = "output",
     run_label: str = "run-{n}",
+    verbatim: bool = False,
 ) -> str:
     """agno-go's ``FormatHistoryForAgent``: runs numbered from 1, oldest first, no trailing newline.
 
     With ``run_label="Workflow Run-{n}"``, ``input_label="User input"`` and
     ``output_label="Workflow output"`` it writes agno's (Python) workflow history block.
+    ``verbatim`` leaves a closing tag in content as it is, as agno does (to rebuild exactly
+    what agno sent); by default it is neutralised.
     """
     if not entries:
         return ""
@@ -142,11 +145,11 @@ def render_workflow_history(
         if not (include_input and value_in):
             value_in = ""
         elif type(value_in) is not str or "</" in value_in:
-            value_in = _clean(value_in, footer)
+            value_in = as_text(value_in) if verbatim else _clean(value_in, footer)
         if not (include_output and value_out):
             value_out = ""
         elif type(value_out) is not str or "</" in value_out:
-            value_out = _clean(value_out, footer)
+            value_out = as_text(value_out) if verbatim else _clean(value_out, footer)
         if value_in and value_out:
             append(
                 f"[{label_prefix}{n}{label_suffix}]{stamp}\n{input_prefix}{value_in}\n{output_prefix}{value_out}\n\n"
@@ -161,12 +164,16 @@ def render_workflow_history(
     return "".join(parts)
 
 
-def render_agno_workflow_history(entries: Sequence[Any]) -> str:
+def render_agno_workflow_history(entries: Sequence[Any], *, verbatim: bool = False) -> str:
     """agno's own workflow history block (``[Workflow Run-N]``, ``User input:``), ending
     with ``"\n"`` as agno 3.1 writes it: the step's message follows with nothing between
     (``agno/session/workflow.py``, ``get_workflow_history_context``; ``agno/workflow/step.py``)."""
     block = render_workflow_history(
-        entries, run_label="Workflow Run-{n}", input_label="User input", output_label="Workflow output"
+        entries,
+        run_label="Workflow Run-{n}",
+        input_label="User input",
+        output_label="Workflow output",
+        verbatim=verbatim,
     )
     return block + "\n" if block else ""
 

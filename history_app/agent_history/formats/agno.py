@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .. import blocks
+from .. import blocks, context
 from ..records import (
     InjectedContext,
     Iteration,
@@ -260,8 +260,8 @@ def _contexts(payload: dict[str, Any], step: str, tails: Sequence[str] = ()) -> 
     messages = [m for m in payload.get("messages") or [] if isinstance(m, dict)]
     user = next((m for m in messages if m.get("role") == "user" and not m.get("from_history")), None)
     text = value_text(user.get("content")) if user else None
-    if text is None and not messages:
-        text = _input(payload)
+    if text is None:
+        text = _input(payload)  # input_content: the composed message, when messages are not kept
     located = blocks.locate_member_blocks(text or "", tails)
     workflow = blocks.locate_workflow_block(text or "", tails)
     for block in [*located, *([workflow] if workflow else [])]:
@@ -282,6 +282,32 @@ def _contexts(payload: dict[str, Any], step: str, tails: Sequence[str] = ()) -> 
             )
         )
     return contexts
+
+
+def reconstructed_workflow_history(
+    previous: list[dict[str, Any]], num_history_runs: int = 3
+) -> InjectedContext | None:
+    """The workflow history block agno 3.1 puts before a step's message
+    (``add_workflow_history_to_steps``), rebuilt byte for byte from the session's earlier
+    workflow runs (``previous``, oldest first) where the step's message was not stored:
+    the completed runs, the last ``num_history_runs`` of them (a step's own default is 3),
+    content written verbatim as agno writes it. Marked reconstructed."""
+    completed = [run for run in previous if str(run.get("status") or "COMPLETED").upper() == "COMPLETED"]
+    window = completed[-num_history_runs:] if num_history_runs > 0 else []
+    if not window:
+        return None
+    entries = [{"input": _input(run), "output": value_text(run.get("content")) or ""} for run in window]
+    return InjectedContext(
+        text=context.render_agno_workflow_history(entries, verbatim=True),
+        kind="workflow_history",
+        target="user",
+        source_run_ids=[str(run["run_id"]) for run in window],
+        settings={
+            "num_history_runs": num_history_runs,
+            "rebuilt_from": "earlier workflow runs (agno 3.1 layout)",
+        },
+        reported=False,
+    )
 
 
 def delegated_tasks(payload: dict[str, Any]) -> list[str]:

@@ -65,6 +65,21 @@ def delegated_tasks(rows: list[tuple]) -> dict[str, list[str]]:
     return tasks
 
 
+def rebuild_workflow_history(run, previous: list[dict], num_history_runs: int) -> None:
+    """Give each step of a workflow run that has no workflow history block (its message was
+    not stored) the block agno sent, rebuilt from the earlier runs; steps that kept theirs
+    keep them as reported."""
+    have = {c.step for c in run.injected_contexts if c.kind == "workflow_history"}
+    for iteration in run.iterations:
+        if iteration.name in have:
+            continue
+        rebuilt = agno.reconstructed_workflow_history(previous, num_history_runs)
+        if rebuilt is None:
+            return
+        rebuilt.step = iteration.name
+        run.injected_contexts.append(rebuilt)
+
+
 def parse_since(value: str | None) -> int | None:
     if not value:
         return None
@@ -96,8 +111,26 @@ class Command(BaseCommand):
             help="The agents ran with add_history_to_context and num_history_runs=N: rebuild the replayed "
             "history of each agent run from the stored runs (agno does not store it), marked as reconstructed.",
         )
+        parser.add_argument(
+            "--workflow-history-runs",
+            type=int,
+            default=None,
+            metavar="N",
+            help="The workflows ran with add_workflow_history_to_steps (steps' num_history_runs=N, agno's "
+            "default 3): where a step's message was not stored, rebuild its workflow history block from the "
+            "session's earlier workflow runs, marked as reconstructed.",
+        )
 
-    def handle(self, *args, source: str, since: str | None, schema: str, history_runs: int | None, **options):
+    def handle(
+        self,
+        *args,
+        source: str,
+        since: str | None,
+        schema: str,
+        history_runs: int | None,
+        workflow_history_runs: int | None = None,
+        **options,
+    ):
         since_epoch = parse_since(since)
         if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
             rows = read_postgres(source, schema, since_epoch)
@@ -106,6 +139,7 @@ class Command(BaseCommand):
         problems: list[str] = []
         all_results: list[services.ItemResult] = []
         earlier: dict[tuple[str, str], list[dict]] = {}
+        earlier_workflows: dict[str, list[dict]] = {}
         # Member runs are rows of their own, written before their team's row; the tasks the
         # team delegated settle where the history blocks in each member's message end.
         tasks = delegated_tasks(rows)
@@ -146,6 +180,10 @@ class Command(BaseCommand):
                     if context is not None:
                         context.step = runs[0].agent_name
                         runs[0].injected_contexts.append(context)
+                    previous.append(payload)
+                if runs[0].kind == "workflow" and workflow_history_runs is not None:
+                    previous = earlier_workflows.setdefault(str(payload.get("session_id")), [])
+                    rebuild_workflow_history(runs[0], previous, workflow_history_runs)
                     previous.append(payload)
                 items, format_name = [run.to_dict() for run in runs], "native"
             for result in services.ingest_items(items=items, format=format_name, source_format="agno"):
