@@ -1,15 +1,14 @@
 """The context inspector: what one step of a run was told, where each entry came from,
 how it compares with what our renderers rebuild, and how it changed since the step before.
 
-Every text shown is escaped here, then marked up with links and diff classes; nothing
-from a run is ever placed in markup unescaped. Re-rendering uses the library's own
+Texts are handed to the templates in pieces (linked entry headers, diff lines with their
+classes); the templates escape every piece, so nothing here writes markup. Re-rendering uses the library's own
 renderers (``agent_history.context``), the same code the agents call.
 """
 
 from __future__ import annotations
 
 import difflib
-import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +16,6 @@ from typing import Any
 from django.db.models import Q
 from django.http import Http404
 from django.urls import reverse
-from django.utils.html import escape
-from django.utils.safestring import SafeString, mark_safe
 
 from . import models
 from .agent_history import context as renderers
@@ -61,16 +58,16 @@ class Settings:
 class Inspection:
     run: models.Run
     context: models.InjectedContext
-    linked_text: SafeString
+    linked_text: list[Segment]
     sources: list[tuple[str, models.Run | None]]
     defaults: Settings
     settings: Settings
     rebuilt: str | None = None  # from the linked source runs, under the context's own settings
-    rebuilt_diff: SafeString | None = None
+    rebuilt_diff: list[DiffLine] | None = None
     rerendered: str | None = None  # under the settings asked for
-    rerendered_diff: SafeString | None = None
+    rerendered_diff: list[DiffLine] | None = None
     previous: models.InjectedContext | None = None
-    previous_diff: SafeString | None = None
+    previous_diff: list[DiffLine] | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -108,10 +105,12 @@ def inspect(run_id: str, position: int, params: Any) -> Inspection:
         else:
             inspection.rebuilt = _render(context, pool, defaults, layout_of=context.text)
         if inspection.rebuilt is not None and inspection.rebuilt != context.text:
-            inspection.rebuilt_diff = diff_html(context.text, inspection.rebuilt, "sent", "rebuilt")
+            inspection.rebuilt_diff = diff_lines(context.text, inspection.rebuilt, "sent", "rebuilt")
         inspection.rerendered = _render(context, pool, settings, layout_of=context.text)
         if inspection.rerendered is not None:
-            inspection.rerendered_diff = diff_html(context.text, inspection.rerendered, "sent", "re-rendered")
+            inspection.rerendered_diff = diff_lines(
+                context.text, inspection.rerendered, "sent", "re-rendered"
+            )
     else:
         inspection.notes.append(
             f"{context.get_kind_display()} is free text the agent wrote; only history blocks "
@@ -119,7 +118,7 @@ def inspect(run_id: str, position: int, params: Any) -> Inspection:
         )
     inspection.previous = _previous(run, context)
     if inspection.previous is not None:
-        inspection.previous_diff = diff_html(
+        inspection.previous_diff = diff_lines(
             inspection.previous.text, context.text, "previous step", "this step"
         )
     return inspection
@@ -230,25 +229,39 @@ def _previous(run: models.Run, context: models.InjectedContext) -> models.Inject
     return same.filter(earlier).order_by("-run__started_at", "-position").first()
 
 
-def link_sources(text: str, kind: str, source_ids: list[str], stored: dict[str, Any]) -> SafeString:
-    """The exact text, escaped, with each ``[run-N]`` (or member entry) linked to its source run."""
+@dataclass(frozen=True)
+class Segment:
+    """A piece of a context's text; ``url`` when it is an entry header linked to its source."""
 
-    def link(index: int, label: str) -> str:
-        if 0 <= index < len(source_ids) and source_ids[index] in stored:
-            url = reverse("history_app:run_detail", args=[source_ids[index]])
-            title = escape(f"source run {source_ids[index]}")
-            return f'<a class="src" href="{escape(url)}" title="{title}">{label}</a>'
-        return label
-
-    escaped = str(escape(text))
-    if kind == "member_interactions":
-        counter = itertools.count()
-        return mark_safe(_MEMBER_MARK.sub(lambda m: link(next(counter), m.group()), escaped))
-    return mark_safe(_RUN_MARK.sub(lambda m: link(int(m.group(2)) - 1, m.group()), escaped))
+    text: str
+    url: str | None = None
+    source: str | None = None
 
 
-def diff_html(before: str, after: str, before_name: str, after_name: str) -> SafeString:
-    """A unified diff as escaped lines with add/remove classes."""
+def link_sources(text: str, kind: str, source_ids: list[str], stored: dict[str, Any]) -> list[Segment]:
+    """The exact text in pieces, each ``[run-N]`` (or member entry) that has a stored source
+    run as a linked piece; the template escapes every piece."""
+    pattern = _MEMBER_MARK if kind == "member_interactions" else _RUN_MARK
+    segments, last = [], 0
+    for n, match in enumerate(pattern.finditer(text)):
+        index = n if kind == "member_interactions" else int(match.group(2)) - 1
+        if not (0 <= index < len(source_ids) and source_ids[index] in stored):
+            continue
+        url = reverse("history_app:run_detail", args=[source_ids[index]])
+        segments += [Segment(text[last : match.start()]), Segment(match.group(), url, source_ids[index])]
+        last = match.end()
+    segments.append(Segment(text[last:]))
+    return segments
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    css: str
+    text: str
+
+
+def diff_lines(before: str, after: str, before_name: str, after_name: str) -> list[DiffLine]:
+    """A unified diff, each line with its class (header, hunk, add, del, context)."""
     lines = difflib.unified_diff(
         before.splitlines(), after.splitlines(), before_name, after_name, lineterm="", n=2
     )
@@ -263,5 +276,5 @@ def diff_html(before: str, after: str, before_name: str, after_name: str) -> Saf
             css = "add"
         elif line.startswith("-"):
             css = "del"
-        out.append(f'<span class="d-{css}">{escape(line)}</span>')
-    return mark_safe("\n".join(out))
+        out.append(DiffLine(css, line))
+    return out

@@ -159,3 +159,26 @@ def test_inspector_query_count_is_bounded(alice_client, ingest, django_assert_nu
     with django_assert_num_queries(6):
         page = page_of(alice_client, "/runs/w39/context/0/")
     assert page.count('class="src"') == 39 and "✓ Identical" in page
+
+
+def test_hostile_text_in_a_context_is_shown_exactly_and_never_as_markup(alice_client, ingest):
+    """The templates escape every piece of the text and of the diffs: content that looks
+    like markup or like our own links stays text."""
+    import html
+
+    hostile = (
+        '<team_history_context>\n[run-1]\ninput: <script>alert(1)</script>\nresponse: <a class="src" '
+        'href="/evil">[run-1]</a> &amp; </pre>\n\n</team_history_context>\n'
+    )
+    run = {
+        "schema": "agent-history/v1",
+        "run_id": "m-1",
+        "session_id": "s-x",
+        "input": "task",
+        "injected_contexts": [{"text": hostile, "kind": "team_history", "target": "user"}],
+    }
+    assert ingest(run).status_code == 200
+    page = page_of(alice_client, "/runs/m-1/context/0/")
+    shown = re.search(r'<pre class="text context-text" id="context-text">(.*?)</pre>', page, re.S).group(1)
+    assert "<script>" not in page and 'href="/evil"' not in page
+    assert html.unescape(shown) == hostile
