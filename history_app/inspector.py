@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from . import models
 from .agent_history import context as renderers
-from .paging import whole_number
+from .forms import InspectorForm
 
 MAX_HISTORY_RUNS = 100
 MAX_DETAIL_ITEMS = 100
@@ -41,16 +41,12 @@ class Settings:
 
     @classmethod
     def from_query(cls, params: Any, defaults: Settings) -> Settings:
-        def number(name: str, default: int, top: int) -> int:
-            value = params.get(name, "")
-            return default if value == "" else whole_number(value, name, low=0, high=top)
-
+        data = InspectorForm.read(params, max_runs=MAX_HISTORY_RUNS, max_items=MAX_DETAIL_ITEMS)
         return cls(
-            history_runs=number("runs", defaults.history_runs, MAX_HISTORY_RUNS),
-            detail_items=number("items", defaults.detail_items, MAX_DETAIL_ITEMS),
-            timestamps=params.get("timestamps") in {"1", "on", "true"}
-            if "runs" in params or "items" in params
-            else defaults.timestamps,
+            history_runs=defaults.history_runs if data["runs"] is None else data["runs"],
+            detail_items=defaults.detail_items if data["items"] is None else data["items"],
+            # An unticked box sends nothing: "timestamps" counts only when the form was sent.
+            timestamps=data["timestamps"] if "runs" in params or "items" in params else defaults.timestamps,
         )
 
 

@@ -15,18 +15,9 @@ from django.http import Http404
 
 from . import models, search
 from .agent_history import records
+from .forms import SESSION_SORTS, SessionFilterForm
 from .mapper import day_start
-from .paging import BadParameter, Page, keyset_page
-
-FIRST_DAY, LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
-
-# Sort name -> (field, descending).
-SESSION_SORTS = {
-    "recent": ("last_activity_at", True),
-    "oldest": ("last_activity_at", False),
-    "runs": ("run_count", True),
-    "failures": ("failed_count", True),
-}
+from .paging import Page, keyset_page
 
 
 @dataclass
@@ -44,51 +35,20 @@ class SessionFilters:
 
     @classmethod
     def from_query(cls, params: Any) -> SessionFilters:
-        """Read the list's query string; a bad value raises ``BadParameter`` naming it."""
-
-        def text(name: str) -> str:
-            value = params.get(name, "").strip()
-            if len(value) > 255 and name != "q":
-                raise BadParameter(name, "at most 255 characters")
-            if "\x00" in value:  # PostgreSQL refuses NUL in any text
-                raise BadParameter(name, "contains a NUL character")
-            return value
-
-        def day(name: str) -> date | None:
-            value = text(name)
-            if not value:
-                return None
-            try:
-                parsed = date.fromisoformat(value)
-            except ValueError:
-                raise BadParameter(name, f"{value!r} is not a date (YYYY-MM-DD)") from None
-            # A day away from both ends of the calendar: the filters use the day after
-            # "to", and a day's start moved to UTC must still be a date.
-            if not FIRST_DAY <= parsed <= LAST_DAY:
-                raise BadParameter(name, f"must be between {FIRST_DAY} and {LAST_DAY}")
-            return parsed
-
-        status = text("status")
-        if status and status not in records.RUN_STATUSES:
-            raise BadParameter("status", f"must be one of {', '.join(records.RUN_STATUSES)}")
-        sort = text("sort") or "recent"
-        if sort not in SESSION_SORTS:
-            raise BadParameter("sort", f"must be one of {', '.join(SESSION_SORTS)}")
-        filters = cls(
-            q=text("q")[:500],
-            framework=text("framework"),
-            agent=text("agent"),
-            status=status,
-            user=text("user"),
-            tool=text("tool"),
-            date_from=day("from"),
-            date_to=day("to"),
-            errors=params.get("errors", "") in {"1", "on", "true"},
-            sort=sort,
+        """The list's query string, read by its form; a bad value raises ``BadParameter``."""
+        data = SessionFilterForm.read(params)
+        return cls(
+            q=data["q"],
+            framework=data["framework"],
+            agent=data["agent"],
+            status=data["status"],
+            user=data["user"],
+            tool=data["tool"],
+            date_from=data["from"],
+            date_to=data["to"],
+            errors=data["errors"],
+            sort=data["sort"],
         )
-        if filters.date_from and filters.date_to and filters.date_from > filters.date_to:
-            raise BadParameter("to", "the end of the date range is before its start")
-        return filters
 
     @property
     def search_notice(self) -> str:

@@ -65,15 +65,6 @@ def decode_cursor(token: str, *, is_datetime: bool = True) -> tuple[datetime | i
         raise BadCursor("not a token this server handed out; start again from the first page") from None
 
 
-def whole_number(value: str, field: str, *, low: int, high: int) -> int:
-    """A query-string number from ``low`` to ``high``, written in ASCII digits; anything
-    else (a sign, a decimal point, "²", "٣", thousands of digits) is a ``BadParameter``."""
-    if not (value.isascii() and value.isdigit() and len(value) <= 12) or not (low <= int(value) <= high):
-        shown = value if len(value) <= 40 else value[:40] + "…"
-        raise BadParameter(field, f"{shown!r} is not a whole number from {low} to {high}")
-    return int(value)
-
-
 @dataclass
 class Page:
     items: list[Any]

@@ -22,6 +22,7 @@ from django.views.decorators.vary import vary_on_headers
 from . import inspector, listing, models, paging, present, streams, transcripts
 from .agent_history import jsonstream
 from .agent_history.jsonstream import Lazy
+from .forms import SliceForm, StatsForm
 from .rendering import render_markdown
 from .stats import stats as stats_numbers
 from .timeline import session_timeline
@@ -149,7 +150,7 @@ def _slice_template(request: HttpRequest, partial: str) -> str:
 
 
 def _start(request: HttpRequest) -> int:
-    return paging.whole_number(request.GET.get("start", "0"), "start", low=0, high=transcripts.MAX_START)
+    return SliceForm.read(request.GET, high=transcripts.MAX_START)["start"]
 
 
 @require_GET
@@ -286,7 +287,7 @@ def stats(request: HttpRequest) -> HttpResponse:
     """Runs per day, failure rate, duration percentiles, top tools and errors: server-drawn
     SVG charts, each beside a table with the same numbers."""
     try:
-        days = paging.whole_number(request.GET.get("days", "30"), "days", low=1, high=365)
+        days = StatsForm.read(request.GET)["days"]
     except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     data = stats_numbers(days=days)
