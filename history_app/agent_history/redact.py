@@ -1397,7 +1397,7 @@ class Redactor:
         Kubernetes, ECS and GitHub Actions, HAR headers, CloudFormation parameters): an
         object with a value field whose name field names a secret (an identifier, not
         prose)."""
-        if len(obj) > 16 or obj.keys().isdisjoint(_VALUE_FIELDS):
+        if len(obj) > 16 or obj.keys().isdisjoint(_VALUE_FIELDS):  # the cheap test first
             return False
         for field in _NAME_FIELDS:
             name = obj.get(field)
@@ -1419,7 +1419,7 @@ class Redactor:
             return self.redact_text(obj, counts)
         if kind is dict or isinstance(obj, dict):
             out: dict[Any, Any] = {}
-            named_secret = self._names_a_secret(obj)
+            named_secret = not obj.keys().isdisjoint(_VALUE_FIELDS) and self._names_a_secret(obj)
             for key, value in obj.items():
                 new_key = key
                 if type(key) is str:
