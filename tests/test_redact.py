@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import json
+import re
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from history_app.agent_history import Redactor, is_secret_key, redact
 
 from .conftest import load_jsonl
+
+redact_module = importlib.import_module("history_app.agent_history.redact")
 
 SECRETS = load_jsonl("secrets.jsonl")
 INNOCUOUS = load_jsonl("innocuous.jsonl")
@@ -243,6 +251,12 @@ def test_urls_and_headers(text, expected):
         "-----BEGIN PRIVATE KEY-----",
         "ghp_",
         "password: ",
+        'password: "',
+        "password => '",
+        "--password ",
+        "curl -u a:",
+        "<password>",
+        '{"name": "DB_PASSWORD", ',
     ],
 )
 def test_adversarial_megabyte_does_not_backtrack(unit):
@@ -252,3 +266,292 @@ def test_adversarial_megabyte_does_not_backtrack(unit):
     # Linear patterns take well under a second here; catastrophic backtracking would take
     # minutes, so this generous bound catches it without flaking on a busy machine.
     assert time.perf_counter() - started < 10
+
+
+# -- the shapes of the second outside audit ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # provider tokens
+        ("token glpat-FAKEx7Qm2Lp9Rt4Vw8Zk here", "token [REDACTED:gitlab] here"),
+        ("npm_FAKEabcdefghijklmnopqrstuvwxyz012345", "[REDACTED:npm]"),
+        ("SG.FAKEaBcDeFgHiJkLmN0p1Q.FAKEzYxWvUtSrQpOnMlKjIhGfEdCbA0123456789-_x", "[REDACTED:sendgrid]"),
+        (
+            "POST https://hooks.slack.com/services/T0FAKE001/B0FAKE002/FAKEx9y8z7w6v5u4t3s2r1q0",
+            "POST https://hooks.slack.com/services/[REDACTED:webhook-url]",
+        ),
+        ("whsec_FAKEa1b2c3d4e5f6g7h8i9j0k1l2m3n4", "[REDACTED:stripe]"),
+        ("GOCSPX-FAKEa1B2c3D4e5F6g7H8i9J0k1L2", "[REDACTED:google-oauth]"),
+        (
+            "AGE-SECRET-KEY-1FAKEQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQY",
+            "[REDACTED:age-secret-key]",
+        ),
+        ("bot123456789:AAFAKEa1b2c3d4e5f6g7h8i9j0k1l2m3n/getMe", "bot[REDACTED:telegram-bot-token]/getMe"),
+        (
+            "https://a.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&sig=FAKEa1b2c3d4e5f6g7h8%2Bi9%3D&x=1",
+            "https://a.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&sig=[REDACTED:azure-sas]&x=1",
+        ),
+        ("sig=FAKEa1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8s9t=", "sig=[REDACTED:azure-sas]"),
+        (
+            "https://acme.webhook.office.com/webhookb2/FAKE1234-aaaa@bbbb-cccc/IncomingWebhook/FAKEabcdef01/dd-ee",
+            "https://acme.webhook.office.com/webhookb2/[REDACTED:webhook-url]",
+        ),
+        ("glc_FAKEeyJvIjoiMTIzNDU2IiwibiI6ImFiYyIsImsiOiJ4eXoifQ==", "[REDACTED:grafana]"),
+        (
+            "AGE-SECRET-KEY-PQ-1FAKEQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQYQSZQGPQY",
+            "[REDACTED:age-secret-key]",
+        ),
+        ("AGE-PLUGIN-YUBIKEY-1FAKEQYQSZQGPQYQSZQGPQ", "[REDACTED:age-secret-key]"),
+        (
+            "/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=fa4e0123456789abcdef0123456789abcdef0123",
+            "/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=[REDACTED:presigned-url]",
+        ),
+        ("sk-or-v1-FAKE0123456789abcdef0123456789abcdef", "[REDACTED:openai]"),
+        # command-line flags
+        ("--password FAKEpw1", "--password [REDACTED:secret-argument]"),
+        ("--password=FAKEpw2", "--password=[REDACTED:key-value]"),
+        ("--token abc", "--token [REDACTED:secret-argument]"),
+        ("--api-key FAKEk3", "--api-key [REDACTED:secret-argument]"),
+        ("--client-secret 'FAKE two'", "--client-secret '[REDACTED:secret-argument]'"),
+        ("curl -u user:FAKEpass https://x", "curl -u user:[REDACTED:secret-argument] https://x"),
+        ("curl --user user:FAKEpass https://x", "curl --user user:[REDACTED:secret-argument] https://x"),
+        ("mysql -uroot -pFAKESecret db", "mysql -uroot -p[REDACTED:secret-argument] db"),
+        (
+            "docker login -u ci -p FAKEdock registry.io",
+            "docker login -u ci -p [REDACTED:secret-argument] registry.io",
+        ),
+        ("redis-cli -a FAKEredis ping", "redis-cli -a [REDACTED:secret-argument] ping"),
+        ("keytool -storepass FAKEstore", "keytool -storepass [REDACTED:secret-argument]"),
+        ("npm config set _authToken FAKEnpmcfg", "npm config set _authToken [REDACTED:secret-argument]"),
+        (
+            "CREATE USER 'a'@'%' IDENTIFIED BY 'FAKEmy';",
+            "CREATE USER 'a'@'%' IDENTIFIED BY '[REDACTED:secret-argument]';",
+        ),
+        ("ALTER ROLE app PASSWORD 'FAKEpg'", "ALTER ROLE app PASSWORD '[REDACTED:secret-argument]'"),
+        # assignment variants
+        ('password => "FAKEx"', 'password => "[REDACTED:key-value]"'),
+        ("'password' => 'FAKEphp'", "'password' => '[REDACTED:key-value]'"),
+        ('password := "FAKEgo"', 'password := "[REDACTED:key-value]"'),
+        ('if password == "FAKEcmp"', 'if password == "[REDACTED:key-value]"'),
+        ("password：FAKEfw", "password：[REDACTED:key-value]"),
+        ("password\\uff1aFAKEfw", "password\\uff1a[REDACTED:key-value]"),
+        ('password: "correct horse battery staple"', 'password: "[REDACTED:key-value]"'),
+        ("secret='two words'", "secret='[REDACTED:key-value]'"),
+        ('os.environ["API_KEY"] = "FAKEenv"', 'os.environ["API_KEY"] = "[REDACTED:key-value]"'),
+        ("<password>FAKEx</password>", "<password>[REDACTED:xml-value]</password>"),
+        ("<apiKey>FAKEk</apiKey>", "<apiKey>[REDACTED:xml-value]</apiKey>"),
+        ("<password><![CDATA[FAKE cdata]]></password>", "<password>[REDACTED:xml-value]</password>"),
+        ('{"xml": "<password>FAKEx<\\/password>"}', '{"xml": "<password>[REDACTED:xml-value]<\\/password>"}'),
+        (
+            '<string name="api_key">FAKEandroid</string>',
+            '<string name="api_key">[REDACTED:xml-value]</string>',
+        ),
+        (
+            "<key>password</key><string>FAKEplist</string>",
+            "<key>password</key><string>[REDACTED:xml-value]</string>",
+        ),
+        ('<add key="ApiToken" value="FAKEdotnet"/>', '<add key="ApiToken" value="[REDACTED:name-value]"/>'),
+        ("&lt;password&gt;FAKEesc&lt;/password&gt;", "&lt;password&gt;[REDACTED:xml-value]&lt;/password&gt;"),
+        ('{\\"password\\": \\"FAKEx y\\"}', '{\\"password\\": \\"[REDACTED:key-value]\\"}'),
+        (
+            '{\\\\\\"password\\\\\\": \\\\\\"FAKEdd\\\\\\"}',
+            '{\\\\\\"password\\\\\\": \\\\\\"[REDACTED:key-value]\\\\\\"}',
+        ),
+        # URL credentials
+        ("postgres://u:FAKEp@[::1]:5432/db", "postgres://u:[REDACTED:url-credentials]@[::1]:5432/db"),
+        (
+            "smtp://me@example.com:FAKEpw@host:587",
+            "smtp://me@example.com:[REDACTED:url-credentials]@host:587",
+        ),
+        ("postgres://u:p%40FAKE@h/db", "postgres://u:[REDACTED:url-credentials]@h/db"),
+        (
+            "/login?next=postgres%3A%2F%2Fapp%3AFAKEpw%40db.example.com%2Fapp",
+            "/login?next=postgres%3A%2F%2Fapp%3A[REDACTED:url-credentials]%40db.example.com%2Fapp",
+        ),
+        # structured name/value pairs written as text
+        (
+            '{"name": "DB_PASSWORD", "value": "FAKEhunter2"}',
+            '{"name": "DB_PASSWORD", "value": "[REDACTED:name-value]"}',
+        ),
+        (
+            '{"value": "FAKErev", "name": "DB_PASSWORD"}',
+            '{"value": "[REDACTED:name-value]", "name": "DB_PASSWORD"}',
+        ),
+        (
+            '{\\"key\\": \\"API_TOKEN\\", \\"value\\": \\"FAKE tok\\"}',
+            '{\\"key\\": \\"API_TOKEN\\", \\"value\\": \\"[REDACTED:name-value]\\"}',
+        ),
+        ("- name: DB_PASSWORD\n  value: FAKEyaml", "- name: DB_PASSWORD\n  value: [REDACTED:name-value]"),
+        (
+            "{'name': 'GITHUB_TOKEN', 'value': 'FAKErepr'}",
+            "{'name': 'GITHUB_TOKEN', 'value': '[REDACTED:name-value]'}",
+        ),
+    ],
+)
+def test_audit_shapes(text, expected):
+    assert redact(text) == expected
+    assert Redactor().redact_with_counts(expected) == (expected, {})
+
+
+def test_env_lists_and_har_headers_hide_the_value_of_a_secret_name():
+    data = {
+        "env": [
+            {"name": "DB_HOST", "value": "db.internal"},
+            {"name": "DB_PASSWORD", "value": "FAKEhunter2"},
+            {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+            {"key": "API_TOKEN", "value": {"nested": "FAKEtok"}, "type": "secret"},
+            {"ParameterKey": "DbPassword", "ParameterValue": "FAKEcfn"},
+            {"name": "token_count", "value": 512},
+            {"name": "Reset your password", "value": "a sentence is not a name"},
+        ],
+        "headers": [{"name": "Cookie", "value": "sid=FAKE"}, {"name": "Accept", "value": "*/*"}],
+    }
+    cleaned, counts, fields = Redactor().redact_with_report(data)
+    assert cleaned == {
+        "env": [
+            {"name": "DB_HOST", "value": "db.internal"},
+            {"name": "DB_PASSWORD", "value": "[REDACTED:name-value]"},
+            {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+            {"key": "API_TOKEN", "value": "[REDACTED:name-value]", "type": "secret"},
+            {"ParameterKey": "DbPassword", "ParameterValue": "[REDACTED:name-value]"},
+            {"name": "token_count", "value": 512},
+            {"name": "Reset your password", "value": "a sentence is not a name"},
+        ],
+        "headers": [{"name": "Cookie", "value": "[REDACTED:name-value]"}, {"name": "Accept", "value": "*/*"}],
+    }
+    assert counts == {"name-value": 4}
+    assert {"path": "$.env[1].value", "rules": {"name-value": 1}} in fields
+    assert Redactor().redact_with_counts(data) == (cleaned, counts)
+    assert Redactor().redact_with_counts(cleaned) == (cleaned, {})
+    assert "name-value" in Redactor().rule_names
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A word that describes the secret after its name is kept (a known trade-off: a
+        # password that is one of these words stays; any other word goes).
+        ("password: required", "password: required"),
+        ("Token: expired, secret: hidden, auth: optional", "Token: expired, secret: hidden, auth: optional"),
+        ("password: letmein", "password: [REDACTED:key-value]"),
+        ("password: secret", "password: [REDACTED:key-value]"),
+        # A flag followed by a word of prose is not given a value.
+        ("Use --password to pass it", "Use --password to pass it"),
+        ("the --token flag is optional", "the --token flag is optional"),
+        ("pass --token $TOKEN", "pass --token [REDACTED:secret-argument]"),
+        # A pair that starts a line (YAML, INI, .env, a connection string's next pair)
+        # takes the rest of it; in the middle of a sentence only its first word goes.
+        ("password: correct horse battery staple\nuser: bob", "password: [REDACTED:key-value]\nuser: bob"),
+        ("  PASSWORD=correct horse battery  # prod", "  PASSWORD=[REDACTED:key-value]"),
+        (
+            "Server=db;Password=my FAKE pass;Database=app",
+            "Server=db;Password=[REDACTED:key-value];Database=app",
+        ),
+        ("the db password: FAKE1 and more words", "the db password: [REDACTED:key-value] and more words"),
+        ("password = my pass phrase\nport = 5432", "password = [REDACTED:key-value]\nport = 5432"),
+        ("password: a b c  user: bob", "password: [REDACTED:key-value]  user: bob"),
+        # ...but a log line's or a sentence's name=value is one word, as anywhere else.
+        ("password=FAKE1 user=bob status=200", "password=[REDACTED:key-value] user=bob status=200"),
+        ("token=FAKE1 and then a retry", "token=[REDACTED:key-value] and then a retry"),
+        # Code around a label, arrow functions and comparisons with variables are not values.
+        ('print("Password: " + pw + " end")', 'print("Password: " + pw + " end")'),
+        ("tokens.map(token => token.trim())", "tokens.map(token => token.trim())"),
+        ("if (password == confirmation) submit()", "if (password == confirmation) submit()"),
+        (
+            "I can't remember the password 'cause it changed",
+            "I can't remember the password 'cause it changed",
+        ),
+        # Tools whose flags look alike but hold no password.
+        ("ssh -p 2222 host && mkdir -p /srv && docker run -u 1000:1000 app", None),
+        ("mysql -u root -p app; curl -u deploy https://x", None),
+    ],
+)
+def test_trade_offs(text, expected):
+    assert redact(text) == (text if expected is None else expected)
+
+
+@pytest.mark.parametrize(
+    ("unit", "count", "rules"),
+    [
+        ("password=", 20000, {"key-value"}),
+        ("glpat-", 20000, {"gitlab"}),
+        ("<password>", 10000, set()),
+        ("<password><![CDATA[", 5000, set()),
+        ("<key>password</key>", 5000, set()),
+        ("&lt;password&gt;", 6000, set()),
+        ('password: "', 10000, {"key-value"}),
+        ("password => '", 8000, {"key-value"}),
+        ('\\"password\\": \\"', 6000, set()),
+        ("--password ", 10000, set()),
+        ("secret '", 12000, {"secret-argument"}),
+        ("curl -u a:", 10000, {"secret-argument"}),
+        ("mysql -p", 12000, {"secret-argument"}),
+        ("identified by ", 7000, set()),
+        ('{"name": "DB_PASSWORD", ', 5000, set()),
+        ("- name: API_TOKEN\\n", 5000, set()),
+        ("sig=", 25000, {"azure-sas"}),
+        ("hooks.slack.com/services/", 4000, set()),
+        ("://u:p@[", 12000, set()),
+    ],
+)
+def test_hostile_repetitions_end_in_one_linear_pass(unit, count, rules):
+    """100 KB of a repeated prefix: every pattern is bounded and every search resumes where
+    the last one stopped, so these take milliseconds (a quadratic scan took minutes)."""
+    text = unit * count
+    cleaned, counts = Redactor().redact_with_counts(text)
+    assert set(counts) == rules
+    if not rules:
+        assert cleaned == text
+    # The output is no easier: a length-capped match can leave the next repetition after
+    # its marker, which a second pass takes (as "sk-" * 20000 always did).
+    assert set(Redactor().redact_with_counts(cleaned)[1]) <= rules
+
+
+def test_every_marker_names_a_known_rule():
+    redactor = Redactor()
+    seen = set()
+    for entry in SECRETS:
+        for placement in placements(entry):
+            text = json.dumps(redactor.redact(placement))
+            seen.update(re.findall(r"\[REDACTED:([a-z0-9\-]+)\]", text))
+    assert seen <= redactor.rule_names
+    assert {
+        "gitlab",
+        "npm",
+        "sendgrid",
+        "webhook-url",
+        "age-secret-key",
+        "telegram-bot-token",
+        "azure-sas",
+        "secret-argument",
+        "xml-value",
+        "name-value",
+    } <= seen
+
+
+def test_the_prefilter_spells_out_the_pair_hints():
+    """``_redact_shapes`` writes the hint words, tools and gates out (faster than a loop);
+    they must stay the lists the rules use."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(Redactor._redact_shapes)))
+    tested: dict[str, set[str]] = {"text": set(), "lowered": set()}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.ops[0], ast.In)
+            and isinstance(node.left, ast.Constant)
+            and isinstance(node.comparators[0], ast.Name)
+            and node.comparators[0].id in tested
+        ):
+            tested[node.comparators[0].id].add(node.left.value)
+    hints = {*redact_module._KV_HINT_WORDS, *redact_module._TOOL_TRIGGERS, "dentified"}
+    assert tested["lowered"] == hints
+    assert tested["text"] == {*redact_module._PAIR_GATES, " -"}
+
+
+def test_readme_lists_every_rule():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Redaction") : readme.index("### Upgrading: `redact_history`")]
+    missing = [name for name in sorted(Redactor().rule_names) if f"`{name}`" not in section]
+    assert missing == []

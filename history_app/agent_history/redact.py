@@ -100,6 +100,15 @@ _NEUTRAL_LAST_WORDS = frozenset(
         "exists",
         "set",
         "at",
+        "ref",
+        "refs",
+        "reference",
+        "stdin",
+        "prompt",
+        "field",
+        "fields",
+        "placeholder",
+        "label",
     }
 )
 # "<prefix>_key" is an ordinary key (a lookup key, not a credential) for these prefixes.
@@ -140,6 +149,7 @@ _PLAIN_KEY_PREFIXES = frozenset(
         "hot",
         "short",
         "sequence",
+        "parameter",
     }
 )
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
@@ -175,7 +185,8 @@ class ValueRule:
     """A secret shape: ``literal`` is the cheap prefilter, ``pattern`` the exact match.
 
     ``group`` names the part of the match to replace (0 = all of it); ``check`` can veto
-    a match (a ``Basic`` header must decode to ``user:password``).
+    a match (a ``Basic`` header must decode to ``user:password``); ``gate`` is a substring
+    every match holds, tested before ``literal`` (by default chosen from the literal).
     """
 
     name: str
@@ -183,6 +194,7 @@ class ValueRule:
     pattern: re.Pattern[str]
     group: int = 0
     check: Callable[[re.Match[str]], bool] | None = None
+    gate: str | None = None
 
     def present(self, text: str) -> bool:
         if isinstance(self.literal, str):
@@ -231,6 +243,10 @@ def _is_basic_credential(match: re.Match[str]) -> bool:
     return ":" in decoded and decoded.isprintable()
 
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 # ``name=value`` / ``name: value`` / ``"name": "value"`` in free text. Candidates are
 # found on the lower-cased text by a pattern that starts with a secret-ish word and ends
 # at the separator (one C-level scan; text without such a word yields nothing); each
@@ -238,32 +254,205 @@ def _is_basic_credential(match: re.Match[str]) -> bool:
 # only after its name was judged secret.
 _KV_HINT_WORDS = ("pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential", "jwt", "bearer")
 _KV_HINTS = "(?:" + "|".join(_KV_HINT_WORDS) + ")"
-_KV_CANDIDATE = re.compile(_KV_HINTS + r"([a-z0-9_.\-]{0,63})[\"']?[ \t]*[:=][ \t]*[\"']?")
-_KV_CANDIDATE_ANY_CASE = re.compile("(?i)" + _KV_HINTS + r"([a-z0-9_.\-]{0,63})[\"']?[ \t]*[:=][ \t]*[\"']?")
-_KV_VALUE = re.compile(r"[^\s\"',;&)}\]]{1,1000}")
-_KV_NOT_SECRET_VALUES = frozenset({"none", "null", "true", "false", "nil", "undefined"})
+# After the name: its closing quote, perhaps escaped (JSON inside a string, once or more),
+# and a subscript's bracket (os.environ["API_KEY"] = …); then the separator: = : => := ==
+# != (and the full-width ： ＝, also as JSON writes them: \uff1a \uff1d) with spaces.
+_KV_SEPARATOR = r"(?:\\{0,7}[\"'])?\]?[ \t]*(?P<sep>=>|:=|[!=]?==?|[:：＝]|\\{1,7}uff1[ad])[ \t]*"
+_KV_CANDIDATE = re.compile(_KV_HINTS + r"([a-z0-9_.\-]{0,63})" + _KV_SEPARATOR)
+_KV_CANDIDATE_ANY_CASE = re.compile("(?i)" + _KV_HINTS + r"([a-z0-9_.\-]{0,63})" + _KV_SEPARATOR)
+# Separators that take an unquoted value; after =>, :=, == and != only a quoted string is
+# a value ("token => token.trim()" and "if password == given" are code, not secrets).
+_LOOSE_SEPARATORS = frozenset({":", "=", "：", "＝", "uff1a", "uff1d"})
+# An unquoted value: up to a space, a quote, a delimiter or an escape that ends a line or
+# a string inside a string ("\n", "\""); other backslashes belong to the value.
+_VALUE_TOKEN = re.compile(r"(?:[^\s\"',;&)}\]\\]|\\{1,8}(?![nrt\"'\\])){1,1000}")
+# The rest of a config's line after the first word of its value (YAML, .env, INI).
+_REST_OF_LINE = re.compile(r"(?:[^\r\n\"';\\]|\\{1,8}(?![nrt\"'\\])){0,1000}")
+# …up to the next pair on it ("password: a b  user: bob").
+_NEXT_PAIR = re.compile(r"[ \t][A-Za-z_][A-Za-z0-9_.\-]{0,63}[ \t]*[=:]")
+MAX_QUOTED_VALUE = 1000
+MAX_INNER_QUOTES = 8
+# Values kept after a secret-like name: they say something about the secret rather than
+# being one ("password: required", "token: none", "Authorization: missing").
+_KV_NOT_SECRET_VALUES = _words(
+    "none null true false nil undefined required optional missing empty unset unknown"
+    " hidden masked redacted invalid incorrect wrong expired revoked blank changed"
+    " provided needed n/a yes no ok set present absent enabled disabled default"
+    " omitted encrypted hashed rotated valid"
+)
 _IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
-class KeyValueRule:
-    """Secret-named ``key=value`` pairs inside strings; only the value is replaced."""
+def _closing_quote(text: str, start: int, quote: str) -> int:
+    """Where a value opened by ``quote`` (a quote, or an escaped one) ends, or -1.
+
+    The value stays on its line and within ``MAX_QUOTED_VALUE`` characters; a quote with
+    one more backslash before it is an escaped quote inside the value, and a single quote
+    followed by a letter or digit is an apostrophe ('I can't remember'). At most
+    ``MAX_INNER_QUOTES`` such quotes are passed over, so the search stays short."""
+    stop = min(len(text), start + MAX_QUOTED_VALUE)
+    newline = text.find("\n", start, stop)
+    if newline >= 0:
+        stop = newline
+    after = len(quote)
+    apostrophes = quote[-1] == "'"
+    pos = start
+    for _ in range(MAX_INNER_QUOTES + 1):
+        end = text.find(quote, pos, stop)
+        if end < 0:
+            return -1
+        if (end > start and text[end - 1] == "\\") or (
+            apostrophes and end + after < len(text) and text[end + after].isalnum()
+        ):
+            pos = end + 1
+            continue
+        return end
+    return -1
+
+
+def _value_span(
+    text: str, pos: int, *, unquoted: bool = True, to_line_end: bool = False
+) -> tuple[int, int, bool] | None:
+    """The value that starts at ``pos``: ``(start, end, quoted)`` or None.
+
+    A quoted value (also with escaped quotes: JSON inside a string, once or more) runs to
+    its closing quote, spaces included; one left open runs like an unquoted value (when
+    those are taken: "the password 'cause…" has no value). An unquoted value is one word
+    (``unquoted``), or, with ``to_line_end``, the rest of its line up to an earlier marker
+    or the next pair."""
+    n = len(text)
+    q = pos
+    while q < n and q - pos < 8 and text[q] == "\\":
+        q += 1
+    if q < n and text[q] in "\"'":
+        start = q + 1
+        end = _closing_quote(text, start, text[pos:start])
+        if end >= 0:
+            # '"Password: " + pw + "…"' is code around a label, not a quoted value.
+            if end == start or text[start] in " \t":
+                return None
+            return start, end, True
+        if not unquoted:
+            return None
+        pos = start
+    elif not unquoted:
+        return None
+    token = _VALUE_TOKEN.match(text, pos)
+    if token is None:
+        return None
+    end = token.end()
+    if to_line_end and end < n and text[end] in " \t":
+        stop = _REST_OF_LINE.match(text, end).end()  # type: ignore[union-attr]
+        marker = text.find(_MARKER_START, end, stop)
+        if marker >= 0:
+            stop = marker
+        following = _NEXT_PAIR.search(text, end, stop)
+        if following is not None:
+            stop = following.start()
+        while stop > end and text[stop - 1] in " \t":
+            stop -= 1
+        end = stop
+    return pos, end, False
+
+
+def _line_start(text: str, start: int) -> str:
+    """What stands before ``start``, past spaces: "line" for a line start (real or escaped,
+    "\\n" inside a string), ";" for a connection string's previous pair, else ""."""
+    i = start
+    while i > 0 and text[i - 1] in " \t":
+        i -= 1
+    if i == 0 or text[i - 1] in "\r\n":
+        return "line"
+    if text[i - 1] == ";":
+        return ";"
+    return "line" if text[i - 1] in "nr" and i >= 2 and text[i - 2] == "\\" else ""
+
+
+def _takes_the_line(text: str, start: int, name: str, separator: tuple[int, int]) -> bool:
+    """Whether the unquoted value of the pair named ``name`` at ``start`` is the rest of its
+    line: in a config's line (YAML's "name: value", .env's "UPPER_NAME=value", INI's
+    "name = value") or a connection string's pair after a ';'; not in a log line's or a
+    sentence's "name=value" ("token=abc user=bob", "token=abc and then…")."""
+    where = _line_start(text, start)
+    if where != "line":
+        return where == ";"
+    before, after = separator
+    if text[before:after].lstrip("\\") in (":", "：", "uff1a"):
+        return True
+    spaced = text[before - 1 : before] in (" ", "\t") and text[after : after + 1] in (" ", "\t")
+    return spaced or name.isupper()
+
+
+def _is_kept_value(text: str, start: int, end: int, quoted: bool) -> bool:
+    """A value that holds a marker already (an earlier rule replaced it), or a word that
+    describes a secret (judged by its first word when the value is an unquoted rest of a
+    line)."""
+    if text.find(_MARKER_START, start, end) >= 0:
+        return True
+    value = text[start:end] if quoted else text[start:end].split(None, 1)[0]
+    return value.lower() in _KV_NOT_SECRET_VALUES
+
+
+def _replace_spans(text: str, spans: list[tuple[int, int]], marker: str) -> tuple[str, int]:
+    """``text`` with each span replaced by ``marker`` (overlapping spans merged into the
+    first), and how many were replaced."""
+    spans.sort()
+    pieces: list[str] = []
+    done = 0
+    for start, end in spans:
+        if start < done:
+            done = max(done, end)
+            continue
+        pieces += [text[done:start], marker]
+        done = end
+    if not pieces:
+        return text, 0
+    pieces.append(text[done:])
+    return "".join(pieces), len(pieces) // 2
+
+
+class _PairRule:
+    """A rule that judges a name (a key, a flag, a tag) before it replaces a value. Pair
+    rules run after the shape rules, on text those have cleaned, in ``order``; ``wants``
+    is their cheap test on the lower-cased text."""
+
+    name = ""
+    order = 0
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return True
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        raise NotImplementedError
+
+
+class KeyValueRule(_PairRule):
+    """Secret-named ``key=value`` pairs inside strings; only the value is replaced.
+
+    Any separator of a config, a program or a dump (``=``, ``:``, ``=>``, ``:=``, ``==``,
+    full-width ``：``), names quoted or escaped, quoted values with their spaces, and the
+    rest of a config's line (``password: correct horse`` in YAML, ``DB_PASSWORD=…`` in
+    .env, ``password = …`` in INI, a connection string's pair after a ';')."""
 
     name = "key-value"
+    order = 1
     hints = _KV_HINT_WORDS
     marker = MARKER.format(rule="key-value")
 
+    def wants(self, text: str, lowered: str) -> bool:
+        return "=" in text or ":" in text or "：" in text or "＝" in text or "\\uff1" in lowered
+
     def present(self, text: str) -> bool:
-        return "=" in text or ":" in text
+        return self.wants(text, text)
 
     def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
-        marker = self.marker
         lowered = text.lower()
         # A few characters change length when lower-cased; search those texts case-blind.
         if len(lowered) == len(text):
             candidates = _KV_CANDIDATE.finditer(lowered)
         else:
             candidates = _KV_CANDIDATE_ANY_CASE.finditer(text)
-        pieces: list[str] = []
+        spans: list[tuple[int, int]] = []
         done = 0
         for match in candidates:
             if match.start() < done:
@@ -274,22 +463,22 @@ class KeyValueRule:
                 start -= 1
             if start > 0 and text[start - 1] in _IDENT:
                 continue  # a name longer than we judge, or inside a replaced value
-            if not is_secret_key(text[start : match.end(1)], extra_keys):
+            name = text[start : match.end(1)]
+            if not is_secret_key(name, extra_keys):
                 continue
-            value = _KV_VALUE.match(text, match.end())
-            if value is None:
+            separator = match.group("sep")
+            loose = separator.lstrip("\\") in _LOOSE_SEPARATORS
+            whole = loose and name[:1] != "-" and _takes_the_line(text, start, name, match.span("sep"))
+            span = _value_span(text, match.end(), unquoted=loose, to_line_end=whole)
+            if span is None or _is_kept_value(text, *span):
                 continue
-            token = value.group(0)
-            if token.startswith("[REDACTED") or token.lower() in _KV_NOT_SECRET_VALUES:
-                continue
-            counts[self.name] += 1
-            pieces.append(text[done : value.start()])
-            pieces.append(marker)
-            done = value.end()
-        if not pieces:
+            spans.append(span[:2])
+            done = span[1]
+        if not spans:
             return text
-        pieces.append(text[done:])
-        return "".join(pieces)
+        text, replaced = _replace_spans(text, spans, self.marker)
+        counts[self.name] += replaced
+        return text
 
 
 _MARKER_START = "[REDACTED:"
@@ -378,15 +567,19 @@ _CREDENTIAL_TOKEN = re.compile(r"[^\s\"',;&\\{}\[\]()<>]{1,4000}")
 _CREDENTIAL_PARAMS = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,40}=(?:[^\r\n\\]|\\(?![nr])){0,4000}")
 
 
-class HeaderRule:
+class HeaderRule(_PairRule):
     """The credential of an ``Authorization:`` header with any scheme (Basic, Bearer,
     Token, Digest, AWS4-HMAC-SHA256…) in any case, and ``Cookie:`` values; the scheme
     stays readable. The shape rules run first, so a credential they already replaced is
     left as it is."""
 
     name = "auth-header"
+    order = 0
     hints = ("auth", "cookie")
     marker = MARKER.format(rule="auth-header")
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return ("=" in text or ":" in text) and ("auth" in lowered or "cookie" in lowered)
 
     def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
         pieces: list[str] = []
@@ -420,6 +613,378 @@ class HeaderRule:
         return "".join(pieces)
 
 
+def _haystack(text: str, exact: re.Pattern[str], any_case: re.Pattern[str]) -> tuple[str, re.Pattern[str]]:
+    """The lower-cased text and ``exact``, or, when lower-casing changes the length (a few
+    characters do), the text itself and the case-blind ``any_case``."""
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        return lowered, exact
+    return text, any_case
+
+
+def _both_cases(pattern: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    return re.compile(pattern), re.compile("(?i)" + pattern)
+
+
+# ``{"name": "DB_PASSWORD", "value": "…"}`` and its kin in text: Kubernetes, ECS and
+# GitHub Actions env lists (JSON or YAML), HAR headers, Postman variables, CloudFormation
+# parameters, .NET <add key="…" value="…"/>. The value field is searched after the name
+# field up to the end of the object (no brace, bracket or tag boundary in between, no
+# second name field), or before it back to the object's opening brace.
+_NV_FIELD_SEPARATOR = r"(?:\\{0,7}[\"'])?[ \t]*(?:=>|[:=：])[ \t]*"
+_NV_NAME = _both_cases(
+    r"(?<![a-z0-9_\-])(?:name|key|parameterkey|parametername|variable|varname|envname|header)"
+    + _NV_FIELD_SEPARATOR
+)
+_NV_VALUE = _both_cases(r"(?<![a-z0-9_\-])(?:value|parametervalue|secretvalue|val)" + _NV_FIELD_SEPARATOR)
+_NV_WINDOW = 400
+_NV_NAME_MAX = 128
+
+
+class NameValueRule(_PairRule):
+    """The value field of an object whose name field names a secret, written as text."""
+
+    name = "name-value"
+    order = 2
+    marker = MARKER.format(rule="name-value")
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return "val" in lowered and ("=" in text or ":" in text or "：" in text)
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        hay, names = _haystack(text, *_NV_NAME)
+        values = _NV_VALUE[0] if names is _NV_NAME[0] else _NV_VALUE[1]
+        spans: list[tuple[int, int]] = []
+        for field in names.finditer(hay):
+            named = _value_span(text, field.end())
+            if named is None:
+                continue
+            name = text[named[0] : named[1]]
+            if len(name) > _NV_NAME_MAX or any(c.isspace() for c in name):
+                continue
+            if not is_secret_key(name, extra_keys):
+                continue
+            span = self._forward(text, hay, names, values, named[1]) or self._backward(
+                text, hay, values, field.start()
+            )
+            if span is not None and not _is_kept_value(text, *span):
+                spans.append(span[:2])
+        if not spans:
+            return text
+        text, replaced = _replace_spans(text, spans, self.marker)
+        counts[self.name] += replaced
+        return text
+
+    @staticmethod
+    def _forward(
+        text: str, hay: str, names: re.Pattern[str], values: re.Pattern[str], pos: int
+    ) -> tuple[int, int, bool] | None:
+        limit = min(len(text), pos + _NV_WINDOW)
+        for boundary in "{}[]<>":
+            found = text.find(boundary, pos, limit)
+            if found >= 0:
+                limit = found
+        following = names.search(hay, pos, limit)
+        if following is not None:
+            limit = following.start()
+        field = values.search(hay, pos, limit)
+        if field is None:
+            return None
+        return _value_span(text, field.end(), to_line_end=_line_start(text, field.start()) == "line")
+
+    @staticmethod
+    def _backward(text: str, hay: str, values: re.Pattern[str], pos: int) -> tuple[int, int, bool] | None:
+        floor = max(0, pos - _NV_WINDOW)
+        opening = max(text.rfind("{", floor, pos), text.rfind("<", floor, pos))
+        if opening < 0 or text.find("}", opening, pos) >= 0 or text.find(">", opening, pos) >= 0:
+            return None
+        fields = list(values.finditer(hay, opening, pos))
+        if not fields:
+            return None
+        span = _value_span(text, fields[-1].end())
+        return span if span is not None and span[1] <= pos else None
+
+
+# <password>…</password>, <apiKey>…</apiKey>, <ns:ClientSecret>, CDATA, <entry
+# key="db.password">…</entry>, <string name="api_key">…</string> (Android), plist
+# <key>password</key><string>…</string>; also escaped as &lt;…&gt; and with "<\/" closing
+# tags (JSON may escape '/'). Only an element's own text is replaced (no nested element).
+_XML_OPEN = re.compile(r"<([A-Za-z_][A-Za-z0-9_.:\-]{0,80})([ \t\r\n][^<>]{0,1000})?>")
+_XML_OPEN_ESCAPED = re.compile(
+    r"&lt;([A-Za-z_][A-Za-z0-9_.:\-]{0,80})([ \t\r\n](?:[^<>&]|&(?!gt;)){0,1000})?&gt;"
+)
+_XML_NAME_ATTRIBUTE = re.compile(
+    r"(?:^|[ \t\r\n])(?:key|name)[ \t]*=[ \t]*(?:\\{0,7}[\"']|&quot;)([^\"'<>&\\]{1,128})"
+)
+_PLIST_VALUE = re.compile(r"(?:\s|\\[nrt]){0,64}(<|&lt;)(string|data)(>|&gt;)")
+MAX_ELEMENT_TEXT = 4000
+
+
+class XmlRule(_PairRule):
+    """The text of an element whose tag, or whose key/name attribute, names a secret."""
+
+    name = "xml-value"
+    order = 3
+    marker = MARKER.format(rule="xml-value")
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return "<" in text or "&lt;" in text
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        spans: list[tuple[int, int]] = []
+        for opener, pattern in (("<", _XML_OPEN), ("&lt;", _XML_OPEN_ESCAPED)):
+            if opener not in text:
+                continue
+            for tag in pattern.finditer(text):
+                name, attributes = tag.group(1), tag.group(2) or ""
+                if attributes.rstrip().endswith("/"):
+                    continue
+                local = name.rsplit(":", 1)[-1]
+                secret = is_secret_key(local, extra_keys)
+                if not secret and attributes:
+                    named = _XML_NAME_ATTRIBUTE.search(attributes)
+                    secret = named is not None and is_secret_key(named.group(1), extra_keys)
+                plist = not secret and local.lower() == "key"
+                if not secret and not plist:
+                    continue
+                end = _element_end(text, tag.end(), name, opener)
+                if end < 0:
+                    continue
+                if plist:
+                    if not is_secret_key(text[tag.end() : end].strip(), extra_keys):
+                        continue
+                    closer = ">" if opener == "<" else "&gt;"
+                    value = _PLIST_VALUE.match(text, text.find(closer, end) + len(closer))
+                    if value is None or value.group(1) != opener:
+                        continue
+                    start = value.end()
+                    end = _element_end(text, start, value.group(2), opener)
+                else:
+                    start = tag.end()
+                if end > start and text[start:end].strip() and not _is_kept_value(text, start, end, True):
+                    spans.append((start, end))
+        if not spans:
+            return text
+        text, replaced = _replace_spans(text, spans, self.marker)
+        counts[self.name] += replaced
+        return text
+
+
+def _follows_word(hay: str, start: int, word: str) -> bool:
+    """True when ``word`` (ending in a space) stands right before ``start``, as a word."""
+    begin = start - len(word)
+    return begin >= 0 and hay.startswith(word, begin) and (begin == 0 or hay[begin - 1] in " \t")
+
+
+def _element_end(text: str, start: int, name: str, opener: str) -> int:
+    """Where the text of the element ``name`` opened just before ``start`` ends (at its
+    closing tag), or -1 when a child element or nothing closes it nearby."""
+    limit = min(len(text), start + MAX_ELEMENT_TEXT)
+    if text.startswith("<![CDATA[", start):
+        cdata = text.find("]]>", start, limit)
+        if cdata < 0:
+            return -1
+        end = cdata + 3
+        if not text.startswith(opener, end):
+            return -1
+    else:
+        end = text.find(opener, start, limit)
+        if end < 0:
+            return -1
+    close = end + len(opener)
+    if text.startswith("\\/", close):
+        close += 2
+    elif text.startswith("/", close):
+        close += 1
+    else:
+        return -1
+    if not text.startswith(name, close):
+        return -1
+    after = close + len(name)
+    return end if after >= len(text) or text[after] in " \t\r\n>&" else -1
+
+
+# Secrets passed as arguments: --password x, --api-key "x", -storepass x (keytool),
+# -passin pass:x (openssl), "config set NAME VALUE" (npm, yarn, aws configure), a secret
+# word followed by a quoted value (SQL's PASSWORD 'x', "the token 'x'"), and the flags of
+# tools that take a password in their own way: curl -u user:pass, mysql -pSecret, sshpass
+# -p, docker/podman/helm login -p, redis-cli -a, mongosh -p, SQL IDENTIFIED BY 'x'.
+_ARG_CANDIDATE = _both_cases(_KV_HINTS + r"([a-z0-9_.\-]{0,40})[ \t]+")
+# Flags whose name is a secret though its words are not (keytool, openssl).
+_ARG_SECRET_FLAGS = _words(
+    "storepass keypass srcstorepass deststorepass srckeypass destkeypass passin passout"
+)
+# Words after a flag in prose ("Use --password to pass it", "the --token flag is"): no value.
+_ARG_PROSE_WORDS = _words(
+    "a an and are as at be but by can does flag for from has here if in instead is it"
+    " may must not of on only option or parameter argument should so that the then"
+    " this to too was when which will with you"
+)
+_ARG_BEFORE_FLAG = frozenset(" \t\"'`([{,=")
+_ARG_NOT_A_VALUE = frozenset("-|<>&;\\`(")
+# Every pair rule needs one of these in its text: a separator, a flag's dash, a tag, a
+# quote, a full-width separator, or "set NAME VALUE" (Redactor._redact_shapes spells them
+# out, and these lists out for tests).
+_PAIR_GATES = (":", "=", "-", "'", '"', "<", "&", "set", "\\", "：", "＝")
+_TOOL_TRIGGERS = ("curl", "mysql", "mariadb", "sshpass", "login", "redis-cli", "mongo")
+_BOUNDED = r"(?<![a-z0-9_\-]){}(?![a-z0-9_\-])"
+# (trigger, the tool in lower-cased text, its secret flag, what follows the flag)
+_TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
+    (
+        "curl",
+        re.compile(_BOUNDED.format("curl")),
+        re.compile(r"(?<![A-Za-z0-9_\-])(?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"),
+        "user:password",
+    ),
+    (
+        "mysql",
+        re.compile(r"(?<![a-z0-9_\-])mysql[a-z]{0,10}(?![a-z0-9_\-])"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-p(?=\S)"),
+        "password",
+    ),
+    (
+        "mariadb",
+        re.compile(r"(?<![a-z0-9_\-])mariadb(?:-?[a-z]{1,10})?(?![a-z0-9_\-])"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-p(?=\S)"),
+        "password",
+    ),
+    (
+        "sshpass",
+        re.compile(_BOUNDED.format("sshpass")),
+        re.compile(r"(?<![A-Za-z0-9_\-])-p[ \t]*"),
+        "password",
+    ),
+    ("login", re.compile(_BOUNDED.format("login")), re.compile(r"(?<![A-Za-z0-9_\-])-p[ \t]+"), "password"),
+    (
+        "redis-cli",
+        re.compile(_BOUNDED.format("redis-cli")),
+        re.compile(r"(?<![A-Za-z0-9_\-])-a[ \t]+"),
+        "password",
+    ),
+    (
+        "mongo",
+        re.compile(r"(?<![a-z0-9_\-])mongo[a-z]{0,10}(?![a-z0-9_\-])"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-p[ \t]+"),
+        "password",
+    ),
+)
+_IDENTIFIED_BY = _both_cases(
+    r"(?<![a-z0-9_])identified[ \t]+(?:with[ \t]+[a-z0-9_]{1,64}[ \t]+)?by[ \t]+(?:password[ \t]+)?"
+)
+_COMMAND_END = re.compile(r"\r|\n|\\{1,8}[nr]")
+MAX_COMMAND = 2000
+
+
+class ArgumentRule(_PairRule):
+    """Secrets given as arguments: flags, "config set", quoted values after a secret word,
+    and the password flags of the tools in ``_TOOLS``. Unlike the other pair rules it also
+    runs without a name hint (``mysql -pX`` names none)."""
+
+    name = "secret-argument"
+    order = 4
+    marker = MARKER.format(rule="secret-argument")
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return True
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        spans: list[tuple[int, int]] = []
+        hay, candidates = _haystack(text, *_ARG_CANDIDATE)
+        if any(hint in hay for hint in _KV_HINT_WORDS):
+            self._named(text, hay, candidates, extra_keys, spans)
+        if " -" in text:
+            for trigger, tool, flag, shape in _TOOLS:
+                if trigger in hay:
+                    self._tool(text, hay, tool, flag, shape, spans)
+        if "dentified" in hay:
+            identified = _IDENTIFIED_BY[0] if candidates is _ARG_CANDIDATE[0] else _IDENTIFIED_BY[1]
+            for match in identified.finditer(hay):
+                span = _value_span(text, match.end())
+                if span is not None and not _is_kept_value(text, *span):
+                    spans.append(span[:2])
+        if not spans:
+            return text
+        text, replaced = _replace_spans(text, spans, self.marker)
+        counts[self.name] += replaced
+        return text
+
+    @staticmethod
+    def _named(
+        text: str,
+        hay: str,
+        candidates: re.Pattern[str],
+        extra_keys: frozenset[str],
+        spans: list[tuple[int, int]],
+    ) -> None:
+        for match in candidates.finditer(hay):
+            start = match.start()
+            floor = max(0, start - 64)
+            while start > floor and text[start - 1] in _IDENT:
+                start -= 1
+            if start > 0 and text[start - 1] in _IDENT:
+                continue
+            name = text[start : match.end(1)]
+            quoted_only = False
+            if name[:1] == "-":
+                flag = name.lstrip("-")
+                dashes = len(name) - len(flag)
+                if dashes > 2 or not flag or flag[:3].lower() in ("no-", "no_"):
+                    continue
+                if dashes == 1 and not flag.islower():
+                    continue  # -pMySecret is a short flag with its value (mysql's), not a name
+                if start > 0 and text[start - 1] not in _ARG_BEFORE_FLAG:
+                    continue
+                if not (is_secret_key(flag, extra_keys) or flag.lower() in _ARG_SECRET_FLAGS):
+                    continue
+            else:
+                if not is_secret_key(name, extra_keys):
+                    continue
+                # "config set NAME VALUE", "setx NAME VALUE"; otherwise only a quoted value.
+                quoted_only = not (_follows_word(hay, start, "set ") or _follows_word(hay, start, "setx "))
+            span = _value_span(text, match.end(), unquoted=not quoted_only)
+            if span is None:
+                continue
+            value_start, value_end, quoted = span
+            if not quoted and text[value_start] in _ARG_NOT_A_VALUE:
+                continue
+            if _is_kept_value(text, value_start, value_end, quoted):
+                continue
+            if not quoted and text[value_start:value_end].lower() in _ARG_PROSE_WORDS:
+                continue
+            spans.append((value_start, value_end))
+
+    @staticmethod
+    def _tool(
+        text: str,
+        hay: str,
+        tool: re.Pattern[str],
+        flag: re.Pattern[str],
+        shape: str,
+        spans: list[tuple[int, int]],
+    ) -> None:
+        scanned = 0  # each stretch of text is searched for a line end and for flags once
+        for command in tool.finditer(hay):
+            begin = max(command.end(), scanned)
+            limit = min(len(text), command.end() + MAX_COMMAND)
+            end = _COMMAND_END.search(text, begin, limit)
+            stop = end.start() if end is not None else limit
+            scanned = max(scanned, stop)
+            for option in flag.finditer(text, begin, stop):
+                span = _value_span(text, option.end())
+                if span is None:
+                    continue
+                start, value_end, quoted = span
+                if not quoted and text[start] in _ARG_NOT_A_VALUE:
+                    continue
+                if shape == "user:password":
+                    colon = text.find(":", start, value_end)
+                    if colon < 0:
+                        continue  # no password: curl asks for it
+                    start = colon + 1
+                if value_end > start and not _is_kept_value(text, start, value_end, True):
+                    spans.append((start, value_end))
+
+
 _B = r"(?<![A-Za-z0-9_\-])"  # a left boundary that also treats '-' and '_' as word parts
 
 DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
@@ -431,8 +996,9 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ),
     ValueRule(
         "stripe",
-        ("sk_", "rk_"),
-        re.compile(_B + r"[sr]k_(?:live|test)_[A-Za-z0-9]{10,200}"),
+        ("sk_", "rk_", "whsec_"),
+        # Secret and restricted keys; webhook signing secrets (whsec_, also Svix's).
+        re.compile(_B + r"(?:[sr]k_(?:live|test)_[A-Za-z0-9]{10,200}|whsec_[A-Za-z0-9+/=]{20,200})"),
     ),
     ValueRule(
         "aws-access-key-id",
@@ -445,13 +1011,110 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{40,255})"),
     ),
     ValueRule("google-api-key", "AIza", re.compile(_B + r"AIza[0-9A-Za-z_\-]{30,100}")),
-    ValueRule("google-oauth", "ya29.", re.compile(_B + r"ya29\.[0-9A-Za-z_\-]{20,2000}")),
+    # Access tokens, OAuth client secrets, refresh tokens.
+    ValueRule(
+        "google-oauth",
+        ("ya29.", "GOCSPX-", "1//0"),
+        re.compile(
+            _B
+            + r"(?:ya29\.[0-9A-Za-z_\-]{20,2000}|GOCSPX-[0-9A-Za-z_\-]{20,100}|1//0[0-9A-Za-z_\-]{30,1000})"
+        ),
+    ),
     ValueRule(
         "slack",
         ("xox", "xapp-"),
         re.compile(_B + r"(?:xox[abposre]|xapp)-[0-9A-Za-z\-]{10,300}"),
     ),
     ValueRule("huggingface", "hf_", re.compile(_B + r"hf_[A-Za-z0-9]{30,100}")),
+    # GitLab: personal, deploy, runner, pipeline-trigger, CI-job, incoming-mail, feed,
+    # OAuth-application, agent and feature-flag tokens (the literal prefix comes first so
+    # the search skips to each "gl"; the boundary is checked behind it).
+    ValueRule(
+        "gitlab",
+        "gl",
+        gate="-",
+        pattern=re.compile(
+            r"gl(?<![A-Za-z0-9_\-]gl)(?:pat|dt|rt|ptt|cbt|imt|ft|soat|oas|agent|ffct|wt)-[A-Za-z0-9_\-]{20,300}"
+            r"(?:\.[A-Za-z0-9_\-]{1,40}){0,3}"
+        ),
+    ),
+    # Grafana service-account and Cloud tokens.
+    ValueRule(
+        "grafana",
+        "gl",
+        gate="_",
+        pattern=re.compile(
+            r"gl(?<![A-Za-z0-9_\-]gl)(?:sa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|c_[A-Za-z0-9+/]{32,400}={0,2})"
+        ),
+    ),
+    ValueRule("npm", "npm_", re.compile(_B + r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])")),
+    ValueRule("pypi", "pypi-AgE", re.compile(_B + r"pypi-AgE[A-Za-z0-9_\-]{50,2000}")),
+    ValueRule("docker", "dckr_", re.compile(_B + r"dckr_(?:pat|oat)_[A-Za-z0-9_\-]{20,200}")),
+    ValueRule("digitalocean", "_v1_", re.compile(_B + r"do[opr]_v1_[a-f0-9]{64}(?![a-f0-9])")),
+    ValueRule("vault", "hvs.", re.compile(_B + r"hvs\.[A-Za-z0-9_\-]{24,500}")),
+    ValueRule("sendgrid", "SG.", re.compile(_B + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{30,64}")),
+    # Incoming-webhook URLs carry their secret in the path (JSON may escape the '/').
+    ValueRule(
+        "webhook-url",
+        "hooks.slack",
+        gate="/",
+        pattern=re.compile(
+            r"hooks\.slack\.com\\?/(?:services|workflows|triggers)\\?/((?:[A-Za-z0-9_\-]|\\?/){8,300})"
+        ),
+        group=1,
+    ),
+    ValueRule(
+        "webhook-url",
+        "webhook",
+        gate="/",
+        pattern=re.compile(
+            r"discord(?:app)?\.com\\?/api\\?/webhooks\\?/([0-9]{5,30}\\?/[A-Za-z0-9_\-]{20,200})"
+        ),
+        group=1,
+    ),
+    ValueRule(
+        "webhook-url",
+        "webhook",
+        gate="/",
+        pattern=re.compile(r"webhook\.office\.com\\?/webhookb2\\?/((?:[A-Za-z0-9@_\-]|\\?/){20,400})"),
+        group=1,
+    ),
+    ValueRule(
+        "age-secret-key",
+        "AGE-",
+        re.compile(
+            _B + r"(?:AGE-SECRET-KEY-(?:PQ-)?1[0-9A-Z]{50,3000}|AGE-PLUGIN-[A-Z0-9]{1,40}-1[0-9A-Z]{20,3000})"
+        ),
+    ),
+    ValueRule(
+        "telegram-bot-token",
+        ":AA",
+        re.compile(r"(?<![0-9])[0-9]{6,12}:AA[A-Za-z0-9_\-]{30,40}(?![A-Za-z0-9_\-])"),
+    ),
+    # Azure shared access signatures: the sig= of a SAS URL or token (the other fields only
+    # scope it); S3 and GCS presigned URLs' signatures.
+    ValueRule(
+        "azure-sas",
+        "sig=",
+        re.compile(r"(?<![A-Za-z0-9_\-])sig=([A-Za-z0-9%+/=_\-]{16,400})"),
+        group=1,
+    ),
+    ValueRule(
+        "presigned-url",
+        "ignature=",
+        gate="=",
+        pattern=re.compile(r"(?i)(?<![a-z0-9_\-])x-(?:amz|goog)-signature=([0-9a-f]{32,1024})"),
+        group=1,
+    ),
+    # AI providers with their own prefixes (OpenRouter's sk-or-, DeepSeek's sk- and
+    # Langfuse's sk-lf- are the openai rule's).
+    ValueRule("groq", "gsk_", re.compile(_B + r"gsk_[A-Za-z0-9]{40,100}")),
+    ValueRule("xai", "xai-", re.compile(_B + r"xai-[A-Za-z0-9]{60,120}")),
+    ValueRule("perplexity", "pplx-", re.compile(_B + r"pplx-[A-Za-z0-9]{40,100}")),
+    ValueRule("tavily", "tvly-", re.compile(_B + r"tvly-(?:dev-|prod-)?[A-Za-z0-9]{20,100}")),
+    ValueRule("replicate", "r8_", re.compile(_B + r"r8_[A-Za-z0-9]{30,60}")),
+    ValueRule("langsmith", "lsv2_", re.compile(_B + r"lsv2_(?:pt|sk)_[A-Za-z0-9_]{30,120}")),
+    ValueRule("pinecone", "pcsk_", re.compile(_B + r"pcsk_[A-Za-z0-9_]{40,200}")),
     ValueRule(
         "jwt",
         "eyJ",
@@ -479,20 +1142,42 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         # "://" (an '@' later in the path widens the redaction rather than leaking part of
         # the password). "host:8080/path@x" is a port and a path, not a password.
         re.compile(
-            r"://[^\s:/@?#\"]{0,256}:(?![0-9]{1,5}(?:[/?#\s\"]|\Z))((?:[^\s\":]|:(?!//)){1,256})@"
-            r"(?=[A-Za-z0-9._~%\-]{1,256}(?![A-Za-z0-9._~%\-@]))"
+            r"://[^\s:/?#\"]{0,256}:(?![0-9]{1,5}(?:[/?#\s\"]|\Z))((?:[^\s\":]|:(?!//)){1,256})@"
+            r"(?=[A-Za-z0-9._~%\-]{1,256}(?![A-Za-z0-9._~%\-@])|\[[0-9A-Za-z:.%]{2,100}\])"
         ),
         group=1,
+    ),
+    ValueRule(
+        "url-credentials",
+        ("%3A%2F%2F", "%3a%2f%2f"),
+        # A whole URL percent-encoded inside another (?next=postgres%3A%2F%2Fu%3Apw%40host):
+        # the password runs from the encoded ':' after the user to the first encoded '@'
+        # (a port followed by a path is no password here either).
+        re.compile(
+            r"(?i)%3A%2F%2F(?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!3A|40|2F)[0-9A-F]{2}){0,256}%3A"
+            r"(?![0-9]{1,5}(?:%2F|%3F|%23|[&\s\"]|\Z))"
+            r"((?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!40)[0-9A-F]{2}){1,256})%40(?=[A-Za-z0-9\-]|%5B)"
+        ),
+        group=1,
+        gate="%",
     ),
 )
 
 
-Rule = ValueRule | BlockRule | HeaderRule | KeyValueRule
-DEFAULT_RULES: tuple[Rule, ...] = (*PRIVATE_KEY_BLOCKS, *DEFAULT_VALUE_RULES, HeaderRule(), KeyValueRule())
+Rule = ValueRule | BlockRule | _PairRule
+DEFAULT_RULES: tuple[Rule, ...] = (
+    *PRIVATE_KEY_BLOCKS,
+    *DEFAULT_VALUE_RULES,
+    HeaderRule(),
+    KeyValueRule(),
+    NameValueRule(),
+    XmlRule(),
+    ArgumentRule(),
+)
 
 
 def _gate(literal: str) -> str:
-    for gate in ("://", "-", "_", "."):
+    for gate in ("://", "-", "_", ".", "=", ":", "/"):
         if gate in literal:
             return gate
     if literal[:1] == "A" and literal.isupper():
@@ -524,29 +1209,29 @@ class Redactor:
             self.rules.append(ValueRule(f"custom-{i + 1}", "", compiled))
         self.extra_keys = frozenset(k.lower() for k in extra_keys)
         self.rule_set = tuple(self.rules)
-        # Header values, then key-value pairs, run last, on text the shape rules have
-        # already cleaned, and only when a name hint is present (header hints are a
-        # subset of the key-value hints, so ordinary text pays for one set of tests).
-        self._pairs = [rule for rule in self.rules if isinstance(rule, HeaderRule | KeyValueRule)]
-        self._pairs.sort(key=lambda rule: isinstance(rule, KeyValueRule))
-        self.rules = [rule for rule in self.rules if not isinstance(rule, HeaderRule | KeyValueRule)]
-        self._by_literal: dict[str, list[Rule]] = {}
+        # Rules that judge a name (headers, key-value pairs, name/value fields, elements,
+        # arguments) run last, on text the shape rules have already cleaned, and only when
+        # a name hint is present (or a tool that takes a password its own way).
+        self._pairs = sorted(
+            (rule for rule in self.rules if isinstance(rule, _PairRule)), key=lambda r: r.order
+        )
+        self.rules = [rule for rule in self.rules if not isinstance(rule, _PairRule)]
         self._always: set[Rule] = set()
+        # Literals are grouped behind a shorter "gate" substring they all contain (a rule
+        # may name its own), so ordinary text pays for fifteen substring tests, not fifty.
+        gates: dict[str, dict[str, list[Rule]]] = {}
         for rule in self.rules:
             literals = (rule.literal,) if isinstance(rule.literal, str) else rule.literal
             if not all(literals):
                 self._always.add(rule)
                 continue
             for literal in literals:
-                self._by_literal.setdefault(literal, []).append(rule)
-        # Literals are grouped behind a shorter "gate" substring they all contain, so
-        # ordinary text pays for ten substring tests rather than thirty.
-        gates: dict[str, list[tuple[str, list[Rule]]]] = {}
-        for literal, rules_for_literal in self._by_literal.items():
-            gates.setdefault(_gate(literal), []).append((literal, rules_for_literal))
-        self._gates = list(gates.items())
+                gate = getattr(rule, "gate", None) or _gate(literal)
+                gates.setdefault(gate, {}).setdefault(literal, []).append(rule)
+        self._gates = [(gate, list(items.items())) for gate, items in gates.items()]
         self.rule_names = frozenset(
-            {rule.name for rule in self.rule_set} | {_SECRET_KEY_RULE, "truncated", LONE_SURROGATE}
+            {rule.name for rule in self.rule_set}
+            | {_SECRET_KEY_RULE, _NAME_VALUE_RULE, "truncated", LONE_SURROGATE}
         )
         # Object keys repeat across a transcript; their redaction is computed once.
         self._key = functools.lru_cache(maxsize=4096)(self._redact_key)
@@ -581,6 +1266,7 @@ class Redactor:
             return cleaned
         if isinstance(obj, dict):
             out: dict[Any, Any] = {}
+            named_secret = self._names_a_secret(obj)
             for key, value in obj.items():
                 new_key, key_counts, secret = self._key(key) if isinstance(key, str) else (key, (), False)
                 new_key = _distinct(out, new_key)
@@ -592,6 +1278,10 @@ class Redactor:
                     counts[_SECRET_KEY_RULE] += 1
                     fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
                     out[new_key] = _SECRET_KEY_MARKER
+                elif named_secret and key in _VALUE_FIELDS and _has_content(value):
+                    counts[_NAME_VALUE_RULE] += 1
+                    fields.append({"path": child, "rules": {_NAME_VALUE_RULE: 1}})
+                    out[new_key] = _NAME_VALUE_MARKER
                 else:
                     out[new_key] = self._walk_report(value, counts, child, fields)
             return out
@@ -644,11 +1334,53 @@ class Redactor:
             for rule in self.rules:
                 if rule in self._always or (wanted is not None and rule in wanted):
                     text = rule.apply(text, counts, self.extra_keys)
-        if self._pairs and ("=" in text or ":" in text):
+        # Every pair rule needs a separator, a flag's dash, a quote, a tag or "set NAME
+        # VALUE" in its text, and a name hint or a tool's name (written out rather than
+        # looped over: this runs for every string; a test keeps the lists in step).
+        if self._pairs and (
+            ":" in text
+            or "=" in text
+            or "-" in text
+            or "'" in text
+            or '"' in text
+            or "<" in text
+            or "&" in text
+            or "set" in text
+            or "\\" in text
+            or "：" in text
+            or "＝" in text
+        ):
             lowered = text.lower()
-            if any(hint in lowered for hint in _KV_HINT_WORDS):
+            hinted = (
+                "pass" in lowered
+                or "pwd" in lowered
+                or "secret" in lowered
+                or "token" in lowered
+                or "key" in lowered
+                or "auth" in lowered
+                or "cookie" in lowered
+                or "credential" in lowered
+                or "jwt" in lowered
+                or "bearer" in lowered
+            )
+            if (
+                hinted
+                or (
+                    " -" in text
+                    and (
+                        "curl" in lowered
+                        or "mysql" in lowered
+                        or "mariadb" in lowered
+                        or "sshpass" in lowered
+                        or "login" in lowered
+                        or "redis-cli" in lowered
+                        or "mongo" in lowered
+                    )
+                )
+                or "dentified" in lowered
+            ):
                 for rule in self._pairs:
-                    if any(hint in lowered for hint in rule.hints):
+                    if (hinted or isinstance(rule, ArgumentRule)) and rule.wants(text, lowered):
                         text = rule.apply(text, counts, self.extra_keys)
         return text
 
@@ -660,6 +1392,24 @@ class Redactor:
     def is_secret_key(self, key: str) -> bool:
         return is_secret_key(key, self.extra_keys)
 
+    def _names_a_secret(self, obj: dict[Any, Any]) -> bool:
+        """True for ``{"name": "DB_PASSWORD", "value": …}`` and its kin (env lists of
+        Kubernetes, ECS and GitHub Actions, HAR headers, CloudFormation parameters): an
+        object with a value field whose name field names a secret (an identifier, not
+        prose)."""
+        if len(obj) > 16 or obj.keys().isdisjoint(_VALUE_FIELDS):  # the cheap test first
+            return False
+        for field in _NAME_FIELDS:
+            name = obj.get(field)
+            if (
+                type(name) is str
+                and 0 < len(name) <= _NV_NAME_MAX
+                and not any(c.isspace() for c in name)
+                and self.is_secret_key(name)
+            ):
+                return True
+        return False
+
     # -- internals ---------------------------------------------------------------
 
     def _walk(self, obj: Any, counts: Counter[str]) -> Any:
@@ -669,6 +1419,7 @@ class Redactor:
             return self.redact_text(obj, counts)
         if kind is dict or isinstance(obj, dict):
             out: dict[Any, Any] = {}
+            named_secret = not obj.keys().isdisjoint(_VALUE_FIELDS) and self._names_a_secret(obj)
             for key, value in obj.items():
                 new_key = key
                 if type(key) is str:
@@ -680,6 +1431,10 @@ class Redactor:
                     if secret and _has_content(value):
                         counts[_SECRET_KEY_RULE] += 1
                         out[new_key] = _SECRET_KEY_MARKER
+                        continue
+                    if named_secret and key in _VALUE_FIELDS and _has_content(value):
+                        counts[_NAME_VALUE_RULE] += 1
+                        out[new_key] = _NAME_VALUE_MARKER
                         continue
                 out[new_key] = self._walk(value, counts)
             return out
@@ -711,6 +1466,26 @@ def _distinct(out: dict[Any, Any], key: Any) -> Any:
 
 _SECRET_KEY_RULE = "secret-key"
 _SECRET_KEY_MARKER = MARKER.format(rule=_SECRET_KEY_RULE)
+_NAME_VALUE_RULE = NameValueRule.name
+_NAME_VALUE_MARKER = NameValueRule.marker
+# The fields of a name/value object, as the formats that use them spell them.
+_NAME_FIELDS = (
+    "name",
+    "Name",
+    "NAME",
+    "key",
+    "Key",
+    "KEY",
+    "ParameterKey",
+    "parameterKey",
+    "ParameterName",
+    "parameterName",
+    "variable",
+    "Variable",
+)
+_VALUE_FIELDS = frozenset(
+    {"value", "Value", "VALUE", "ParameterValue", "parameterValue", "SecretValue", "secretValue"}
+)
 _CUSTOM_RULE = re.compile(r"custom-[0-9]{1,4}")
 _default = Redactor()
 
