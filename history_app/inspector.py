@@ -20,7 +20,8 @@ from django.urls import reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from . import models
+from . import models, provenance
+from .agent_history import blocks
 from .agent_history import context as renderers
 from .selectors import whole_number
 
@@ -95,7 +96,7 @@ def inspect(run_id: str, position: int, params: Any) -> Inspection:
     inspection = Inspection(
         run=run,
         context=context,
-        linked_text=link_sources(context.text, context.kind, source_ids, stored),
+        linked_text=link_sources(context.text, context.kind, source_ids, stored, parent=run.parent_run_id),
         sources=sources,
         defaults=defaults,
         settings=settings,
@@ -230,21 +231,71 @@ def _previous(run: models.Run, context: models.InjectedContext) -> models.Inject
     return same.filter(earlier).order_by("-run__started_at", "-position").first()
 
 
-def link_sources(text: str, kind: str, source_ids: list[str], stored: dict[str, Any]) -> SafeString:
-    """The exact text, escaped, with each ``[run-N]`` (or member entry) linked to its source run."""
+def link_sources(
+    text: str, kind: str, source_ids: list[str], stored: dict[str, Any], *, parent: str | None = None
+) -> SafeString:
+    """The exact text, escaped, with each entry's header (``[run-N]``, ``[Workflow Run-N]``,
+    a member entry's ``Member:`` line) linked to its source run.
 
-    def link(index: int, label: str) -> str:
-        if 0 <= index < len(source_ids) and source_ids[index] in stored:
-            url = reverse("history_app:run_detail", args=[source_ids[index]])
-            title = escape(f"source run {source_ids[index]}")
+    Entries are found by the renderers' layout (``blocks.split_entries``), so a header
+    inside content is never linked. When there is one source per entry, they pair up in
+    order (what the agent reported, or every entry linked); otherwise each entry is paired
+    with the stored source that has its fingerprint, and the rest stay plain text."""
+
+    def link(source: str | None, label: str) -> str:
+        if source is not None and source in stored:
+            url = reverse("history_app:run_detail", args=[source])
+            title = escape(f"source run {source}")
             return f'<a class="src" href="{escape(url)}" title="{title}">{label}</a>'
         return label
 
-    escaped = str(escape(text))
-    if kind == "member_interactions":
-        counter = itertools.count()
-        return mark_safe(_MEMBER_MARK.sub(lambda m: link(next(counter), m.group()), escaped))
-    return mark_safe(_RUN_MARK.sub(lambda m: link(int(m.group(2)) - 1, m.group()), escaped))
+    entries = blocks.split_entries(text, kind) if source_ids else []
+    if not entries:
+        escaped = str(escape(text))
+        if kind == "member_interactions":
+            counter = itertools.count()
+            return mark_safe(
+                _MEMBER_MARK.sub(lambda m: link(_nth(source_ids, next(counter)), m.group()), escaped)
+            )
+        return mark_safe(
+            _RUN_MARK.sub(lambda m: link(_nth(source_ids, int(m.group(2)) - 1), m.group()), escaped)
+        )
+    if len(entries) == len(source_ids):
+        paired: list[str | None] = list(source_ids)
+    else:
+        paired = _pair_by_fingerprint(
+            text, entries, kind, [stored[s] for s in source_ids if s in stored], parent
+        )
+    out, at = [], 0
+    for entry, source in zip(entries, paired, strict=True):
+        label_end = (
+            entry.header_end - 1 if kind == "member_interactions" else text.index("]", entry.start) + 1
+        )
+        out += [escape(text[at : entry.start]), link(source, escape(text[entry.start : label_end]))]
+        at = label_end
+    out.append(escape(text[at:]))
+    return mark_safe("".join(str(part) for part in out))
+
+
+def _nth(items: list[str], index: int) -> str | None:
+    return items[index] if 0 <= index < len(items) else None
+
+
+def _pair_by_fingerprint(
+    text: str, entries: list[blocks.Entry], kind: str, sources: list[Any], parent: str | None
+) -> list[str | None]:
+    """Each entry's source among ``sources``: the one run whose fingerprints hold the
+    entry's (the same functions as ingestion's ``provenance``)."""
+    owners: dict[str, set[str]] = {}
+    for source in sources:
+        for fp in provenance.run_fingerprints(source):
+            owners.setdefault(fp, set()).add(source.run_id)
+    fingerprints = dict(provenance.entry_fingerprints(text, kind, parent))
+    paired: list[str | None] = []
+    for entry in entries:
+        found = owners.get(fingerprints.get(entry.position, ""), set())
+        paired.append(next(iter(found)) if len(found) == 1 else None)
+    return paired
 
 
 def diff_html(before: str, after: str, before_name: str, after_name: str) -> SafeString:
