@@ -17,7 +17,8 @@ from django.db.models import Q
 from django.http import Http404
 from django.urls import reverse
 
-from . import models
+from . import models, provenance
+from .agent_history import blocks
 from .agent_history import context as renderers
 from .forms import InspectorForm
 
@@ -88,7 +89,7 @@ def inspect(run_id: str, position: int, params: Any) -> Inspection:
     inspection = Inspection(
         run=run,
         context=context,
-        linked_text=link_sources(context.text, context.kind, source_ids, stored),
+        linked_text=link_sources(context.text, context.kind, source_ids, stored, parent=run.parent_run_id),
         sources=sources,
         defaults=defaults,
         settings=settings,
@@ -234,18 +235,67 @@ class Segment:
     source: str | None = None
 
 
-def link_sources(text: str, kind: str, source_ids: list[str], stored: dict[str, Any]) -> list[Segment]:
-    """The exact text in pieces, each ``[run-N]`` (or member entry) that has a stored source
-    run as a linked piece; the template escapes every piece."""
-    pattern = _MEMBER_MARK if kind == "member_interactions" else _RUN_MARK
+def _nth(items: list[str], index: int) -> str | None:
+    return items[index] if 0 <= index < len(items) else None
+
+
+def _pair_by_fingerprint(
+    text: str, entries: list[blocks.Entry], kind: str, sources: list[Any], parent: str | None
+) -> list[str | None]:
+    """Each entry's source among ``sources``: the one run whose fingerprints hold the
+    entry's (the same functions as ingestion's ``provenance``)."""
+    owners: dict[str, set[str]] = {}
+    for source in sources:
+        for fp in provenance.run_fingerprints(source):
+            owners.setdefault(fp, set()).add(source.run_id)
+    fingerprints = dict(provenance.entry_fingerprints(text, kind, parent))
+    paired: list[str | None] = []
+    for entry in entries:
+        found = owners.get(fingerprints.get(entry.position, ""), set())
+        paired.append(next(iter(found)) if len(found) == 1 else None)
+    return paired
+
+
+def link_sources(
+    text: str, kind: str, source_ids: list[str], stored: dict[str, Any], *, parent: str | None = None
+) -> list[Segment]:
+    """The exact text in pieces, each entry's header (``[run-N]``, ``[Workflow Run-N]``, a
+    member entry's ``Member:`` line) that has a stored source run as a linked piece; the
+    template escapes every piece.
+
+    Entries are found by the renderers' layout (``blocks.split_entries``), so a header
+    inside content is never linked. When there is one source per entry, they pair up in
+    order (what the agent reported, or every entry linked); otherwise each entry is paired
+    with the stored source that has its fingerprint, and the rest stay plain text."""
+    entries = blocks.split_entries(text, kind) if source_ids else []
+    if entries:
+        if len(entries) == len(source_ids):
+            paired: list[str | None] = list(source_ids)
+        else:
+            paired = _pair_by_fingerprint(
+                text, entries, kind, [stored[s] for s in source_ids if s in stored], parent
+            )
+        headers = []
+        for entry, source in zip(entries, paired, strict=True):
+            end = entry.header_end - 1 if kind == "member_interactions" else text.index("]", entry.start) + 1
+            headers.append((entry.start, end, source))
+    else:
+        pattern = _MEMBER_MARK if kind == "member_interactions" else _RUN_MARK
+        headers = [
+            (
+                m.start(),
+                m.end(),
+                _nth(source_ids, n if kind == "member_interactions" else int(m.group(2)) - 1),
+            )
+            for n, m in enumerate(pattern.finditer(text))
+        ]
     segments, last = [], 0
-    for n, match in enumerate(pattern.finditer(text)):
-        index = n if kind == "member_interactions" else int(match.group(2)) - 1
-        if not (0 <= index < len(source_ids) and source_ids[index] in stored):
+    for start, end, source in headers:
+        if source is None or source not in stored:
             continue
-        url = reverse("history_app:run_detail", args=[source_ids[index]])
-        segments += [Segment(text[last : match.start()]), Segment(match.group(), url, source_ids[index])]
-        last = match.end()
+        url = reverse("history_app:run_detail", args=[source])
+        segments += [Segment(text[last:start]), Segment(text[start:end], url, source)]
+        last = end
     segments.append(Segment(text[last:]))
     return segments
 

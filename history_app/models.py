@@ -184,6 +184,45 @@ class InjectedContext(models.Model):
         return f"{self.kind} for {self.step or 'run'}"
 
 
+class RunFingerprint(models.Model):
+    """What a run leaves in a history block, fingerprinted (``provenance.py``): one row per
+    block kind, layout and form (ours neutralised, agno's verbatim) that differ. Filled
+    when the run is stored; ``manage.py relink_contexts`` fills it for older databases."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="fingerprints")
+    # The run's session, so that linking looks up one session's fingerprints in one index.
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    fingerprint = models.CharField(max_length=64)
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "fingerprint"], name="runfp_session_fp_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.fingerprint[:12]}… of {self.run_id}"
+
+
+class ContextEntry(models.Model):
+    """One entry of a history block that the server links (an injected context whose
+    agent reported no sources): its place in the block, the fingerprint of its text, and
+    the run it came from once exactly one run of the session has that fingerprint.
+    ``InjectedContext.source_run_ids`` is these ``source_run_id`` values in block order."""
+
+    context = models.ForeignKey(InjectedContext, on_delete=models.CASCADE, related_name="entries")
+    # The run the context was sent in, and its session (the lookup's index).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    position = models.PositiveIntegerField()
+    fingerprint = models.CharField(max_length=64)
+    source_run_id = models.CharField(max_length=255, null=True, blank=True)
+
+    class Meta:
+        ordering = ["context_id", "position"]
+        indexes = [models.Index(fields=["session", "fingerprint"], name="ctxentry_session_fp_idx")]
+
+    def __str__(self) -> str:
+        return f"entry {self.position} of context {self.context_id}"
+
+
 class RunSearch(models.Model):
     """A run's full-text search document (see ``search.py``); indexed by SQLite FTS5 or a
     PostgreSQL GIN index, both created by migration 0004."""

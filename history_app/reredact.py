@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from . import mapper, models, search, services
+from . import mapper, models, provenance, search, services
 from .agent_history.records import RecordError
 from .agent_history.redact import Redactor
 from .rendering import render_markdown
@@ -108,8 +108,15 @@ def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str]]) -> None:
             if list(current) != [read_hash]:
                 continue  # re-sent or deleted meanwhile: ingestion applied the current rules
             row.save()
+            # Contexts whose sources the server found are linked again from their
+            # redacted text (sources the agent reported are kept).
+            previous = provenance.before_rewrite(row, positions=True)
+            for position, context in enumerate(prepared.injected_contexts):
+                if position in previous.linked_positions:
+                    context.source_run_ids = []
             services.delete_children(row)
-            services._write_children(row, prepared)
+            contexts = services._write_children(row, prepared)
+            provenance.link_run(row, contexts, previous=previous)
             models.RunSearch.objects.update_or_create(run=row, defaults={"document": document})
 
 

@@ -26,7 +26,7 @@ from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import mapper, models, search
+from . import mapper, models, provenance, search
 from .agent_history import formats
 from .agent_history.records import RecordError, Run
 from .agent_history.redact import Redactor
@@ -311,26 +311,27 @@ def _ingest_run(run: Run, digest: str, source_format: str, output_html: str) -> 
         return "duplicate"
     session = _session_for(run, old_session_id=existing.session_id if existing is not None else None)
     old_session_id = None
+    previous = None
     if existing is None:
         row = models.Run(run_id=run.run_id)
         status = "created"
     else:
         row = existing
         old_session_id = existing.session_id if existing.session_id != session.pk else None
+        previous = provenance.before_rewrite(existing)
         delete_children(existing)
         status = "updated"
     _fill_run(row, run, session, digest, source_format)
     row.output_html = output_html
     with transaction.atomic():
         row.save()
-    _write_children(row, run)
+    contexts = _write_children(row, run)
     document = search.document_for(run)
     if status == "created":
         models.RunSearch.objects.create(run=row, document=document)
     else:
         models.RunSearch.objects.update_or_create(run=row, defaults={"document": document})
-    if any(c.kind in LINKABLE_KINDS and not c.source_run_ids for c in run.injected_contexts):
-        link_context_sources(row)
+    provenance.link_run(row, contexts, previous=previous)
     _refresh_session(session)
     if old_session_id is not None:
         _refresh_session(models.Session.objects.get(pk=old_session_id))
@@ -338,9 +339,17 @@ def _ingest_run(run: Run, digest: str, source_format: str, output_html: str) -> 
 
 
 def delete_children(row: models.Run) -> None:
-    """Delete a run's iterations, tool calls, interactions and contexts (before rewriting them)."""
-    for related in (row.tool_calls, row.iterations, row.member_interactions, row.injected_contexts):
-        related.all()._raw_delete(related.all().db)
+    """Delete a run's iterations, tool calls, interactions, contexts and provenance rows
+    (before rewriting them)."""
+    for queryset in (
+        row.tool_calls.all(),
+        row.iterations.all(),
+        row.member_interactions.all(),
+        models.ContextEntry.objects.filter(run=row),
+        row.injected_contexts.all(),
+        row.fingerprints.all(),
+    ):
+        queryset._raw_delete(queryset.db)
 
 
 def _session_for(run: Run, *, old_session_id: int | None) -> models.Session:
@@ -367,7 +376,8 @@ def _fill_run(row: models.Run, run: Run, session: models.Session, digest: str, s
     row.content_hash = digest
 
 
-def _write_children(row: models.Run, run: Run) -> None:
+def _write_children(row: models.Run, run: Run) -> list[models.InjectedContext]:
+    """Write a run's children; returns its injected contexts (with their keys)."""
     iterations = models.Iteration.objects.bulk_create(
         mapper.iteration_row(row, position, it) for position, it in enumerate(run.iterations)
     )
@@ -379,64 +389,9 @@ def _write_children(row: models.Run, run: Run) -> None:
     models.MemberInteraction.objects.bulk_create(
         mapper.interaction_row(row, position, mi) for position, mi in enumerate(run.member_interactions)
     )
-    models.InjectedContext.objects.bulk_create(
+    return models.InjectedContext.objects.bulk_create(
         mapper.context_row(row, position, context) for position, context in enumerate(run.injected_contexts)
     )
-
-
-def _entry_markers(candidate: models.Run, kind: str) -> list[str]:
-    """The text a run leaves in a history block of ``kind``, in each supported layout."""
-    if kind == "team_history":
-        return [f"input: {candidate.input}\nresponse: {candidate.output}\n"]
-    if kind == "workflow_history":
-        return [
-            f"input: {candidate.input}\noutput: {candidate.output}\n",
-            f"User input: {candidate.input}\nWorkflow output: {candidate.output}\n",
-        ]
-    return [f"Member: {candidate.agent_name}\n", f"Response: {candidate.output}\n"]
-
-
-LINKABLE_KINDS = ("team_history", "workflow_history", "member_interactions")
-
-
-def link_context_sources(row: models.Run) -> None:
-    """Provenance for reported history blocks: which stored runs each entry came from.
-
-    A candidate run is linked when the exact text it would leave in the block (the
-    renderers' own layout) is in the block; the links keep the block's order. Runs that
-    arrive later are not linked retroactively (re-import to refresh).
-    """
-    contexts = list(
-        models.InjectedContext.objects.filter(run=row, source_run_ids=[], kind__in=LINKABLE_KINDS)
-    )
-    if not contexts:
-        return
-    session_runs = (
-        models.Run.objects.filter(session_id=row.session_id)
-        .exclude(pk=row.pk)
-        .only("run_id", "input", "output", "agent_name", "kind", "parent_run_id")
-    )
-    pools = {
-        "team_history": [r for r in session_runs if r.kind == "team" and r.output],
-        "workflow_history": [r for r in session_runs if r.kind == "workflow"],
-        "member_interactions": [
-            r for r in session_runs if row.parent_run_id and r.parent_run_id == row.parent_run_id and r.output
-        ],
-    }
-    for context in contexts:
-        found = []
-        for candidate in pools[context.kind]:
-            markers = _entry_markers(candidate, context.kind)
-            if context.kind == "member_interactions":
-                if all(marker in context.text for marker in markers):
-                    found.append((context.text.index(markers[1]), candidate.run_id))
-                continue
-            positions = [context.text.find(marker) for marker in markers if marker in context.text]
-            if positions:
-                found.append((min(positions), candidate.run_id))
-        if found:
-            context.source_run_ids = [run_id for _, run_id in sorted(found)]
-            context.save(update_fields=["source_run_ids"])
 
 
 def _refresh_session(session: models.Session) -> None:
@@ -475,7 +430,10 @@ PRUNE_COUNT_KEYS = (
     "member_interactions",
     "injected_contexts",
     "search_documents",
+    "context_entries",
+    "run_fingerprints",
 )
+PROVENANCE_COUNT_KEYS = ("context_entries", "run_fingerprints")
 
 
 @dataclass
@@ -527,8 +485,10 @@ def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, A
         ("tool_calls", models.ToolCall.objects.filter(**runs)),
         ("iterations", models.Iteration.objects.filter(**runs)),
         ("member_interactions", models.MemberInteraction.objects.filter(**runs)),
+        ("context_entries", models.ContextEntry.objects.filter(**runs)),
         ("injected_contexts", models.InjectedContext.objects.filter(**runs)),
         ("search_documents", models.RunSearch.objects.filter(**runs)),
+        ("run_fingerprints", models.RunFingerprint.objects.filter(**runs)),
         ("runs", models.Run.objects.filter(session_id__in=session_ids)),
         ("sessions", models.Session.objects.filter(pk__in=session_ids)),
     ]

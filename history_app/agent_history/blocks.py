@@ -21,10 +21,14 @@ result says the boundary is ambiguous and which text could have moved it.
 from __future__ import annotations
 
 import bisect
+import hashlib
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .context import (
+    ENTRY_LAYOUTS,
     INTERACTIONS_FOOTER,
     INTERACTIONS_HEADER,
     INTERACTIONS_INTRO,
@@ -32,6 +36,7 @@ from .context import (
     TEAM_HEADER,
     WORKFLOW_FOOTER,
     WORKFLOW_HEADER,
+    entry_body,
 )
 
 # kind -> (what opens the block, what closes it); both include the block's own newlines.
@@ -176,4 +181,208 @@ def locate_workflow_block(message: str, step_messages: Iterable[str] = ()) -> Lo
     return Located(kind, message[:end], 0, end, exact, count)
 
 
-__all__ = ["CLOSERS", "OPENERS", "Located", "locate_member_blocks", "locate_workflow_block"]
+# -- the entries of a block -------------------------------------------------------------
+#
+# A block is its opener, its entries, and its closing tag. A numbered entry is a header line
+# (``[run-N]``, ``[Workflow Run-N]``, possibly a timestamp), the lines ``entry_body`` writes,
+# and a blank line; entries are numbered 1, 2, 3… and each header after the first follows a
+# blank line. A member interaction entry is ``Member: …\nTask: …\nResponse: …\n`` and a
+# blank line, with no number. Content is arbitrary (agno escapes nothing), so a header line
+# inside content reads like a real one: the split below takes every header that can be the
+# next in the numbering, and calls an entry certain only when no other reading of the
+# numbering moves its start or its end.
+
+FOOTERS = {
+    "member_interactions": INTERACTIONS_FOOTER,
+    "team_history": TEAM_FOOTER,
+    "workflow_history": WORKFLOW_FOOTER,
+}
+LINKABLE_KINDS = ("team_history", "workflow_history", "member_interactions")
+# A header line of entry N: its label, at most 9 digits without a leading zero, an optional
+# timestamp (" (…)"), the newline. Only at the start of the entries or after a blank line.
+_HEADERS = {
+    (kind, layout): re.compile(
+        r"(?:^|(?<=\n\n))\["
+        + re.escape(label.partition("{n}")[0])
+        + r"([1-9][0-9]{0,8})"
+        + re.escape(label.partition("{n}")[2])
+        + r"\](?: \([^\n]*\))?\n"
+    )
+    for kind, layouts in ENTRY_LAYOUTS.items()
+    if kind != "member_interactions"
+    for layout, (label, _, _) in layouts.items()
+}
+_MEMBER_START = re.compile(r"(?:^|(?<=\n\n))Member: [^\n]*\nTask: ")
+_RESPONSE = "\nResponse: "
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a block: where it is in the text, the text a source run left in it
+    (``body``: what ``entry_body`` writes), and whether the layout settles it."""
+
+    position: int  # 0-based, in block order (entry N of a numbered block is position N - 1)
+    start: int  # offsets in the text given to ``split_entries``
+    end: int
+    header_end: int  # end of the header line (``[run-N]…``, or the ``Member:`` line)
+    body: str
+    layout: str
+    certain: bool
+
+    @property
+    def key(self) -> str | None:
+        """What identifies the entry's source (``entry_key``); None when not certain."""
+        return entry_key(self.layout, self.body) if self.certain else None
+
+
+def block_region(text: str, kind: str) -> tuple[int, int] | None:
+    """Where the entries of the ``kind`` block in ``text`` lie: after its opener, up to the
+    blank line before its last closing tag (the text around a block is not part of it)."""
+    opener = OPENERS[kind]
+    start = text.find(opener)
+    if start == -1:
+        return None
+    start += len(opener)
+    end = text.rfind("\n" + FOOTERS[kind])
+    if end < start or not text.endswith("\n\n", start, end + 1):
+        return None
+    return start, end + 1
+
+
+def split_entries(text: str, kind: str) -> list[Entry]:
+    """The entries of the ``kind`` block in ``text``, in order, each marked certain or not.
+
+    Numbered blocks: every header of number N+1 after a possible start of entry N is a
+    possible start of entry N+1 (a forged ``[run-2]`` inside entry 1, before the real one,
+    gives two). An entry is certain when it has one possible start and one possible end and
+    every reading reaches it; a header whose number is not the next (``[run-99]`` inside
+    entry 1) is content. Member interaction blocks have no numbers: each ``Member: …`` line
+    followed by a ``Task:`` line after a blank line starts an entry, and an entry is certain
+    when its ``Response:`` line is the only one (otherwise the task or the response forged
+    one and the split inside it is unknown). Linear in the text.
+    """
+    if kind not in LINKABLE_KINDS:
+        return []
+    region = block_region(text, kind)
+    if region is None:
+        return []
+    start, end = region
+    if kind == "member_interactions":
+        return _member_entries(text, start, end)
+    for layout in ENTRY_LAYOUTS[kind]:
+        found = _numbered_entries(text, start, end, kind, layout)
+        if found:
+            return found
+    return []
+
+
+def _numbered_entries(text: str, start: int, end: int, kind: str, layout: str) -> list[Entry]:
+    pattern = _HEADERS[(kind, layout)]
+    region = text[start:end]
+    headers: dict[int, list[tuple[int, int]]] = {}
+    for match in pattern.finditer(region):
+        headers.setdefault(int(match.group(1)), []).append((match.start(), match.end()))
+    first = headers.get(1, [])
+    if not first or first[0][0] != 0:
+        return []
+    # possible[n]: the possible (start, header end) of entry n, in every reading so far.
+    possible = [[first[0]]]
+    every_reading_goes_on = [True]
+    while True:
+        earliest = min(h_end for _, h_end in possible[-1])
+        following = [h for h in headers.get(len(possible) + 1, []) if h[0] > earliest]
+        if not following:
+            break
+        # A reading whose entry n starts after the last of these ends the block there.
+        latest = max(s for s, _ in possible[-1])
+        every_reading_goes_on.append(every_reading_goes_on[-1] and following[-1][0] > latest)
+        possible.append(following)
+    entries = []
+    for index, starts in enumerate(possible):
+        (entry_start, header_end), *others = starts
+        if index + 1 < len(possible):
+            ends = [s for s, _ in possible[index + 1] if s > header_end]
+            entry_end = ends[0] if ends else len(region)
+        else:
+            ends, entry_end = [], len(region)
+        certain = (
+            not others
+            and len(ends) <= 1
+            and every_reading_goes_on[index]
+            and (index + 1 == len(possible) or every_reading_goes_on[index + 1])
+        )
+        body = region[header_end : entry_end - 1]
+        entries.append(
+            Entry(index, start + entry_start, start + entry_end, start + header_end, body, layout, certain)
+        )
+    return entries
+
+
+def _member_entries(text: str, start: int, end: int) -> list[Entry]:
+    region = text[start:end]
+    starts = [m.start() for m in _MEMBER_START.finditer(region)]
+    if not starts or starts[0] != 0:
+        return []
+    entries = []
+    for index, entry_start in enumerate(starts):
+        entry_end = starts[index + 1] if index + 1 < len(starts) else len(region)
+        header_end = region.index("\n", entry_start) + 1
+        body = region[entry_start : entry_end - 1]
+        certain = entry_key("member", body) is not None
+        entries.append(
+            Entry(index, start + entry_start, start + entry_end, start + header_end, body, "member", certain)
+        )
+    return entries
+
+
+def entry_key(layout: str, body: str) -> str | None:
+    """What identifies an entry's source run, from the entry's ``body``: the body itself,
+    except for member interactions: the ``Member:`` and ``Response:`` lines without the
+    task (the member run holds the answer, not the task it was handed). None when the
+    ``Response:`` line cannot be told from the content."""
+    if layout != "member":
+        return body if body else None
+    if not body.startswith("Member: ") or not body.endswith("\n"):
+        return None
+    line_end = body.find("\n")
+    if not body.startswith("Task: ", line_end + 1):
+        return None
+    rest = body[line_end + 1 + len("Task: ") :]  # the task, then "\nResponse: …"
+    at = rest.find(_RESPONSE)
+    if at == -1 or rest.find(_RESPONSE, at + 1) != -1:
+        return None
+    return f"{body[: line_end + 1]}Response: {rest[at + len(_RESPONSE) :]}"
+
+
+def source_keys(kind: str, entry: Any) -> set[str]:
+    """Every key ``entry`` (a run, or a dict with the renderers' fields) can leave in a
+    block of ``kind``: each layout, in our neutralised form and in agno's verbatim form."""
+    keys = set()
+    for layout in ENTRY_LAYOUTS[kind]:
+        for verbatim in (False, True):
+            key = entry_key(layout, entry_body(kind, entry, layout=layout, verbatim=verbatim))
+            if key is not None:
+                keys.add(key)
+    return keys
+
+
+def fingerprint(kind: str, key: str, scope: str = "") -> str:
+    """The SHA-256 (hex) of an entry's key, within its kind and scope (for member
+    interactions: the team run the members ran under)."""
+    return hashlib.sha256(f"{kind}\x00{scope}\x00{key}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+__all__ = [
+    "CLOSERS",
+    "LINKABLE_KINDS",
+    "OPENERS",
+    "Entry",
+    "Located",
+    "block_region",
+    "entry_key",
+    "fingerprint",
+    "locate_member_blocks",
+    "locate_workflow_block",
+    "source_keys",
+    "split_entries",
+]

@@ -96,6 +96,45 @@ def _stamp(entry: Any) -> str:
     return f" ({when})" if when else ""
 
 
+def _workflow_values(entry: Any) -> tuple[Any, Any]:
+    """An entry's input and output as the workflow renderers read them (the output falls
+    back to ``content``, then ``response``)."""
+    if type(entry) is dict:
+        value_in = entry.get("input")
+        value_out = entry.get("output")
+    else:
+        try:
+            value_in, value_out = entry.input, entry.output
+        except AttributeError:
+            value_in = getattr(entry, "input", None)
+            value_out = getattr(entry, "output", None)
+    if value_out is None:
+        value_out = field(entry, "content", "response")
+    return value_in, value_out
+
+
+def _workflow_body(
+    value_in: Any, value_out: Any, input_prefix: str, output_prefix: str, footer: str | None
+) -> str:
+    """A workflow entry's lines after its header: ``input:``/``output:`` when present, each
+    value neutralised against ``footer`` (``None``: verbatim, as agno and agno-go write)."""
+    if not value_in:
+        value_in = ""
+    elif type(value_in) is not str or "</" in value_in:
+        value_in = as_text(value_in) if footer is None else _clean(value_in, footer)
+    if not value_out:
+        value_out = ""
+    elif type(value_out) is not str or "</" in value_out:
+        value_out = as_text(value_out) if footer is None else _clean(value_out, footer)
+    if value_in and value_out:
+        return f"{input_prefix}{value_in}\n{output_prefix}{value_out}\n"
+    if value_in:
+        return f"{input_prefix}{value_in}\n"
+    if value_out:
+        return f"{output_prefix}{value_out}\n"
+    return ""
+
+
 def render_workflow_history(
     entries: Sequence[Any],
     *,
@@ -128,38 +167,19 @@ def render_workflow_history(
     parts = [header, "\n"]
     append = parts.append
     for n, entry in enumerate(entries, start=1):
-        # The general loop of history injection: direct lookups, one string per entry in the
-        # common case, helpers only when a value needs converting or neutralising.
-        if type(entry) is dict:
-            value_in = entry.get("input")
-            value_out = entry.get("output")
-        else:
-            try:
-                value_in, value_out = entry.input, entry.output
-            except AttributeError:
-                value_in = getattr(entry, "input", None)
-                value_out = getattr(entry, "output", None)
-        if value_out is None:
-            value_out = field(entry, "content", "response")
+        # The general loop of history injection: one string per entry, helpers only when
+        # a value needs converting or neutralising (``_workflow_body``, shared with
+        # ``entry_body``, so an entry reads the same in a block and in provenance).
+        value_in, value_out = _workflow_values(entry)
         stamp = _stamp(entry) if include_timestamp else ""
-        if not (include_input and value_in):
-            value_in = ""
-        elif type(value_in) is not str or "</" in value_in:
-            value_in = as_text(value_in) if verbatim else _clean(value_in, footer)
-        if not (include_output and value_out):
-            value_out = ""
-        elif type(value_out) is not str or "</" in value_out:
-            value_out = as_text(value_out) if verbatim else _clean(value_out, footer)
-        if value_in and value_out:
-            append(
-                f"[{label_prefix}{n}{label_suffix}]{stamp}\n{input_prefix}{value_in}\n{output_prefix}{value_out}\n\n"
-            )
-        elif value_in:
-            append(f"[{label_prefix}{n}{label_suffix}]{stamp}\n{input_prefix}{value_in}\n\n")
-        elif value_out:
-            append(f"[{label_prefix}{n}{label_suffix}]{stamp}\n{output_prefix}{value_out}\n\n")
-        else:
-            append(f"[{label_prefix}{n}{label_suffix}]{stamp}\n\n")
+        body = _workflow_body(
+            value_in if include_input else None,
+            value_out if include_output else None,
+            input_prefix,
+            output_prefix,
+            None if verbatim else footer,
+        )
+        append(f"[{label_prefix}{n}{label_suffix}]{stamp}\n{body}\n")
     append(footer)
     return "".join(parts)
 
@@ -178,20 +198,81 @@ def render_agno_workflow_history(entries: Sequence[Any], *, verbatim: bool = Fal
     return block + "\n" if block else ""
 
 
+def _keep(value: str, footer: str | None) -> str:
+    return value if footer is None else neutralise(value, footer)
+
+
+def _team_body(run: Any, footer: str | None) -> str:
+    """A team history entry's lines after ``[run-N]``: ``input:`` and ``response:`` when present."""
+    parts = []
+    value = as_text(field(run, "input"))
+    if value:
+        parts.append(f"input: {_keep(value, footer)}\n")
+    value = as_text(field(run, "response", "output", "content"))
+    if value:
+        parts.append(f"response: {_keep(value, footer)}\n")
+    return "".join(parts)
+
+
+def _member_body(item: Any, footer: str | None) -> str:
+    """A member interaction entry: ``Member:``, ``Task:`` and ``Response:`` lines; the name
+    falls back to the id, then ``Unknown``."""
+    name = as_text(field(item, "member", "member_name", "name", "member_id", default="Unknown")) or "Unknown"
+    task = as_text(field(item, "task"))
+    response = as_text(field(item, "response", "output", "content"))
+    return (
+        f"Member: {_keep(name, footer)}\nTask: {_keep(task, footer)}\nResponse: {_keep(response, footer)}\n"
+    )
+
+
+# kind -> layout -> the labels of its entries: (header label, input label, output label).
+ENTRY_LAYOUTS: dict[str, dict[str, tuple[str, str, str]]] = {
+    "team_history": {"run": ("run-{n}", "input", "response")},
+    "workflow_history": {
+        "run": ("run-{n}", "input", "output"),  # agno-go, and our default
+        "agno": ("Workflow Run-{n}", "User input", "Workflow output"),  # agno (Python)
+    },
+    "member_interactions": {"member": ("", "", "")},  # no numbers: Member / Task / Response
+}
+_FOOTERS = {
+    "team_history": TEAM_FOOTER,
+    "workflow_history": WORKFLOW_FOOTER,
+    "member_interactions": INTERACTIONS_FOOTER,
+}
+
+
+def entry_body(kind: str, entry: Any, *, layout: str | None = None, verbatim: bool = False) -> str:
+    """The exact text ``entry`` leaves in a history block of ``kind``: the lines after its
+    header (``[run-N]``, ``[Workflow Run-N]``; a member entry has none), before the blank
+    line that ends it. The renderers write every entry with this function's pieces, so
+    ``render_team_history(runs)`` is the header, ``f"[run-{n}]\n{entry_body(...)}\n"`` for
+    each run, and the footer.
+
+    ``verbatim=False`` gives our renderers' form (a closing tag of the block's own kind in
+    the content neutralised); ``verbatim=True`` gives agno's and agno-go's, which escape
+    nothing. ``layout`` picks one of ``ENTRY_LAYOUTS[kind]`` (the first by default).
+    """
+    layouts = ENTRY_LAYOUTS[kind]
+    layout = layout or next(iter(layouts))
+    if layout not in layouts:
+        raise ValueError(f"{kind} has no layout {layout!r} (known: {', '.join(layouts)})")
+    footer = None if verbatim else _FOOTERS[kind]
+    if kind == "team_history":
+        return _team_body(entry, footer)
+    if kind == "member_interactions":
+        return _member_body(entry, footer)
+    _, input_label, output_label = layouts[layout]
+    value_in, value_out = _workflow_values(entry)
+    return _workflow_body(value_in, value_out, f"{input_label}: ", f"{output_label}: ", footer)
+
+
 def render_team_history(runs: Sequence[Any]) -> str:
     """agno's team history for members: like the workflow block, ``response:``, ends with ``\\n``."""
     if not runs:
         return ""
     parts = [TEAM_HEADER, "\n"]
     for n, run in enumerate(runs, start=1):
-        parts.append(f"[run-{n}]\n")
-        value = as_text(field(run, "input"))
-        if value:
-            parts.append(f"input: {neutralise(value, TEAM_FOOTER)}\n")
-        value = as_text(field(run, "response", "output", "content"))
-        if value:
-            parts.append(f"response: {neutralise(value, TEAM_FOOTER)}\n")
-        parts.append("\n")
+        parts.append(f"[run-{n}]\n{_team_body(run, TEAM_FOOTER)}\n")
     parts.append(TEAM_FOOTER + "\n")
     return "".join(parts)
 
@@ -202,15 +283,7 @@ def render_member_interactions(interactions: Sequence[Any]) -> str:
         return ""
     parts = [INTERACTIONS_HEADER, "\n", INTERACTIONS_INTRO, "\n"]
     for item in interactions:
-        name = (
-            as_text(field(item, "member", "member_name", "name", "member_id", default="Unknown")) or "Unknown"
-        )
-        task = as_text(field(item, "task"))
-        response = as_text(field(item, "response", "output", "content"))
-        parts.append(f"Member: {neutralise(name, INTERACTIONS_FOOTER)}\n")
-        parts.append(f"Task: {neutralise(task, INTERACTIONS_FOOTER)}\n")
-        parts.append(f"Response: {neutralise(response, INTERACTIONS_FOOTER)}\n")
-        parts.append("\n")
+        parts.append(f"{_member_body(item, INTERACTIONS_FOOTER)}\n")
     parts.append(INTERACTIONS_FOOTER + "\n")
     return "".join(parts)
 

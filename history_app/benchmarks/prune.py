@@ -47,6 +47,7 @@ def empty_history_tables() -> None:
     from history_app import models
 
     for model in (
+        *(m for m in (getattr(models, "ContextEntry", None), getattr(models, "RunFingerprint", None)) if m),
         models.RunSearch,
         models.ToolCall,
         models.Iteration,

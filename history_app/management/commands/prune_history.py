@@ -5,12 +5,23 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app.services import MAX_PRUNE_DAYS, PRUNE_COUNT_KEYS, PruneResult, prune_sessions
+from history_app.services import (
+    MAX_PRUNE_DAYS,
+    PROVENANCE_COUNT_KEYS,
+    PRUNE_COUNT_KEYS,
+    PruneResult,
+    prune_sessions,
+)
 
 
 def summary(result: PruneResult) -> str:
     verb = "Would remove" if result.dry_run else "Removed"
-    parts = ", ".join(f"{result.counts[key]} {key.replace('_', ' ')}" for key in PRUNE_COUNT_KEYS)
+    # Provenance rows (context entries, run fingerprints) are named only when there were any.
+    parts = ", ".join(
+        f"{result.counts[key]} {key.replace('_', ' ')}"
+        for key in PRUNE_COUNT_KEYS
+        if key not in PROVENANCE_COUNT_KEYS or result.counts[key]
+    )
     return f"{verb}: {parts}."
 
 
