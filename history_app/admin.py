@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.urls import path
 from django.utils.functional import cached_property
 
-from . import models, services
+from . import models, retention
 
 COUNT_CAP = 10_000
 
@@ -54,7 +54,7 @@ class IngestTokenAdmin(admin.ModelAdmin):
 
 class RetentionForm(forms.Form):
     older_than_days = forms.FloatField(
-        min_value=0, max_value=services.MAX_PRUNE_DAYS, initial=90, label="Last activity older than (days)"
+        min_value=0, max_value=retention.MAX_PRUNE_DAYS, initial=90, label="Last activity older than (days)"
     )
     status = forms.MultipleChoiceField(
         required=False,
@@ -118,7 +118,7 @@ class SessionAdmin(BigTableAdmin):
     )
     def prune_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        result = services.prune_sessions(session_ids=ids, trigger="action", user=request.user.get_username())
+        result = retention.prune_sessions(session_ids=ids, trigger="action", user=request.user.get_username())
         text = f"Deleted {result.counts['sessions']} session(s) and {result.total_rows - result.counts['sessions']} related rows."
         if result.skipped_pinned:
             text += f" Kept {result.skipped_pinned} pinned session(s)."
@@ -150,7 +150,7 @@ class SessionAdmin(BigTableAdmin):
             user = request.user.get_username()
             if "confirm" in request.POST:
                 progress: list[str] = []
-                result = services.prune_sessions(
+                result = retention.prune_sessions(
                     **kwargs,
                     trigger="admin",
                     user=user,
@@ -161,7 +161,7 @@ class SessionAdmin(BigTableAdmin):
                 context.update(result=result, progress=progress, done=True)
             else:
                 context.update(
-                    result=services.prune_sessions(**kwargs, dry_run=True, trigger="admin", user=user),
+                    result=retention.prune_sessions(**kwargs, dry_run=True, trigger="admin", user=user),
                     preview=True,
                 )
         return render(request, "admin/history_app/session/retention.html", context)

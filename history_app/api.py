@@ -11,7 +11,7 @@ from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpRespons
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from . import listing, models, paging, services, streams, timeline, transcripts
+from . import ingestion, listing, models, paging, retention, streams, timeline, transcripts
 from .agent_history import formats
 from .agent_history.jsonstream import iter_json
 from .auth import error_response, token_required
@@ -54,10 +54,10 @@ def _read_body(request: HttpRequest) -> bytes | None:
 
 def _refuse(request: HttpRequest, message: str, status: int, path: str = "$", **extra: Any) -> JsonResponse:
     """Refuse the whole request, and leave a receipt saying why."""
-    services.record_receipt(
+    ingestion.record_receipt(
         source="api",
         token=getattr(request, "ingest_token", None),
-        results=[services.ItemResult(index=0, errors=[{"path": path, "message": message}])],
+        results=[ingestion.ItemResult(index=0, errors=[{"path": path, "message": message}])],
     )
     return error_response(message, status, **extra, errors=[{"path": path, "message": message}])
 
@@ -69,7 +69,7 @@ def ingest(request: HttpRequest) -> JsonResponse:
     except DatabaseError as exc:
         # A transient failure outside any item (the receipt could not be written while
         # another writer held SQLite's lock, a lost connection): the client sends again.
-        if not services.is_transient(exc):
+        if not ingestion.is_transient(exc):
             raise
         logger.warning("ingest request not handled, to be sent again: %s", exc)
         response = error_response(
@@ -121,28 +121,28 @@ def _ingest(request: HttpRequest) -> JsonResponse:
         message = f"the body holds {len(items)} runs; at most {limit} per request"
         return _refuse(request, message, 413, count=len(items), limit=limit)
 
-    receipt = services.open_receipt(source="api", token=request.ingest_token, item_count=len(items))
+    receipt = ingestion.open_receipt(source="api", token=request.ingest_token, item_count=len(items))
     try:
-        results = services.ingest_items(items=items, format=format_name, receipt=receipt)
+        results = ingestion.ingest_items(items=items, format=format_name, receipt=receipt)
     except BaseException:
         # Whatever stopped the request (a bug, a worker timeout's SystemExit), the receipt
         # says so, with the counts of what its items' transactions stored.
-        services.interrupt_receipt(receipt=receipt)
+        ingestion.interrupt_receipt(receipt=receipt)
         raise
-    services.close_receipt(receipt=receipt, results=results)
+    ingestion.close_receipt(receipt=receipt, results=results)
     if any(r.status == "retry" for r in results):
         return _retry_later(results)
     rejected = sum(1 for r in results if r.status == "rejected")
     changed = sum(1 for r in results if r.status in {"created", "updated"})
     try:
-        services.maybe_prune_automatically(new_runs=changed)
+        retention.maybe_prune_automatically(new_runs=changed)
     except Exception:  # noqa: BLE001 — retention must never fail an ingestion request
         logger.exception("automatic retention failed")
     status = 200 if rejected == 0 else 207 if rejected < len(results) else 400
     return JsonResponse({"ok": rejected == 0, "results": [r.as_dict() for r in results]}, status=status)
 
 
-def _retry_later(results: list[services.ItemResult]) -> JsonResponse:
+def _retry_later(results: list[ingestion.ItemResult]) -> JsonResponse:
     """503: a transient database failure stopped some items; sending the whole batch again
     is safe (ingestion is idempotent on run_id)."""
     waiting = sum(1 for r in results if r.status == "retry")

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from . import mapper, models, provenance, search, services
+from . import ingestion, mapper, models, provenance, search
 from .agent_history.records import RecordError
 from .agent_history.redact import Redactor
 from .rendering import render_markdown
@@ -45,7 +45,7 @@ def redact_stored(
     *, batch_size: int = 200, dry_run: bool = False, progress: Callable[[RedactResult], None] | None = None
 ) -> RedactResult:
     """Apply the server's current rules to every stored run, session and receipt."""
-    redactor = services.server_redactor()
+    redactor = ingestion.server_redactor()
     result = RedactResult(dry_run=dry_run)
     for step in (_redact_runs, _redact_sessions, _redact_receipts):
         step(redactor, result, batch_size, progress)
@@ -72,11 +72,11 @@ def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, prog
             result.scanned["runs"] += 1
             report: list[dict[str, Any]] = []
             try:
-                prepared = services.prepare_run(mapper.run_record(row), redactor=redactor, report=report)
+                prepared = ingestion.prepare_run(mapper.run_record(row), redactor=redactor, report=report)
             except (RecordError, RecursionError):
                 result.skipped.append(row.run_id)
                 continue
-            digest = services.content_hash(prepared)
+            digest = ingestion.content_hash(prepared)
             document = search.document_for(prepared)
             if digest == row.content_hash and document == documents.get(row.pk):
                 continue
@@ -96,7 +96,7 @@ def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, prog
 def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str]]) -> None:
     # Fill (and render the answer HTML) before the transaction: it is the slow part.
     for row, _, prepared, digest, _ in planned:
-        services._fill_run(row, prepared, row.session, digest, row.source_format)
+        ingestion._fill_run(row, prepared, row.session, digest, row.source_format)
         row.output_html = render_markdown(prepared.output)
     with transaction.atomic():
         for row, read_hash, prepared, _, document in planned:
@@ -114,8 +114,8 @@ def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str]]) -> None:
             for position, context in enumerate(prepared.injected_contexts):
                 if position in previous.linked_positions:
                     context.source_run_ids = []
-            services.delete_children(row)
-            contexts = services._write_children(row, prepared)
+            ingestion.delete_children(row)
+            contexts = ingestion._write_children(row, prepared)
             provenance.link_run(row, contexts, previous=previous)
             models.RunSearch.objects.update_or_create(run=row, defaults={"document": document})
 

@@ -8,7 +8,7 @@ import pytest
 from django.db import DatabaseError
 from django.test import override_settings
 
-from history_app import models, services
+from history_app import ingestion, models
 from history_app.models import IngestToken
 
 from .conftest import autourgos_logs, database_dump, load_jsonl, native
@@ -147,7 +147,7 @@ def test_a_run_is_stored_whole_or_not_at_all(ingest, monkeypatch):
         models.Iteration.objects.create(run=row, position=0, index=1)
         raise DatabaseError("disk full")
 
-    monkeypatch.setattr(services, "_write_children", explode)
+    monkeypatch.setattr(ingestion, "_write_children", explode)
     response = ingest(native(iterations=[{"thought": "a"}]))
     assert response.status_code == 400
     # The message names no database internals (issue #10, item 4); the log has them.
@@ -236,7 +236,7 @@ def test_no_secret_reaches_the_database_in_any_placement(ingest, alice_client, e
     for receipt in models.IngestReceipt.objects.all():
         assert all(leftover not in json.dumps(receipt.changed_fields) for leftover in leftovers)
     # The redactions map holds rule names only.
-    rule_names = services.server_redactor().rule_names
+    rule_names = ingestion.server_redactor().rule_names
     assert all(set(run.redactions) <= rule_names for run in models.Run.objects.all())
 
 

@@ -21,7 +21,7 @@ import pytest
 from django.db import OperationalError, close_old_connections, connection
 from django.utils import timezone
 
-from history_app import models, services
+from history_app import ingestion, models
 
 from .conftest import TOKEN, native
 
@@ -52,7 +52,7 @@ def test_too_many_items_answer_413_naming_count_and_limit(ingest, settings):
 def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_request_stored(
     ingest, alice_client, monkeypatch
 ):
-    real = services.ingest_run
+    real = ingestion.ingest_run
     seen = []
 
     def dies_on_the_third(*, run, **options):
@@ -62,7 +62,7 @@ def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_r
             raise RuntimeError("the worker was killed")  # not a database error
         return real(run=run, **options)
 
-    monkeypatch.setattr(services, "ingest_run", dies_on_the_third)
+    monkeypatch.setattr(ingestion, "ingest_run", dies_on_the_third)
     with pytest.raises(RuntimeError):
         ingest([native(f"r{i}") for i in range(5)])
     # Open before the first run was stored, and current after each item.
@@ -90,7 +90,7 @@ def test_an_open_receipt_gone_idle_is_shown_interrupted(alice_client, admin_clie
 
 
 def _fails_on(calls: set[int], exc: Exception):
-    real = services.ingest_run
+    real = ingestion.ingest_run
     count = [0]
 
     def flaky(*, run, **options):
@@ -104,7 +104,7 @@ def _fails_on(calls: set[int], exc: Exception):
 
 def test_a_transient_database_failure_answers_503_with_retry_after_and_items_to_retry(ingest, monkeypatch):
     locked = OperationalError("database is locked")
-    monkeypatch.setattr(services, "ingest_run", _fails_on({2}, locked))
+    monkeypatch.setattr(ingestion, "ingest_run", _fails_on({2}, locked))
     response = ingest([native(f"r{i}") for i in range(3)])
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
@@ -132,7 +132,7 @@ class _Deadlock(Exception):
 def test_a_deadlock_is_retried_at_once(ingest, monkeypatch):
     deadlock = OperationalError("deadlock detected")
     deadlock.__cause__ = _Deadlock()
-    monkeypatch.setattr(services, "ingest_run", _fails_on({1}, deadlock))
+    monkeypatch.setattr(ingestion, "ingest_run", _fails_on({1}, deadlock))
     response = ingest(native("r"))
     assert response.status_code == 200 and response.json()["results"][0]["status"] == "created"
 
@@ -148,10 +148,10 @@ def test_a_chunked_body_is_refused_with_411_where_it_cannot_be_read(ingest):
 @pytest.mark.django_db(transaction=True)
 def test_moving_runs_between_two_sessions_both_ways_at_once_does_not_deadlock(monkeypatch):
     # One attempt only: the lock order alone must prevent the deadlock.
-    monkeypatch.setattr(services, "STORE_ATTEMPTS", 1, raising=False)
+    monkeypatch.setattr(ingestion, "STORE_ATTEMPTS", 1, raising=False)
     n = 20
     runs = {side: [native(f"{side}{i}", f"s-{side}", input=side) for i in range(n)] for side in "ab"}
-    services.ingest_items(items=runs["a"] + runs["b"])
+    ingestion.ingest_items(items=runs["a"] + runs["b"])
     barrier = threading.Barrier(2)
     outcomes: dict[str, list] = {}
 
@@ -159,7 +159,7 @@ def test_moving_runs_between_two_sessions_both_ways_at_once_does_not_deadlock(mo
         try:
             barrier.wait()
             moved = [{**run, "session_id": f"s-{to}"} for run in runs[side]]
-            outcomes[side] = [(r.status, r.errors) for r in services.ingest_items(items=moved)]
+            outcomes[side] = [(r.status, r.errors) for r in ingestion.ingest_items(items=moved)]
         finally:
             close_old_connections()
             connection.close()
@@ -272,7 +272,7 @@ def test_a_transient_failure_outside_the_items_answers_503_not_500(ingest, monke
     def locked(**_):
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(services, where, locked)
+    monkeypatch.setattr(ingestion, where, locked)
     response = ingest([native("r1")])
     assert response.status_code == 503
     assert response["Retry-After"] == "5"

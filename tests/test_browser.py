@@ -13,7 +13,7 @@ from urllib.parse import urlencode, urlparse
 
 import pytest
 
-from history_app import services
+from history_app import ingestion
 from history_app.agent_history import parse
 
 from .conftest import AUTOURGOS, load_jsonl, native
@@ -109,8 +109,8 @@ def test_main_path_log_in_open_session_open_run(browser_page, live_server, djang
         "Task_20261129_224355_610116_7bfd7d3a.json",
         "Task_20261129_224355_630165_f0f3ce5c.json",
     ):
-        results += services.ingest_items(items=[json.loads((AUTOURGOS / name).read_text())])
-    services.record_receipt(source="import_history", results=results, label="tests/fixtures/autourgos")
+        results += ingestion.ingest_items(items=[json.loads((AUTOURGOS / name).read_text())])
+    ingestion.record_receipt(source="import_history", results=results, label="tests/fixtures/autourgos")
     page = browser_page
     log_in(page, live_server, django_user_model)
     shot(page, "01-sessions")
@@ -145,7 +145,7 @@ DEMO = Path(__file__).resolve().parent.parent / "history_app" / "demo"
 def load_demo() -> None:
     for path in sorted(DEMO.glob("*.json")):
         data = json.loads(path.read_text())
-        results = services.ingest_items(items=data if isinstance(data, list) else [data])
+        results = ingestion.ingest_items(items=data if isinstance(data, list) else [data])
         assert all(r.status == "created" for r in results), (path, results)
 
 
@@ -293,7 +293,7 @@ def test_xss_payloads_open_no_dialog_and_fetch_nothing(browser_page, live_server
         }
         for i, payload in enumerate(payloads)
     ]
-    services.ingest_items(items=runs)
+    ingestion.ingest_items(items=runs)
     page = browser_page
     log_in(page, live_server, django_user_model)
     page.goto(f"{live_server.url}/sessions/xss-session/")
@@ -321,7 +321,7 @@ def test_library_parser_is_the_one_the_server_uses():
 
 def test_show_more_loads_the_next_tool_calls_in_place(browser_page, live_server, django_user_model):
     calls = [{"tool": f"tool-{n}", "params": {"n": n}, "result": "ok"} for n in range(45)]
-    services.ingest_items(items=[{**native("big-run", "big"), "iterations": [{"tool_calls": calls}]}])
+    ingestion.ingest_items(items=[{**native("big-run", "big"), "iterations": [{"tool_calls": calls}]}])
     page = browser_page
     log_in(page, live_server, django_user_model)
     page.goto(f"{live_server.url}/runs/big-run/")
@@ -338,7 +338,7 @@ def test_show_more_loads_the_next_tool_calls_in_place(browser_page, live_server,
 
 def test_show_more_loads_the_next_contexts_in_place(browser_page, live_server, django_user_model):
     contexts = [{"kind": "custom", "text": f"context {n}"} for n in range(45)]
-    services.ingest_items(items=[{**native("ctx-run", "ctx"), "injected_contexts": contexts}])
+    ingestion.ingest_items(items=[{**native("ctx-run", "ctx"), "injected_contexts": contexts}])
     page = browser_page
     log_in(page, live_server, django_user_model)
     page.goto(f"{live_server.url}/runs/ctx-run/")

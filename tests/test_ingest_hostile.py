@@ -10,7 +10,7 @@ import re
 import pytest
 from django.test import Client
 
-from history_app import models, services
+from history_app import ingestion, models
 
 from .conftest import native
 
@@ -392,7 +392,7 @@ def test_an_unexpected_error_on_the_api_answers_json_500(token, auth_headers, mo
     def broken(**kwargs):
         raise RuntimeError("internal detail that must not leak")
 
-    monkeypatch.setattr(services, "ingest_items", broken)
+    monkeypatch.setattr(ingestion, "ingest_items", broken)
     client = Client(raise_request_exception=False)
     response = client.post("/api/v1/ingest", body(native()), content_type="application/json", **auth_headers)
     assert response.status_code == 500

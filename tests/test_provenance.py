@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from history_app import models, services
+from history_app import ingestion, models, retention
 from history_app.agent_history import blocks
 from history_app.agent_history.context import (
     TEAM_FOOTER,
@@ -70,7 +70,7 @@ def sources(session="s"):
 
 
 def store(runs):
-    results = services.ingest_items(items=runs)
+    results = ingestion.ingest_items(items=runs)
     assert {r.status for r in results} <= {"created", "updated"}, [r.errors for r in results]
 
 
@@ -333,7 +333,7 @@ def test_pruning_and_redact_history_keep_the_provenance_rows_consistent():
     store(history_runs(5))
     call_command("redact_history", stdout=io.StringIO())
     assert sources() == expected(5)
-    result = services.prune_sessions(session_ids=list(models.Session.objects.values_list("pk", flat=True)))
+    result = retention.prune_sessions(session_ids=list(models.Session.objects.values_list("pk", flat=True)))
     assert result.counts["context_entries"] == 9 and result.counts["run_fingerprints"] == 10
     assert not models.ContextEntry.objects.exists() and not models.RunFingerprint.objects.exists()
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from django.core.management import call_command
 
-from history_app import models, reredact, search, services
+from history_app import ingestion, models, reredact, search
 from history_app.agent_history import formats
 from history_app.agent_history.records import RecordError
 from history_app.rendering import render_markdown
@@ -81,7 +81,7 @@ def store_raw(items: list[dict]) -> None:
     """Store without redaction, the way runs stored before a rule existed are held."""
     for item in items:
         for run in formats.parse(item):
-            services.ingest_run(run=run, source_format="native")
+            ingestion.ingest_run(run=run, source_format="native")
     models.IngestReceipt.objects.create(
         source="api",
         label=f"import of {SECRETS[0]['secret']}",
@@ -117,7 +117,7 @@ def test_redact_history_removes_what_older_rules_kept_and_a_resend_stays_duplica
     sessions = list(models.Session.objects.all())
     assert len(sessions) == 6  # s-0 … s-4 and s-partial
     shown = {s.session_id: [s.user_id, s.agent_name, s.framework] for s in sessions}
-    holding = [sid for sid, fields in shown.items() if services.server_redactor().redact(fields) != fields]
+    holding = [sid for sid, fields in shown.items() if ingestion.server_redactor().redact(fields) != fields]
     assert "s-partial" in holding
 
     preview = redact_history("--dry-run")
@@ -132,7 +132,7 @@ def test_redact_history_removes_what_older_rules_kept_and_a_resend_stays_duplica
     assert leaks(dump) == []
     for run in models.Run.objects.all():
         assert run.output_html == render_markdown(run.output)
-        assert set(run.redactions) <= services.server_redactor().rule_names
+        assert set(run.redactions) <= ingestion.server_redactor().rule_names
         page = alice_client.get(run.get_absolute_url()).content.decode()
         assert leaks(page) == []
     assert not models.Run.objects.filter(pk__in=search.matching_run_pks("FAKEkvAsKey99")).exists()
@@ -177,14 +177,14 @@ def test_a_database_filled_through_the_endpoint_is_left_as_it_is(ingest):
 
 def test_a_run_that_no_longer_validates_is_named_and_the_rest_is_done(monkeypatch):
     store_raw(raw_items()[:3])
-    prepare_run = services.prepare_run
+    prepare_run = ingestion.prepare_run
 
     def refuse_old_1(run, **kwargs):
         if run.run_id == "old-1":
             raise RecordError([("$.iterations[0].metadata", "too deep")])
         return prepare_run(run, **kwargs)
 
-    monkeypatch.setattr(services, "prepare_run", refuse_old_1)
+    monkeypatch.setattr(ingestion, "prepare_run", refuse_old_1)
     errors = io.StringIO()
     out = io.StringIO()
     call_command("redact_history", stdout=out, stderr=errors)

@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.db import connection
 
-from history_app import rendering, services
+from history_app import ingestion, rendering
 
 from .conftest import native
 
@@ -126,7 +126,7 @@ def test_answers_are_rendered_outside_the_write_transaction(ingest, monkeypatch)
         seen.append(connection.in_atomic_block)
         return rendering.render_markdown(text, **kwargs)
 
-    monkeypatch.setattr(services, "render_markdown", render)
+    monkeypatch.setattr(ingestion, "render_markdown", render)
     assert ingest(native("r-outside", output="*hello*")).status_code == 200
     assert seen == [False]
 

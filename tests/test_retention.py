@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from history_app import models, services
+from history_app import models, retention
 
 pytestmark = pytest.mark.django_db
 
@@ -106,8 +106,8 @@ def test_filters_by_status_and_agent(sessions):
 
 def test_pinned_sessions_survive_every_path(sessions, admin_client):
     pinned = models.Session.objects.get(session_id="old-pinned")
-    services.prune_sessions(older_than_days=0)
-    services.prune_sessions(session_ids=[pinned.pk])
+    retention.prune_sessions(older_than_days=0)
+    retention.prune_sessions(session_ids=[pinned.pk])
     admin_client.post(
         "/admin/history_app/session/", {"action": "prune_selected", "_selected_action": [pinned.pk]}
     )
@@ -119,16 +119,16 @@ def test_pinned_sessions_survive_every_path(sessions, admin_client):
 
 
 def test_an_interrupted_prune_is_finished_by_the_next_one(sessions):
-    first = services.prune_sessions(older_than_days=30, batch_size=1, max_batches=1)
+    first = retention.prune_sessions(older_than_days=30, batch_size=1, max_batches=1)
     assert first.counts["sessions"] == 1
-    second = services.prune_sessions(older_than_days=30, batch_size=1)
+    second = retention.prune_sessions(older_than_days=30, batch_size=1)
     assert second.counts["sessions"] == 1
     assert set(models.Session.objects.values_list("session_id", flat=True)) == {"old-pinned", "new"}
 
 
 def test_a_session_that_got_a_new_run_is_kept(ingest, sessions):
     make_session(ingest, "old-1", days_ago=0, runs=1)  # re-sends old-1-0 with a fresh time
-    services.prune_sessions(older_than_days=30)
+    retention.prune_sessions(older_than_days=30)
     assert models.Session.objects.filter(session_id="old-1").exists()
 
 
@@ -223,7 +223,7 @@ def test_admin_search_by_ids(sessions, admin_client):
 def test_automatic_retention_prunes_every_n_runs(ingest, settings, sessions):
     settings.HISTORY_RETENTION_DAYS = 30
     settings.HISTORY_RETENTION_EVERY_RUNS = 3
-    services._runs_since_prune = 0
+    retention._runs_since_prune = 0
     make_session(ingest, "fresh-1", days_ago=0, runs=2)
     assert models.Session.objects.filter(session_id="old-1").exists()
     make_session(ingest, "fresh-2", days_ago=0, runs=1)  # the third run triggers one batch

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from history_app import models, search, services
+from history_app import models, retention, search
 
 from .conftest import native
 
@@ -120,7 +120,7 @@ def test_search_follows_updates_and_prunes(alice_client, ingest, corpus):
     ingest(native("r-chat", "s-chat", input="a brand new text", started_at="2026-11-10T10:00:00Z"))
     assert sessions_on(alice_client, q="brand") == ["s-chat"]
     assert sessions_on(alice_client, q="502") == []
-    services.prune_sessions(session_ids=[models.Session.objects.get(session_id="s-chat").pk])
+    retention.prune_sessions(session_ids=[models.Session.objects.get(session_id="s-chat").pk])
     assert sessions_on(alice_client, q="brand") == []
     assert not models.RunSearch.objects.filter(run__run_id="r-chat").exists()
 

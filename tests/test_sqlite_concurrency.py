@@ -19,13 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 WRITER = """
 import os, sys, django
 django.setup()
-from history_app import services
+from history_app import ingestion
 worker = int(sys.argv[1])
 errors = 0
 for i in range(40):
     runs = [{"schema": "agent-history/v1", "run_id": f"w{worker}-{i}-{k}", "session_id": f"shared-{k}",
              "input": "x" * 2000, "iterations": [{"tool_calls": [{"tool": "t", "params": {"i": i}}]}]} for k in range(3)]
-    for result in services.ingest_items(items=runs):
+    for result in ingestion.ingest_items(items=runs):
         if result.status != "created":
             errors += 1
             print(result.errors, file=sys.stderr)

@@ -6,7 +6,7 @@ renderer, in an injected context of the run) that the server links to its source
 
 Two orders: "sources first" (each run after the runs it quotes) and "late sources" (the
 runs sent newest first, so every run arrives after the three runs that quote it and
-links their entries then). Each run goes through ``services.ingest_items`` on its own,
+links their entries then). Each run goes through ``ingestion.ingest_items`` on its own,
 timed; the figure at the 1st and at the Nth run is the median of the ``--around`` runs
 there, best of ``--repeat`` passes. Prints figures only, asserts no time. Target: the Nth
 run no slower than 1.5 × the 1st.
@@ -60,7 +60,7 @@ def session_runs(session: str, n: int) -> list[dict]:
 def ingest_timed(runs: list[dict]) -> tuple[list[float], list[float]]:
     """Each run's ingest time, and the part of it spent linking (``provenance.link_run``;
     zeros with a version without it)."""
-    from history_app import services
+    from history_app import ingestion
 
     try:
         from history_app import provenance
@@ -83,7 +83,7 @@ def ingest_timed(runs: list[dict]) -> tuple[list[float], list[float]]:
         for run in runs:
             linking[0] = 0.0
             started = time.perf_counter()
-            (result,) = services.ingest_items(items=[run])
+            (result,) = ingestion.ingest_items(items=[run])
             times.append(time.perf_counter() - started)
             links.append(linking[0])
             assert result.status == "created", result.errors

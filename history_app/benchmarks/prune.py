@@ -227,7 +227,7 @@ def main() -> None:
     from django.conf import settings
 
     from history_app.auth import register_token
-    from history_app.services import prune_sessions
+    from history_app.retention import prune_sessions
 
     print(f"database: {settings.DATABASES['default']['ENGINE']}", file=sys.stderr)
     rows = populate(args.sessions)

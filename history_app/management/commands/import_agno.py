@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app import services
+from history_app import ingestion
 from history_app.agent_history import redact
 from history_app.agent_history.formats import agno
 from history_app.agent_history.records import RecordError
@@ -137,7 +137,7 @@ class Command(BaseCommand):
         else:
             rows = read_sqlite(source, since_epoch)
         problems: list[str] = []
-        all_results: list[services.ItemResult] = []
+        all_results: list[ingestion.ItemResult] = []
         earlier: dict[tuple[str, str], list[dict]] = {}
         earlier_workflows: dict[str, list[dict]] = {}
         # Member runs are rows of their own, written before their team's row; the tasks the
@@ -152,7 +152,7 @@ class Command(BaseCommand):
             except (TypeError, ValueError) as exc:
                 problems.append(f"row {number}: run_data is not JSON ({exc})")
                 all_results.append(
-                    services.ItemResult(
+                    ingestion.ItemResult(
                         index=number - 1, errors=[{"path": "$", "message": f"run_data is not JSON ({exc})"}]
                     )
                 )
@@ -186,12 +186,12 @@ class Command(BaseCommand):
                     rebuild_workflow_history(runs[0], previous, workflow_history_runs)
                     previous.append(payload)
                 items, format_name = [run.to_dict() for run in runs], "native"
-            for result in services.ingest_items(items=items, format=format_name, source_format="agno"):
+            for result in ingestion.ingest_items(items=items, format=format_name, source_format="agno"):
                 result.index = number - 1
                 all_results.append(result)
                 problems.extend(f"{result.run_id}: {e['path']}: {e['message']}" for e in result.errors)
         # A PostgreSQL URL can carry a password: the receipt keeps the redacted form.
-        totals = services.record_receipt(
+        totals = ingestion.record_receipt(
             source="import_agno", results=all_results, label=redact(source)
         ).counts
         self.stdout.write(

@@ -5,7 +5,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app import services
+from history_app import ingestion
 from history_app.agent_history import formats
 from history_app.management.progress import show_progress
 
@@ -50,7 +50,7 @@ class Command(BaseCommand):
             raise CommandError("no .json, .jsonl, .ndjson or .md files found")
         problems: list[str] = []
         skipped: list[str] = []
-        all_results: list[services.ItemResult] = []
+        all_results: list[ingestion.ItemResult] = []
         for number, path in enumerate(files, start=1):
             show_progress(self.stderr, number, len(files), path.name)
             try:
@@ -58,7 +58,7 @@ class Command(BaseCommand):
             except (formats.BodyError, OSError) as exc:
                 problems.append(f"{path}: {exc}")
                 all_results.append(
-                    services.ItemResult(
+                    ingestion.ItemResult(
                         index=len(all_results), errors=[{"path": str(path), "message": str(exc)}]
                     )
                 )
@@ -68,12 +68,12 @@ class Command(BaseCommand):
                 # instead of counting each of its objects as a rejected run.
                 skipped.append(f"{path}: not a history file (matches no accepted format)")
                 continue
-            for result in services.ingest_items(items=items):
+            for result in ingestion.ingest_items(items=items):
                 all_results.append(result)
                 for error in result.errors:
                     where = f"[{result.index}]" if len(items) > 1 else ""
                     problems.append(f"{path}{where}: {error['path']}: {error['message']}")
-        totals = services.record_receipt(
+        totals = ingestion.record_receipt(
             source="import_history", results=all_results, label=", ".join(paths)
         ).counts
         self.stdout.write(

@@ -5,7 +5,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app.services import (
+from history_app.retention import (
     MAX_PRUNE_DAYS,
     PROVENANCE_COUNT_KEYS,
     PRUNE_COUNT_KEYS,

@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from history_app.auth import register_token
+from history_app.ingestion import ingest_items, record_receipt
 from history_app.management.commands.import_history import collect_files, read_items
-from history_app.services import ingest_items, record_receipt
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "demo"
 

@@ -1,0 +1,194 @@
+"""Retention: which sessions are old enough to go, and pruning them in batches (from the
+admin, ``prune_history`` or automatically after ingestion), children and provenance rows
+included, without one long lock."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from . import models
+from .ingestion import delete_children  # noqa: F401
+
+logger = logging.getLogger(__name__)
+
+
+PRUNE_COUNT_KEYS = (
+    "sessions",
+    "runs",
+    "iterations",
+    "tool_calls",
+    "member_interactions",
+    "injected_contexts",
+    "search_documents",
+    "context_entries",
+    "run_fingerprints",
+)
+PROVENANCE_COUNT_KEYS = ("context_entries", "run_fingerprints")
+
+
+@dataclass
+class PruneResult:
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PRUNE_COUNT_KEYS, 0))
+    batches: int = 0
+    longest_transaction_s: float = 0.0
+    dry_run: bool = False
+    skipped_pinned: int = 0
+    log_id: int | None = None
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.counts.values())
+
+
+def prune_candidates(
+    *,
+    cutoff: datetime | None = None,
+    session_ids: list[int] | None = None,
+    statuses: list[str] | tuple[str, ...] = (),
+    agents: list[str] | tuple[str, ...] = (),
+) -> Any:
+    """Sessions a prune may remove. Pinned sessions are never among them, by any path.
+
+    Selection is by ``last_activity_at`` (indexed): the latest time the agent reported for
+    any run of the session, falling back to when we received it.
+    """
+    queryset = models.Session.objects.filter(pinned=False)
+    if cutoff is not None:
+        queryset = queryset.filter(last_activity_at__lt=cutoff)
+    if session_ids is not None:
+        queryset = queryset.filter(pk__in=session_ids)
+    if statuses:
+        queryset = queryset.filter(last_status__in=statuses)
+    if agents:
+        queryset = queryset.filter(agent_name__in=agents)
+    return queryset
+
+
+def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, Any]]:
+    """Children first, so no row is ever left pointing at a deleted parent.
+
+    With ``run_ids`` (a batch's run keys, fetched once) every child is deleted through its
+    own ``run_id`` index with a plain ``DELETE … WHERE run_id IN (…)``, no join.
+    """
+    runs = {"run_id__in": run_ids} if run_ids is not None else {"run__session_id__in": session_ids}
+    return [
+        ("tool_calls", models.ToolCall.objects.filter(**runs)),
+        ("iterations", models.Iteration.objects.filter(**runs)),
+        ("member_interactions", models.MemberInteraction.objects.filter(**runs)),
+        ("context_entries", models.ContextEntry.objects.filter(**runs)),
+        ("injected_contexts", models.InjectedContext.objects.filter(**runs)),
+        ("search_documents", models.RunSearch.objects.filter(**runs)),
+        ("run_fingerprints", models.RunFingerprint.objects.filter(**runs)),
+        ("runs", models.Run.objects.filter(session_id__in=session_ids)),
+        ("sessions", models.Session.objects.filter(pk__in=session_ids)),
+    ]
+
+
+# A bound on "older than" (about 270 years): the cutoff, today minus that many days, must
+# remain a date the databases can store.
+MAX_PRUNE_DAYS = 100_000
+
+
+def prune_sessions(
+    *,
+    older_than_days: float | None = None,
+    session_ids: list[int] | None = None,
+    statuses: list[str] | tuple[str, ...] = (),
+    agents: list[str] | tuple[str, ...] = (),
+    batch_size: int = 500,
+    dry_run: bool = False,
+    max_batches: int | None = None,
+    trigger: str = "command",
+    user: str = "",
+    progress: Any = None,
+) -> PruneResult:
+    """Delete old (or chosen) unpinned sessions and every row that belongs to them.
+
+    Each batch of at most ``batch_size`` sessions is deleted in its own short transaction,
+    children first, with ``DELETE … WHERE … IN (subquery)`` statements: no row is loaded
+    into Python, and no transaction holds the write lock for long, so ingestion goes on.
+    Each batch re-checks its sessions inside the transaction (a run that arrived since
+    the selection keeps its session). Interrupted, a second run finishes the job.
+    With ``dry_run`` it counts exactly what would go and deletes nothing.
+    """
+    if older_than_days is None and session_ids is None:
+        raise ValueError("give older_than_days or session_ids")
+    if older_than_days is not None and not 0 <= older_than_days <= MAX_PRUNE_DAYS:  # NaN fails too
+        raise ValueError(f"older_than_days must be a number of days from 0 to {MAX_PRUNE_DAYS}")
+    cutoff = timezone.now() - timedelta(days=older_than_days) if older_than_days is not None else None
+    criteria = {
+        "older_than_days": older_than_days,
+        "cutoff": cutoff.isoformat() if cutoff else None,
+        "session_count": len(session_ids) if session_ids is not None else None,
+        "statuses": list(statuses),
+        "agents": list(agents),
+        "batch_size": batch_size,
+    }
+    log = models.PruneLog.objects.create(trigger=trigger, user=user[:150], dry_run=dry_run, criteria=criteria)
+    result = PruneResult(dry_run=dry_run, log_id=log.pk)
+    if session_ids is not None:
+        result.skipped_pinned = models.Session.objects.filter(pk__in=session_ids, pinned=True).count()
+
+    def candidates() -> Any:
+        return prune_candidates(cutoff=cutoff, session_ids=session_ids, statuses=statuses, agents=agents)
+
+    if dry_run:
+        selected = candidates().values("pk")
+        for key, queryset in _child_querysets(selected):
+            result.counts[key] = queryset.count()
+    else:
+        while max_batches is None or result.batches < max_batches:
+            started = time.perf_counter()
+            with transaction.atomic():
+                batch = list(
+                    candidates().order_by("last_activity_at", "id").values_list("pk", flat=True)[:batch_size]
+                )
+                if not batch:
+                    break
+                run_ids = list(models.Run.objects.filter(session_id__in=batch).values_list("pk", flat=True))
+                for key, queryset in _child_querysets(batch, run_ids):
+                    result.counts[key] += queryset._raw_delete(queryset.db)
+            result.longest_transaction_s = max(result.longest_transaction_s, time.perf_counter() - started)
+            result.batches += 1
+            if progress is not None:
+                progress(result)
+    log.counts = result.counts
+    log.batches = result.batches
+    log.longest_transaction_ms = round(result.longest_transaction_s * 1000)
+    log.finished_at = timezone.now()
+    log.save(update_fields=["counts", "batches", "longest_transaction_ms", "finished_at"])
+    return result
+
+
+_runs_since_prune = 0
+_auto_prune_lock = threading.Lock()
+
+
+def maybe_prune_automatically(*, new_runs: int) -> PruneResult | None:
+    """With HISTORY_RETENTION_DAYS set, run one bounded prune batch every
+    HISTORY_RETENTION_EVERY_RUNS ingested runs (counted per process), so retention
+    happens without anyone remembering a cron job; the command remains for cron/systemd."""
+    global _runs_since_prune
+    days = settings.HISTORY_RETENTION_DAYS
+    if days is None or new_runs <= 0:
+        return None
+    with _auto_prune_lock:
+        _runs_since_prune += new_runs
+        if _runs_since_prune < settings.HISTORY_RETENTION_EVERY_RUNS:
+            return None
+        _runs_since_prune = 0
+    return prune_sessions(
+        older_than_days=days,
+        batch_size=settings.HISTORY_RETENTION_BATCH_SIZE,
+        max_batches=1,
+        trigger="automatic",
+    )
