@@ -501,14 +501,14 @@ def _add_to_session(session: models.Session, row: models.Run) -> None:
     last = row.ended_at or row.started_at or row.received_at
     session.last_activity_at = last if first else max(session.last_activity_at, last)
     # The latest run orders by (started_at, else received_at) then id, and the new id is the
-    # highest: the new run is the latest unless another one is later.
+    # highest: the new run is the latest unless another one is later. Two range lookups on
+    # the (session, started_at, id) index: one query with OR would scan the session.
     key = row.started_at or row.received_at
-    later = (
-        models.Run.objects.filter(session=session)
-        .filter(Q(started_at__gt=key) | Q(started_at__isnull=True, received_at__gt=key))
-        .exclude(pk=row.pk)
-    )
-    if first or not later.exists():
+    others = models.Run.objects.filter(session=session).exclude(pk=row.pk)
+    if first or not (
+        others.filter(started_at__gt=key).exists()
+        or others.filter(started_at__isnull=True, received_at__gt=key).exists()
+    ):
         session.last_status = row.status
         session.agent_name = row.agent_name
         session.framework = row.framework or session.framework
