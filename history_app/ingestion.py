@@ -330,7 +330,7 @@ def _ingest_run(run: Run, digest: str, source_format: str, output_html: str) -> 
     else:
         models.RunSearch.objects.update_or_create(run=row, defaults={"document": document})
     provenance.link_run(row, contexts, previous=previous)
-    _refresh_session(session)
+    _refresh_session(session, added=row if status == "created" else None)
     if old_session_id is not None:
         _refresh_session(models.Session.objects.get(pk=old_session_id))
     return status
@@ -392,8 +392,15 @@ def _write_children(row: models.Run, run: Run) -> list[models.InjectedContext]:
     )
 
 
-def _refresh_session(session: models.Session) -> None:
-    """Recompute the session's denormalised counts from its runs (one aggregate query)."""
+def _refresh_session(session: models.Session, *, added: models.Run | None = None) -> None:
+    """Recompute the session's denormalised counts from its runs (one aggregate query).
+
+    With ``added`` (a run just created in the locked session, whose counts were current)
+    the counts are brought forward instead, so the cost does not grow with the session: one
+    indexed query asks whether a run of the session started later than the new one."""
+    if added is not None:
+        _add_to_session(session, added)
+        return
     runs = models.Run.objects.filter(session=session)
     stats = runs.aggregate(
         n=Count("id"),
@@ -415,6 +422,33 @@ def _refresh_session(session: models.Session) -> None:
         session.agent_name = latest.agent_name
         session.framework = latest.framework or session.framework
         session.user_id = latest.user_id or session.user_id
+    session.save()
+
+
+def _add_to_session(session: models.Session, row: models.Run) -> None:
+    """``_refresh_session`` for one new run: the same results, without reading the others."""
+    first = session.run_count == 0
+    session.run_count += 1
+    session.failed_count += row.status == "failed"
+    if row.started_at is not None and (
+        session.first_started_at is None or row.started_at < session.first_started_at
+    ):
+        session.first_started_at = row.started_at
+    last = row.ended_at or row.started_at or row.received_at
+    session.last_activity_at = last if first else max(session.last_activity_at, last)
+    # The latest run orders by (started_at, else received_at) then id, and the new id is the
+    # highest: the new run is the latest unless another one is later. Two range lookups on
+    # the (session, started_at, id) index: one query with OR would scan the session.
+    key = row.started_at or row.received_at
+    others = models.Run.objects.filter(session=session).exclude(pk=row.pk)
+    if first or not (
+        others.filter(started_at__gt=key).exists()
+        or others.filter(started_at__isnull=True, received_at__gt=key).exists()
+    ):
+        session.last_status = row.status
+        session.agent_name = row.agent_name
+        session.framework = row.framework or session.framework
+        session.user_id = row.user_id or session.user_id
     session.save()
 
 

@@ -364,3 +364,36 @@ def test_renderers_are_their_entries_and_the_split_never_misplaces_one(runs):
     members = [{"member": "M", "task": r["input"], "response": r["output"]} for r in runs]
     block = render_member_interactions(members)
     assert "".join(f"{entry_body('member_interactions', m)}\n" for m in members) in block
+
+
+def test_a_new_run_brings_the_session_counts_forward_as_a_full_recount_would():
+    """Ingesting a new run updates its session's counts without reading the other runs;
+    the result is the full recount's, whatever order the runs arrive in."""
+    runs = [
+        native(f"c{i}", "counts", status=status, started_at=started, ended_at=ended, agent_name=f"a{i}")
+        for i, (status, started, ended) in enumerate(
+            [
+                ("completed", "2026-01-01T10:00:00Z", "2026-01-01T10:05:00Z"),
+                ("failed", "2026-01-01T09:00:00Z", "2026-01-01T12:00:00Z"),
+                ("completed", None, None),
+                ("completed", "2026-01-01T11:00:00Z", None),
+                ("failed", "2026-01-01T08:00:00Z", "2026-01-01T08:01:00Z"),
+            ]
+        )
+    ]
+    fields = (
+        "run_count",
+        "failed_count",
+        "first_started_at",
+        "last_activity_at",
+        "last_status",
+        "agent_name",
+    )
+    for order in (runs, runs[::-1], runs[1:] + runs[:1]):
+        models.Run.objects.all().delete()
+        models.Session.objects.all().delete()
+        for run in order:
+            store([{k: v for k, v in run.items() if v is not None}])
+            incremental = models.Session.objects.values(*fields).get()
+            services._refresh_session(models.Session.objects.get())
+            assert models.Session.objects.values(*fields).get() == incremental
