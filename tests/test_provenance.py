@@ -395,5 +395,5 @@ def test_a_new_run_brings_the_session_counts_forward_as_a_full_recount_would():
         for run in order:
             store([{k: v for k, v in run.items() if v is not None}])
             incremental = models.Session.objects.values(*fields).get()
-            services._refresh_session(models.Session.objects.get())
+            ingestion._refresh_session(models.Session.objects.get())
             assert models.Session.objects.values(*fields).get() == incremental
