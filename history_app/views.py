@@ -7,8 +7,9 @@ and must get the full page.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -153,18 +154,31 @@ def _start(request: HttpRequest) -> int:
     return SliceForm.read(request.GET, high=transcripts.MAX_START)["start"]
 
 
+def _slice_response(
+    request: HttpRequest,
+    run: models.Run,
+    build: Callable[[int], Any],
+    key: str,
+    partial: str,
+    template_partial: str,
+) -> HttpResponse:
+    """One "show more" slice of a run page: ``build(start)`` gives it; a bad start is a 400."""
+    try:
+        part = build(_start(request))
+    except paging.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    context = {"run": run, "session": run.session, key: part, "partial": partial}
+    return render(request, _slice_template(request, template_partial), context)
+
+
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
 def run_iterations(request: HttpRequest, run_id: str) -> HttpResponse:
     """The next iterations of a run, from position ``start``."""
     run = transcripts.get_run(run_id)
-    try:
-        iterations = transcripts.iteration_slice(run=run, start=_start(request))
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
-    context = {"run": run, "session": run.session, "slice": iterations, "partial": "iterations"}
-    return render(request, _slice_template(request, "iterations"), context)
+    build = lambda start: transcripts.iteration_slice(run=run, start=start)  # noqa: E731
+    return _slice_response(request, run, build, "slice", "iterations", "iterations")
 
 
 @require_GET
@@ -173,12 +187,8 @@ def run_iterations(request: HttpRequest, run_id: str) -> HttpResponse:
 def run_contexts(request: HttpRequest, run_id: str) -> HttpResponse:
     """The next injected contexts of a run, from position ``start``."""
     run = transcripts.get_run(run_id)
-    try:
-        contexts = transcripts.context_slice(run=run, start=_start(request))
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
-    context = {"run": run, "session": run.session, "contexts": contexts, "partial": "contexts"}
-    return render(request, _slice_template(request, "context-items"), context)
+    build = lambda start: transcripts.context_slice(run=run, start=start)  # noqa: E731
+    return _slice_response(request, run, build, "contexts", "contexts", "context-items")
 
 
 @require_GET
@@ -187,13 +197,8 @@ def run_contexts(request: HttpRequest, run_id: str) -> HttpResponse:
 def run_tool_calls(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
     """The next tool calls of one iteration, from position ``start``."""
     iteration = transcripts.get_iteration(run_id, position)
-    try:
-        calls = transcripts.call_slice(iteration=iteration, start=_start(request))
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
-    run = iteration.run
-    context = {"run": run, "session": run.session, "part": calls, "partial": "tool-calls"}
-    return render(request, _slice_template(request, "tool-calls"), context)
+    build = lambda start: transcripts.call_slice(iteration=iteration, start=start)  # noqa: E731
+    return _slice_response(request, iteration.run, build, "part", "tool-calls", "tool-calls")
 
 
 @require_GET
