@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -25,7 +25,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import mapper, models, provenance, search
-from .agent_history import formats
+from .agent_history import blocks, formats
 from .agent_history.records import RecordError, Run
 from .agent_history.redact import Redactor
 from .rendering import render_markdown
@@ -303,10 +303,11 @@ def ingest_run(*, run: Run, source_format: str = "", output_html: str | None = N
 
 
 @transaction.atomic
-def _ingest_run(run: Run, digest: str, source_format: str, output_html: str) -> str:
+def _ingest_run(run: Run, digest: str, source_format: str, output_html: str, *, rewrite: bool = False) -> str:
     existing = models.Run.objects.select_for_update().filter(run_id=run.run_id).first()
-    if existing is not None and existing.content_hash == digest:
+    if existing is not None and existing.content_hash == digest and not rewrite:
         return "duplicate"
+    run = _settled_by_team_run(run)
     session = _session_for(run, old_session_id=existing.session_id if existing is not None else None)
     old_session_id = None
     previous = None
@@ -333,7 +334,47 @@ def _ingest_run(run: Run, digest: str, source_format: str, output_html: str) -> 
     _refresh_session(session, added=row if status == "created" else None)
     if old_session_id is not None:
         _refresh_session(models.Session.objects.get(pk=old_session_id))
+    _settle_members(run)
     return status
+
+
+# -- member blocks settled by their team run, whichever arrives first -------------------
+
+
+def _settled_by_team_run(run: Run) -> Run:
+    """A member run whose history blocks could end at more than one closing tag (the
+    content forged one) is settled by the tasks its stored team run delegated: the text
+    after the blocks is the task, so only one reading is right. Costs nothing unless a
+    block is ambiguous."""
+    if not run.parent_run_id or not blocks.is_ambiguous(run.injected_contexts):
+        return run
+    team = mapper.transcript_queryset().filter(run_id=run.parent_run_id).first()
+    if team is None:
+        return run
+    settled = blocks.settle_member_contexts(
+        run.injected_contexts, run.input or "", blocks.handed_tasks(mapper.run_record(team))
+    )
+    return run if settled is None else replace(run, injected_contexts=settled)
+
+
+def _settle_members(team: Run) -> None:
+    """A team run arriving after its members settles the ambiguous blocks they were
+    stored with: each such member run is rewritten with the exact blocks (its content hash
+    kept, so the same member run sent again is still a duplicate)."""
+    tasks = blocks.handed_tasks(team)
+    if not tasks:
+        return
+    waiting = mapper.transcript_queryset().filter(
+        parent_run_id=team.run_id,
+        injected_contexts__kind__in=sorted(blocks.MEMBER_KINDS),
+        injected_contexts__settings__boundary="ambiguous",
+    )
+    for member in waiting.distinct():
+        record = mapper.run_record(member)
+        settled = blocks.settle_member_contexts(record.injected_contexts, record.input or "", tasks)
+        if settled is not None:
+            record.injected_contexts = settled
+            _ingest_run(record, member.content_hash, member.source_format, member.output_html, rewrite=True)
 
 
 def delete_children(row: models.Run) -> None:

@@ -24,7 +24,7 @@ import bisect
 import hashlib
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .context import (
@@ -65,19 +65,29 @@ class Located:
     exact: bool
     # How many readings of the message the layout allows (1 when exact).
     readings: int = 1
+    # Where else, inside this block's text, another reading ends it: offsets in ``text`` of
+    # the closing tag (``"\n\n</tag>\n"``) that content forged or that really ends it.
+    could_end_at: tuple[int, ...] = ()
 
     @property
     def settings(self) -> dict[str, object]:
-        """What the stored context records about its boundary."""
+        """What the stored context records about its boundary: for an ambiguous one, the
+        number of readings and the entry and field of the block holding each closing tag
+        where it could also end."""
         if self.exact:
             return {"boundary": "exact"}
+        places = [describe_place(self.text, self.kind, offset) for offset in self.could_end_at]
+        note = (
+            "the content holds the block's closing tag where the block could end; the "
+            "longest reading is kept, so nothing the model saw is cut off"
+        )
+        if places:
+            note = f"the block could also end at the closing tag in {'; in '.join(places)}; the longest reading is kept, so nothing the model saw is cut off"
         return {
             "boundary": "ambiguous",
             "boundary_readings": self.readings,
-            "boundary_note": (
-                "the content holds the block's closing tag where the block could end; the "
-                "longest reading is kept, so nothing the model saw is cut off"
-            ),
+            "boundary_places": places,
+            "boundary_note": note,
         }
 
 
@@ -158,7 +168,27 @@ def locate_member_blocks(message: str, tasks: Iterable[str] = ()) -> list[Locate
         readings = len(set(inter_ends)) + sum(
             bisect.bisect_left(team_starts, end - opener) for end in set(team_ends) if end in ends
         )
-    return [Located(kind, message[s:e], s, e, readings == 1, readings) for kind, s, e in chosen]
+    candidates = [(end, "member_interactions") for end in inter_ends] + [
+        (end, "team_history") for end in team_ends
+    ]
+    return [
+        Located(kind, message[s:e], s, e, readings == 1, readings, _inside(candidates, s, e))
+        for kind, s, e in chosen
+    ]
+
+
+def _inside(candidates: Iterable[tuple[int, str]], start: int, end: int) -> tuple[int, ...]:
+    """The closing tags (offsets from ``start``) of the candidate ends strictly inside the
+    block ``[start, end)``: where another reading ends a block."""
+    return tuple(
+        sorted(
+            {
+                at - len(CLOSERS[kind]) - start
+                for at, kind in candidates
+                if at != end and start < at - len(CLOSERS[kind]) and at <= end
+            }
+        )
+    )
 
 
 def locate_workflow_block(message: str, step_messages: Iterable[str] = ()) -> Located | None:
@@ -178,7 +208,67 @@ def locate_workflow_block(message: str, step_messages: Iterable[str] = ()) -> Lo
     else:
         pool = matching or ends
         end, exact, count = max(pool), len(pool) == 1, len(pool)
-    return Located(kind, message[:end], 0, end, exact, count)
+    inside = () if exact else _inside([(other, kind) for other in matching or ends], 0, end)
+    return Located(kind, message[:end], 0, end, exact, count, inside)
+
+
+# -- settling a member's blocks once the team run is known ------------------------------
+
+MEMBER_KINDS = frozenset(MEMBER_ORDER)
+SETTLED_BY = "the task the team run delegated"
+
+
+def handed_tasks(team_run: Any) -> list[str]:
+    """The tasks a team run (a ``Run`` record) handed to its members: the ``task`` argument
+    of its ``delegate…`` tool calls and the tasks of its member interactions. These are the
+    texts that follow the history blocks in the members' messages."""
+    tasks = [item.task for item in getattr(team_run, "member_interactions", ()) if item.task]
+    for iteration in getattr(team_run, "iterations", ()):
+        for call in iteration.tool_calls:
+            if call.tool.startswith("delegate") and isinstance(call.params, dict):
+                task = call.params.get("task")
+                if isinstance(task, str):
+                    tasks.append(task)
+    return tasks
+
+
+def is_ambiguous(contexts: Iterable[Any]) -> bool:
+    """Whether a member block among ``contexts`` (``InjectedContext`` records) was stored
+    with an ambiguous boundary."""
+    return any(c.kind in MEMBER_KINDS and (c.settings or {}).get("boundary") == "ambiguous" for c in contexts)
+
+
+def settle_member_contexts(contexts: list[Any], message: str, tasks: Iterable[str]) -> list[Any] | None:
+    """A member run's contexts with their ambiguous blocks located again in ``message``
+    (the member's whole message: its ``input``) now that ``tasks`` are known; None when
+    they stay as they are: nothing ambiguous, ``message`` is not the one the blocks were
+    read from, or no task settles them.
+
+    A member run that arrives before its team run keeps the longest reading; when the team
+    run's tasks are known (it arrived first, or later), only one reading can be right."""
+    member = [c for c in contexts if c.kind in MEMBER_KINDS]
+    if not is_ambiguous(member) or not isinstance(message, str):
+        return None
+    if [b.text for b in locate_member_blocks(message)] != [c.text for c in member]:
+        return None  # not the message these blocks came from (or it was redacted differently)
+    located = locate_member_blocks(message, tasks)
+    if not located or not all(block.exact for block in located):
+        return None
+    template = member[0]
+    settled = []
+    for block in located:
+        kept = {k: v for k, v in (template.settings or {}).items() if not k.startswith("boundary")}
+        settled.append(
+            replace(
+                template,
+                text=block.text,
+                kind=block.kind,
+                settings={**kept, **block.settings, "settled_by": SETTLED_BY},
+            )
+        )
+    first = contexts.index(template)
+    rest = [c for c in contexts if c.kind not in MEMBER_KINDS]
+    return rest[:first] + settled + rest[first:]
 
 
 # -- the entries of a block -------------------------------------------------------------
@@ -190,7 +280,11 @@ def locate_workflow_block(message: str, step_messages: Iterable[str] = ()) -> Lo
 # blank line, with no number. Content is arbitrary (agno escapes nothing), so a header line
 # inside content reads like a real one: the split below takes every header that can be the
 # next in the numbering, and calls an entry certain only when no other reading of the
-# numbering moves its start or its end.
+# numbering moves its start or its end. One reading no layout can rule out: content that
+# continues the numbering after the real last entry (``\n\n[run-3]\n…`` inside entry 2 of
+# two). The split then reads the forged entries as entries; what it calls certain is still
+# never text of two sources (``tests/test_blocks.py`` proves it for every kind and layout),
+# and provenance links an entry only where its text is byte-identical to a stored run's.
 
 FOOTERS = {
     "member_interactions": INTERACTIONS_FOOTER,
@@ -335,6 +429,26 @@ def _member_entries(text: str, start: int, end: int) -> list[Entry]:
     return entries
 
 
+def describe_place(text: str, kind: str, offset: int) -> str:
+    """Where ``offset`` lies in the ``kind`` block ``text``, for a person: the field and
+    the entry (``the Response of entry 2 (Member: Writer)``, ``the output of entry 1
+    ([run-1])``), or ``the block's text`` when no entry holds it."""
+    for entry in split_entries(text, kind):
+        if not entry.start <= offset < entry.end:
+            continue
+        if entry.layout == "member":
+            name = text[entry.start + len("Member: ") : entry.header_end - 1]
+            label = f"entry {entry.position + 1} (Member: {name[:60]})"
+            fields = ("Task", "Response")
+        else:
+            label = f"entry {entry.position + 1} ({text[entry.start : entry.header_end - 1][:60]})"
+            fields = ENTRY_LAYOUTS[kind][entry.layout][1:]
+        field_at = {name: text.rfind(f"\n{name}: ", entry.header_end - 1, offset + 1) for name in fields}
+        name, at = max(field_at.items(), key=lambda item: item[1])
+        return f"the {name} of {label}" if at != -1 else label
+    return "the block's text"
+
+
 def entry_key(layout: str, body: str) -> str | None:
     """What identifies an entry's source run, from the entry's ``body``: the body itself,
     except for member interactions: the ``Member:`` and ``Response:`` lines without the
@@ -379,10 +493,14 @@ __all__ = [
     "Entry",
     "Located",
     "block_region",
+    "describe_place",
     "entry_key",
     "fingerprint",
+    "handed_tasks",
+    "is_ambiguous",
     "locate_member_blocks",
     "locate_workflow_block",
+    "settle_member_contexts",
     "source_keys",
     "split_entries",
 ]
