@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 
 from . import mapper, models
 from .agent_history import records
-from .agent_history.formats.autourgos import iter_autourgos_markdown, log_document
+from .agent_history.formats.autourgos import iter_autourgos_markdown
 from .agent_history.jsonstream import Lazy
 
 CHUNK_ROWS = 500
@@ -128,4 +128,4 @@ class RunReader:
 def run_markdown(reader: RunReader) -> Iterator[str]:
     """The reader's run as an autourgos Markdown log, an iteration at a time."""
     for run, record in reader.shells():
-        yield from iter_autourgos_markdown(log_document(record, iterations=reader.iteration_records(run)))
+        yield from iter_autourgos_markdown(record, iterations=reader.iteration_records(run))

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from django.test.utils import CaptureQueriesContext
 
 from history_app import listing, mapper, models
-from history_app.agent_history.formats.autourgos import log_document, render_autourgos_markdown
+from history_app.agent_history.formats.autourgos import render_autourgos_markdown
 
 from .conftest import autourgos_logs, native
 
@@ -299,7 +299,7 @@ def test_streamed_exports_are_the_same_text_as_whole_ones(alice_client, ingest):
         as_json = alice_client.get(f"/runs/{run.run_id}/export.json")
         assert as_json.streaming and as_json.getvalue().decode() == record.to_json(indent=2)
         as_md = alice_client.get(f"/runs/{run.run_id}/export.md").getvalue().decode()
-        assert as_md == render_autourgos_markdown(log_document(record))
+        assert as_md == render_autourgos_markdown(record)
         twin = alice_client.get(f"/api/v1/runs/{run.run_id}")
         assert (
             twin.streaming and twin.getvalue() == json.dumps({"ok": True, "run": record.to_dict()}).encode()

@@ -112,8 +112,9 @@ def test_tool_errors_from_worker_threads_are_kept(tmp_path):
     worker.join()
     mw.on_agent_end("could not read", agent=agent)
     data = json.loads(mw.last_files[1].read_text())
-    assert data["iterations"][0]["observations"] == [{"tool": "read_file", "result": "x", "error": "x"}]
-    assert parse(data)[0].iterations[0].tool_calls[0].error == "x"
+    # Written as autourgos-history writes on_tool_error ("Error: …"), which drops it here.
+    assert data["iterations"][0]["observations"] == [{"tool": "read_file", "result": "Error: x"}]
+    assert parse(data)[0].iterations[0].tool_calls[0].error == "Error: x"
 
 
 def test_concurrent_asyncio_runs_never_mix(tmp_path):

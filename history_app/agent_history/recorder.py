@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextvars
 import json
+import logging
+import os
 import re
 import threading
 import uuid
@@ -22,16 +24,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from . import jsonstream
 from .formats import autourgos
-from .formats.autourgos import iter_autourgos_markdown, render_autourgos_markdown  # noqa: F401 (re-exported)
+from .formats.autourgos import (  # noqa: F401 (re-exported)
+    AUTOURGOS_MAX_CHARS,
+    AUTOURGOS_TRUNCATION,
+    iter_autourgos_markdown,
+    render_autourgos_markdown,
+)
 from .records import InjectedContext, Iteration, Run, ToolCall
 from .redact import Redactor
 from .text import SOURCE_REDACTED, thought_text  # noqa: F401 (SOURCE_REDACTED re-exported)
 
-_current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agent_history_run", default=None)
+logger = logging.getLogger(__name__)
 
-AUTOURGOS_MAX_CHARS = 512
-AUTOURGOS_TRUNCATION = "... [TRUNCATED]"
+_current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agent_history_run", default=None)
 
 
 def current_run() -> Run | None:
@@ -80,50 +87,122 @@ def _now() -> datetime:
 
 
 def _agent_name(agent: Any) -> str:
+    """The name autourgos-history writes: the agent's ``name``, else its class name."""
     name = getattr(agent, "name", None)
-    return name if isinstance(name, str) and name else "Agent"
+    if name:
+        return name if isinstance(name, str) else str(name)
+    return agent.__class__.__name__ if agent is not None else "Agent"
 
 
-_FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
+def parse_json_object(text: Any) -> dict[str, Any]:
+    """autourgos-agent's ``parse_json_object``, which autourgos-history uses to find a
+    thought: the first fenced ``{…}`` block, else the widest ``{…}`` span, else its longest
+    prefix that parses (tried from the last ``}``, at most ``_PREFIX_TRIES`` of them: the
+    package tries every one, quadratic on hostile text). ``{}`` when none parses."""
+    if not text or not isinstance(text, str):
+        return {}
+    fenced = _FENCED_OBJECT.search(text)
+    if fenced:
+        try:
+            return json.loads(fenced.group(1))
+        except ValueError:
+            pass
+    start, end = text.find("{"), text.rfind("}")
+    if start != -1 and end > start:
+        raw = text[start : end + 1]
+        try:
+            return json.loads(raw)
+        except ValueError:
+            closes = [i for i, ch in enumerate(raw) if ch == "}"]
+            for close in reversed(closes[-_PREFIX_TRIES:]):
+                try:
+                    return json.loads(raw[: close + 1])
+                except ValueError:
+                    continue
+    return {}
+
+
+_FENCED_OBJECT = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+_PREFIX_TRIES = 256
 
 
 def thought_from_response(response: Any) -> Any:
-    """autourgos's rule: the ``thought`` key of a JSON response, else the raw text."""
+    """autourgos-history's rule: the ``thought`` of the JSON object in the response
+    (fenced or not, after a preamble or not), else the response as text; None (native
+    tool calling, where the model's text is not available) leaves the thought unset."""
     if response is None:
         return None
-    if isinstance(response, Mapping):
-        return response.get("thought")
-    text = response if isinstance(response, str) else str(response)
-    fenced = _FENCE.match(text)
-    try:
-        data = json.loads(fenced.group(1) if fenced else text)
-    except ValueError:
-        return text
-    if isinstance(data, dict) and data.get("thought") is not None:
-        return data["thought"]
-    return text
+    thought = None
+    if isinstance(response, str):
+        parsed = parse_json_object(response)
+        if isinstance(parsed, dict) and "thought" in parsed:
+            thought = parsed["thought"]
+    if not thought:
+        thought = str(response)
+    return thought
+
+
+def file_paths(file_path: str | None, folder: str | None, stem: str) -> tuple[Path, Path]:
+    """Where autourgos-history writes a run's Markdown and JSON files: ``file_path`` as
+    given (inside ``folder`` when it is relative and a folder is set), else
+    ``folder/<stem>.md``, else ``./Agent History/<stem>.md`` (from the working directory
+    at the start of the run); a ``.json`` ``file_path`` names the JSON file and the
+    Markdown is its ``.md`` twin, any other names the Markdown and the JSON is its twin."""
+    if file_path:
+        md = os.path.join(folder, file_path) if folder and not os.path.isabs(file_path) else file_path
+    elif folder:
+        md = os.path.join(folder, f"{stem}.md")
+    else:
+        md = os.path.join(os.getcwd(), "Agent History", f"{stem}.md")
+    if md.endswith(".json"):
+        return Path(os.path.splitext(md)[0] + ".md"), Path(md)
+    return Path(md), Path(os.path.splitext(md)[0] + ".json")
+
+
+# What an LLM wrapper reports in on_llm_end's keyword arguments (autourgos-agent 3.11:
+# ``_extract_llm_metadata``), kept per iteration and summed on the run.
+LLM_USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens", "total_cost", "latency_ms")
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
 class _State:
-    """One run in progress: the canonical record plus the raw values autourgos writes."""
+    """One run in progress: the canonical record, the raw values autourgos writes, and
+    the order in which tool results and errors arrived."""
 
-    def __init__(self, run: Run, query: Any, agent: Any, file_stem: str):
+    def __init__(self, run: Run, query: Any, agent: Any, md_path: Path, json_path: Path):
         self.run = run
         self.query = query
         self.agent = agent
-        self.file_stem = file_stem
+        self.md_path = md_path
+        self.json_path = json_path
         self.thoughts: dict[int, Any] = {}
+        self.arrivals: dict[int, list[tuple[ToolCall, str]]] = {}
+        self.written = 0  # iterations already in the Markdown file
         self.final: Any = None
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
 
     def iteration(self) -> Iteration:
         if not self.run.iterations:
             self.run.iterations.append(Iteration(index=1, started_at=_now()))
         return self.run.iterations[-1]
 
+    def arrived(self, iteration: Iteration, call: ToolCall, kind: str) -> None:
+        self.arrivals.setdefault(id(iteration), []).append((call, kind))
+
 
 class AgentHistoryMiddleware:
-    """Records every run of an agent to Markdown + JSON files, and optionally to sinks."""
+    """Records every run of an agent to Markdown + JSON files, and optionally to sinks.
+
+    The files are autourgos-history 2.2.9's, byte for byte where it works (the same paths,
+    names, layout, ``[REDACTED]`` markers and 512-character cut), with the differences the
+    README lists: secrets it misses are redacted too, ids and injected contexts are added,
+    a tool error raised on a worker thread is kept, concurrent runs never mix.
+    """
 
     def __init__(
         self,
@@ -139,16 +218,15 @@ class AgentHistoryMiddleware:
         redactor: Redactor | None = None,
     ):
         self.file_path = file_path
-        self.folder = Path(folder) if folder is not None else Path("Agent History")
+        self.folder = folder
         self.include_query = include_query
         self.include_tools = include_tools
         self.include_observations = include_observations
         self.include_final = include_final
         self.sinks = list(sinks)
         self.session_id = session_id or f"session-{uuid.uuid4()}"
-        self.redactor = redactor or Redactor(
-            max_length=AUTOURGOS_MAX_CHARS, truncation_marker=AUTOURGOS_TRUNCATION
-        )
+        self.redactor = redactor or Redactor()
+        self.values = autourgos.FileValues(self.redactor, max_chars=AUTOURGOS_MAX_CHARS)
         self.last_files: tuple[Path, Path] | None = None
         self._state: contextvars.ContextVar[_State | None] = contextvars.ContextVar(
             f"agent_history_state_{id(self)}", default=None
@@ -174,11 +252,8 @@ class AgentHistoryMiddleware:
 
     def on_agent_start(self, query: Any, agent: Any = None, **kwargs: Any) -> None:
         started = _now()
-        stem = (
-            Path(self.file_path).stem
-            if self.file_path
-            else f"Task_{_now():%Y%m%d_%H%M%S_%f}_{uuid.uuid4().hex[:8]}"
-        )
+        stem = f"Task_{started:%Y%m%d_%H%M%S_%f}_{uuid.uuid4().hex[:8]}"
+        md_path, json_path = file_paths(self.file_path, self.folder, stem)
         run = Run(
             run_id=str(kwargs.get("run_id") or uuid.uuid4()),
             session_id=str(kwargs.get("session_id") or getattr(agent, "session_id", None) or self.session_id),
@@ -190,30 +265,66 @@ class AgentHistoryMiddleware:
             input=query if isinstance(query, str) else json.dumps(query, ensure_ascii=False, default=str),
             started_at=started,
         )
-        state = _State(run, query, agent, stem)
+        state = _State(run, query, agent, md_path, json_path)
         self._state.set(state)
         if agent is not None:
             with self._lock:
                 self._by_agent[id(agent)] = state
         _current_run.set(run)
+        # The header is written at once, as autourgos-history does: the file exists (and
+        # grows an iteration at a time) while the agent works.
+        self._write_markdown(
+            state,
+            autourgos.markdown_head(run, values=self.values, query=query, include_query=self.include_query),
+            mode="w",
+        )
 
     def on_iteration_start(self, iteration: int, agent: Any = None, **kwargs: Any) -> None:
         state = self._find(agent)
         if state is None:
             return
         with state.lock:
+            self._flush_iterations(state)
             state.run.iterations.append(Iteration(index=int(iteration), started_at=_now()))
 
     def on_llm_end(self, response: Any, agent: Any = None, **kwargs: Any) -> None:
         state = self._find(agent)
         if state is None:
             return
-        thought = thought_from_response(response)
         with state.lock:
             iteration = state.iteration()
+            self._keep_usage(state.run, iteration, kwargs)
+            iteration.ended_at = _now()
+            if response is None:
+                return  # native tool calling: no text this turn; the thought stays unset
+            thought = thought_from_response(response)
             state.thoughts[id(iteration)] = thought
             iteration.thought = thought_text(thought)
-            iteration.ended_at = _now()
+
+    def on_parse_error(
+        self, iteration: int, raw_response: Any = None, agent: Any = None, **kwargs: Any
+    ) -> None:
+        """The model's answer was not the JSON the agent expects (its text is the thought)."""
+        state = self._find(agent)
+        if state is None:
+            return
+        with state.lock:
+            state.iteration().metadata["parse_error"] = True
+            state.run.metrics["parse_errors"] = state.run.metrics.get("parse_errors", 0) + 1
+
+    def on_agent_pause(self, iteration: int, reason: Any = None, agent: Any = None, **kwargs: Any) -> None:
+        self._event(
+            agent, {"event": "paused", "iteration": iteration, "reason": reason, "at": _now().isoformat()}
+        )
+
+    def on_agent_resume(
+        self, iteration: int, paused_duration: Any = None, agent: Any = None, **kwargs: Any
+    ) -> None:
+        seconds = _number(paused_duration)
+        self._event(
+            agent,
+            {"event": "resumed", "iteration": iteration, "paused_seconds": seconds, "at": _now().isoformat()},
+        )
 
     def on_tool_start(self, tool_name: str, tool_input: Any = None, agent: Any = None, **kwargs: Any) -> None:
         state = self._find(agent)
@@ -257,25 +368,117 @@ class AgentHistoryMiddleware:
 
     # -- internals ----------------------------------------------------------------------
 
+    def _event(self, agent: Any, event: dict[str, Any]) -> None:
+        state = self._find(agent)
+        if state is None:
+            return
+        with state.lock:
+            state.run.metadata.setdefault("events", []).append(event)
+
+    @staticmethod
+    def _keep_usage(run: Run, iteration: Iteration, kwargs: Mapping[str, Any]) -> None:
+        """Tokens, cost, latency and provider as the LLM wrapper reported them: on the
+        iteration as they came, summed on the run (``metrics``)."""
+        usage: dict[str, Any] = {}
+        for key in LLM_USAGE_KEYS:
+            value = _number(kwargs.get(key))
+            if value is not None:
+                usage[key] = value
+        provider = kwargs.get("provider_used")
+        if isinstance(provider, str) and provider:
+            usage["provider"] = provider
+        model = kwargs.get("model")
+        if isinstance(model, str) and model:
+            usage["model"] = model
+        run.metrics["llm_calls"] = run.metrics.get("llm_calls", 0) + 1
+        if not usage:
+            return
+        iteration.metadata.setdefault("llm", []).append(usage)
+        for key in LLM_USAGE_KEYS:
+            if key in usage:
+                run.metrics[key] = run.metrics.get(key, 0) + usage[key]
+        if "input_tokens" in usage and "output_tokens" in usage and "total_tokens" not in usage:
+            run.metrics["total_tokens"] = (
+                run.metrics.get("total_tokens", 0) + usage["input_tokens"] + usage["output_tokens"]
+            )
+        for key in ("provider", "model"):
+            if key in usage:
+                run.metrics[key] = usage[key]
+
     def _finish_tool(self, agent: Any, name: str, *, result: Any = None, error: str | None = None) -> None:
         state = self._find(agent)
         if state is None:
             return
         text = result if isinstance(result, str) or result is None else str(result)
         with state.lock:
-            # Later iterations first: a tool ends in the iteration that called it.
-            for iteration in reversed(state.run.iterations):
-                call = next((c for c in iteration.tool_calls if c.tool == name and c.ended_at is None), None)
-                if call is not None:
-                    break
+            found = self._open_call(state, name, result=error is None)
+            if found is None:
+                # An answer for no started call: an observation on its own (no parameters),
+                # as autourgos-history writes it.
+                iteration, call = state.iteration(), ToolCall(tool=name)
+                iteration.tool_calls.append(call)
             else:
-                call = ToolCall(tool=name)
-                state.iteration().tool_calls.append(call)
+                iteration, call = found
             if error is not None:
                 call.error = error
             else:
                 call.result = text
             call.ended_at = _now()
+            state.arrived(iteration, call, "error" if error is not None and call.result is None else "result")
+
+    @staticmethod
+    def _open_call(state: _State, name: str, *, result: bool) -> tuple[Iteration, ToolCall] | None:
+        """The call an answer for ``name`` belongs to, latest iteration first: one still
+        open; for a result, else one that raised and still waits for what the agent
+        returned (autourgos fires on_tool_error, then on_tool_end with
+        ``"Error executing '…'"``: one call, not two)."""
+        for iteration in reversed(state.run.iterations):
+            for call in iteration.tool_calls:
+                if call.tool == name and call.ended_at is None:
+                    return iteration, call
+            if result:
+                for call in iteration.tool_calls:
+                    if call.tool == name and call.error is not None and call.result is None:
+                        return iteration, call
+        return None
+
+    def _observation_orders(self, state: _State) -> None:
+        """Keep, on each iteration, the order its results and errors arrived in, where it
+        is not the one the writer assumes (errors first, then results, in call order)."""
+        for iteration in state.run.iterations:
+            arrivals = state.arrivals.get(id(iteration))
+            if not arrivals:
+                continue
+            positions = {id(call): n for n, call in enumerate(iteration.tool_calls)}
+            order = [[positions[id(call)], kind] for call, kind in arrivals if id(call) in positions]
+            usual = sorted(o for o in order if o[1] == "error") + sorted(o for o in order if o[1] == "result")
+            if order != usual:
+                iteration.metadata[autourgos.OBSERVATION_ORDER] = order
+
+    def _write_markdown(self, state: _State, text: str, *, mode: str = "a") -> None:
+        try:
+            state.md_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(state.md_path, mode, encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError:
+            logger.warning("could not write the history file %s", state.md_path, exc_info=True)
+
+    def _flush_iterations(self, state: _State) -> None:
+        """Append the iterations that are over to the Markdown file."""
+        self._observation_orders(state)
+        for iteration in state.run.iterations[state.written :]:
+            thought = state.thoughts.get(id(iteration), iteration.thought)
+            self._write_markdown(
+                state,
+                autourgos.markdown_iteration(
+                    iteration,
+                    values=self.values,
+                    thought=thought,
+                    include_tools=self.include_tools,
+                    include_observations=self.include_observations,
+                ),
+            )
+        state.written = len(state.run.iterations)
 
     def _finish(self, state: _State) -> None:
         self._state.set(None)
@@ -284,15 +487,20 @@ class AgentHistoryMiddleware:
         with self._lock:
             if state.agent is not None and self._by_agent.get(id(state.agent)) is state:
                 del self._by_agent[id(state.agent)]
-        data = self.autourgos_log(state)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        json_path = self.folder / f"{state.file_stem}.json"
-        md_path = self.folder / f"{state.file_stem}.md"
-        json_path.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        md_path.write_text(
-            render_autourgos_markdown(self.autourgos_log(state, for_markdown=True)), encoding="utf-8"
-        )
-        self.last_files = (md_path, json_path)
+        with state.lock:
+            self._flush_iterations(state)
+            run = state.run
+            answer = f"Error: {run.error}" if run.error is not None else state.final
+            self._write_markdown(
+                state, autourgos.markdown_final(answer, values=self.values, include_final=self.include_final)
+            )
+            data = self.autourgos_log(state)
+        try:
+            state.json_path.parent.mkdir(parents=True, exist_ok=True)
+            state.json_path.write_text(jsonstream.dumps(data, indent=2, default=str), encoding="utf-8")
+        except OSError:
+            logger.warning("could not write the history file %s", state.json_path, exc_info=True)
+        self.last_files = (state.md_path, state.json_path)
         if self.sinks:
             record = self.redactor_for_sinks().redact(state.run.to_dict())
             for sink in self.sinks:
@@ -302,20 +510,19 @@ class AgentHistoryMiddleware:
         # The dashboard keeps fields up to its own cap; only the files use autourgos's 512.
         return Redactor(rules=self.redactor.rule_set, extra_keys=self.redactor.extra_keys)
 
-    def autourgos_log(self, state: _State, *, for_markdown: bool = False) -> dict[str, Any]:
+    def autourgos_log(self, state: _State) -> dict[str, Any]:
         """The JSON document autourgos-history writes for a run, redacted, with its
         privacy flags applied, plus our ids and the injected contexts."""
         run = state.run
         return autourgos.log_document(
             run,
-            redact=self.redactor.redact,
+            values=self.values,
             thought=lambda iteration: state.thoughts.get(id(iteration), iteration.thought),
-            query=state.query if isinstance(state.query, str) else run.input,
+            query=state.query,
             final=state.final if run.status == "completed" else None,
             include_query=self.include_query,
             include_tools=self.include_tools,
             include_observations=self.include_observations,
             include_final=self.include_final,
-            for_markdown=for_markdown,
             with_ids=True,
         )

@@ -225,9 +225,16 @@ class ValueRule:
         return "".join(pieces)
 
 
-def _has_digit_or_symbol(match: re.Match[str]) -> bool:
+def _is_bearer_token(match: re.Match[str]) -> bool:
+    """A token after ``Bearer``: any with a digit or a symbol; letters alone when long
+    enough not to be a word (8 after ``Bearer``/``BEARER``, as in a header; 16 after
+    ``bearer``, or mixed case), so "Bearer of bad news" stays prose."""
     token = match.group(2)
-    return any(c.isdigit() or c in "._-~+/=" for c in token) or len(token) >= 24
+    if any(c.isdigit() or c in "._-~+/=" for c in token):
+        return True
+    if match.group(1) != "bearer":
+        return len(token) >= 8
+    return len(token) >= 16 or (not token.islower() and not token.isupper() and len(token) >= 8)
 
 
 def _is_basic_credential(match: re.Match[str]) -> bool:
@@ -1130,9 +1137,20 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ValueRule(
         "bearer",
         ("Bearer", "bearer", "BEARER"),
-        re.compile(r"(Bearer|bearer|BEARER)[ \t]+([A-Za-z0-9._~+/=\-]{8,4000})"),
+        re.compile(r"(Bearer|bearer|BEARER)[ \t]+([A-Za-z0-9._~+/=\-]{1,4000})"),
         group=2,
-        check=_has_digit_or_symbol,
+        check=_is_bearer_token,
+    ),
+    # The value shapes autourgos-history 2.2.9 redacts, at their shortest (a short sk- key,
+    # any ya29. token, a three-part eyJ… token): nothing it redacts passes through ours.
+    # Its own patterns have no left boundary ("task-abcdefg" loses "sk-abcdefg"); ours do.
+    ValueRule(
+        "autourgos-shape",
+        ("sk-", "AKIA", "ghp_", "ya29.", "xox", "eyJ"),
+        re.compile(
+            _B + r"(?:sk-[A-Za-z0-9]{6,}|AKIA[A-Z0-9]{12,}|ghp_[A-Za-z0-9]{6,}|ya29\.[A-Za-z0-9_\-]+"
+            r"|xox[baprs]-[A-Za-z0-9\-]{6,}|eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+)"
+        ),
     ),
     ValueRule(
         "url-credentials",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -59,27 +59,57 @@ def derive_session_id(agent_name: str, started_at: datetime | None) -> str:
     return f"autourgos:{name}:{day}"[:255]
 
 
-def _pair_tool_calls(tools: list[dict[str, Any]], observations: list[dict[str, Any]]) -> list[ToolCall]:
-    """Match observations to calls by tool name, in order; extra observations stand alone."""
-    calls = [ToolCall(tool=str(t.get("tool") or "unknown"), params=t.get("params")) for t in tools]
-    answered = [False] * len(calls)
+def _pair_tool_calls(
+    tools: list[dict[str, Any]], observations: list[dict[str, Any]]
+) -> tuple[list[ToolCall], dict[str, Any]]:
+    """Match observations to calls by tool name, in order, and say in what order they came
+    when it is not the usual one (``observation_order``: the writer puts them back so).
+
+    A tool that raised gives two observations in autourgos (``on_tool_error``'s
+    ``"Error: …"``, then the ``"Error executing '…'"`` the agent returned): the second
+    belongs to the call the first answered, not to a call of its own. Observations with no
+    call stand alone (a call with no parameters)."""
+    calls = [ToolCall(tool=str(t.get("tool") or "unknown"), params=t.get("params", {})) for t in tools]
+    answers: list[list[str]] = [[] for _ in calls]
+    arrived: list[tuple[int, int]] = []  # (call position, which of its answers)
     for obs in observations:
         name = str(obs.get("tool") or "unknown")
-        result = value_text(obs.get("result"))
-        slot = next((i for i, c in enumerate(calls) if not answered[i] and c.tool == name), None)
+        text = value_text(obs.get("result"))
+        text = "" if text is None else text
+        if obs.get("error") is not None:  # this project's older files: the error on its own key
+            text = tool_error_text(value_text(obs["error"]) or "")
+        slot = next((i for i, c in enumerate(calls) if not answers[i] and c.tool == name), None)
+        if slot is None:
+            slot = next(
+                (
+                    i
+                    for i, c in enumerate(calls)
+                    if c.tool == name and len(answers[i]) == 1 and answers[i][0].startswith("Error: ")
+                    and obs.get("error") is None
+                ),
+                None,
+            )  # fmt: skip
         if slot is None:
             calls.append(ToolCall(tool=name))
-            answered.append(False)
+            answers.append([])
             slot = len(calls) - 1
-        answered[slot] = True
-        if obs.get("error") is not None:
-            # Written by this project's middleware, which keeps on_tool_error's message.
-            calls[slot].error = value_text(obs["error"])
-        elif isinstance(result, str) and result.startswith(_TOOL_ERROR_PREFIXES):
-            calls[slot].error = result
-        else:
-            calls[slot].result = result
-    return calls
+        answers[slot].append(text)
+        arrived.append((slot, len(answers[slot]) - 1))
+    kinds: dict[tuple[int, int], str] = {}
+    for position, (call, texts) in enumerate(zip(calls, answers, strict=True)):
+        if len(texts) == 2:
+            call.error, call.result = texts[0][len("Error: ") :], texts[1]
+            kinds[(position, 0)], kinds[(position, 1)] = "error", "result"
+        elif texts:
+            # What the agent returned; a failure it reported this way is the call's error.
+            if texts[0].startswith(_TOOL_ERROR_PREFIXES):
+                call.error = texts[0]
+            else:
+                call.result = texts[0]
+            kinds[(position, 0)] = "result"
+    order = [[position, kinds[(position, which)]] for position, which in arrived]
+    usual = sorted(o for o in order if o[1] == "error") + sorted(o for o in order if o[1] == "result")
+    return calls, ({OBSERVATION_ORDER: order} if order != usual else {})
 
 
 def _check(payload: dict[str, Any]) -> list[tuple[str, str]]:
@@ -134,11 +164,13 @@ def parse(payload: dict[str, Any], *, imported_from: str = "json") -> list[Run]:
         if observations == SOURCE_REDACTED:
             metadata["observations_redacted_by_source"] = True
             observations = []
+        calls, order = _pair_tool_calls(tools, observations)
+        metadata.update(order)
         iterations.append(
             Iteration(
                 index=it.get("iteration", position + 1),
                 thought=thought_text(it.get("thought")),
-                tool_calls=_pair_tool_calls(tools, observations),
+                tool_calls=calls,
                 metadata=metadata,
             )
         )
@@ -330,18 +362,165 @@ def _parse_md_iteration(number: int, body: list[str], path: str, max_depth: int)
     return {"iteration": number, "thought": thought, "tools": tools, "observations": observations}
 
 
-# -- Writing: the layout autourgos-history writes, for the recorder and the exports ------
+# -- Writing: the files autourgos-history writes, for the recorder and the exports ------
+#
+# Mirrors autourgos-history 2.2.9 (``AgentHistoryLogger`` and
+# ``AgentHistoryMiddleware._sanitize_logs_for_output``) step for step: every value goes
+# through one redaction (ours, a superset of the package's shapes, written as the
+# package's plain ``[REDACTED]``), strings are cut at 512 characters after redaction with
+# ``... [TRUNCATED]``, and the privacy flags withhold what the package withholds. The
+# Markdown is not rendered from the JSON document: the package writes them differently
+# (a thought is written only when truthy, a tool with no name is "Unknown tool", an error
+# is written as the final answer ``"Error: …"``, cut as one string).
+
+AUTOURGOS_MAX_CHARS = 512
+AUTOURGOS_TRUNCATION = "... [TRUNCATED]"
+_RULE_MARKER = re.compile(r"\[REDACTED:[A-Za-z0-9_.\-]{1,64}\]")
+# Where one call's observations go when the record says nothing of their order: the
+# package appends them as the callbacks arrive, and an agent reports every tool error
+# (on_tool_error, while its tools run) before the results (on_tool_end, after them).
+OBSERVATION_ORDER = "observation_order"
 
 
-def _same(value: Any) -> Any:
-    return value
+class FileValues:
+    """A value as autourgos-history writes it in its files (``AgentHistoryLogger._redact``):
+    structures walked (tuples and sets become lists, other objects their ``str``), every
+    string redacted by ``redactor`` with its rule names dropped (``[REDACTED]``), a value
+    under a key that names a secret replaced whole, and strings cut at ``max_chars``.
+
+    Without a redactor (an export of stored runs, redacted when they arrived) only the
+    markers are rewritten; ``max_chars=None`` cuts nothing."""
+
+    def __init__(self, redactor: Any = None, *, max_chars: int | None = AUTOURGOS_MAX_CHARS):
+        self.redactor = redactor
+        self.max_chars = max_chars
+
+    def __call__(self, value: Any) -> Any:
+        if self.redactor is None:
+            return _rebuild(value, lambda leaf: self._finish_leaf(_plain_leaf(leaf)))
+        plain = _rebuild(value, _plain_leaf)
+        return _rebuild(self.redactor.redact(plain), self._finish_leaf, secret=self.redactor.is_secret_key)
+
+    def text(self, value: Any) -> str:
+        """``str`` of the redacted value (what the package's f-strings write)."""
+        done = self(value)
+        return done if isinstance(done, str) else str(done)
+
+    def _finish_leaf(self, value: Any) -> Any:
+        if isinstance(value, str):
+            if "[REDACTED:" in value:
+                value = _RULE_MARKER.sub(SOURCE_REDACTED, value)
+            if self.max_chars is not None and len(value) > self.max_chars:
+                value = value[: self.max_chars] + AUTOURGOS_TRUNCATION
+        return value
+
+
+def _plain_leaf(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _rebuild(value: Any, leaf: Callable[[Any], Any], secret: Callable[[str], bool] | None = None) -> Any:
+    """``value`` with its containers rebuilt (tuples and sets as lists), ``leaf`` applied
+    to everything else, and (with ``secret``) the value under a key that names a secret
+    replaced whole; iterative, so stored values of any depth are written."""
+    if not isinstance(value, _CONTAINERS):
+        return leaf(value)
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while stack:
+        node, parent, slot = stack.pop()
+        if isinstance(node, dict):
+            out: Any = {}
+            for key, item in node.items():
+                if secret is not None and secret(str(key)):
+                    out[key] = SOURCE_REDACTED
+                elif isinstance(item, _CONTAINERS):
+                    out[key] = None
+                    stack.append((item, out, key))
+                else:
+                    out[key] = leaf(item)
+        else:
+            items = list(node)
+            out = [None] * len(items)
+            for index, item in enumerate(items):
+                if isinstance(item, _CONTAINERS):
+                    stack.append((item, out, index))
+                else:
+                    out[index] = leaf(item)
+        parent[slot] = out
+    return root[0]
+
+
+def render_json(values: FileValues, value: Any) -> str:
+    """``AgentHistoryLogger._render_json``: the redacted value as indented ASCII JSON."""
+    done = values(value)
+    try:
+        return jsonstream.dumps(done, indent=2, ensure_ascii=True, default=str)
+    except (TypeError, ValueError):
+        return str(done)
+
+
+def tool_error_text(error: str) -> str:
+    """The observation the package writes for ``on_tool_error`` (``"Error: …"``)."""
+    return f"Error: {error}"
+
+
+def listed_calls(iteration: Iteration) -> list[ToolCall]:
+    """The calls the package lists under ``tools`` (started by ``on_tool_start``): all of
+    them but an observation that arrived for no started call, which a record holds as a
+    call with no parameters and no start."""
+    return [c for c in iteration.tool_calls if c.params is not None or c.started_at is not None]
+
+
+def _answers(iteration: Iteration) -> list[tuple[int, str, str, str]]:
+    """Each call's observations as (call position, kind, tool, text): a tool that raised
+    gives its error (``"Error: …"``, kind "error") then what the agent returned (kind
+    "result"); a result alone gives one. An error alone that reads as the agent's own
+    report (``"Error executing '…"``, ``"Error: …"``: read back from a file) is what the
+    agent returned; any other is an ``on_tool_error`` with no result after it."""
+    found = []
+    for position, call in enumerate(iteration.tool_calls):
+        result, error = call.result, call.error
+        if error is not None and result is not None:
+            found.append((position, "error", call.tool, tool_error_text(error)))
+            found.append((position, "result", call.tool, result))
+        elif result is not None:
+            found.append((position, "result", call.tool, result))
+        elif error is not None and error.startswith(_TOOL_ERROR_PREFIXES):
+            found.append((position, "result", call.tool, error))
+        elif error is not None:
+            found.append((position, "error", call.tool, tool_error_text(error)))
+    return found
+
+
+def default_order(answers: list[tuple[int, str, str, str]]) -> list[list[Any]]:
+    return [[p, k] for p, k, _, _ in answers if k == "error"] + [
+        [p, k] for p, k, _, _ in answers if k == "result"
+    ]
+
+
+def observations_of(iteration: Iteration) -> list[dict[str, Any]]:
+    """The iteration's observations in the order the agent reported them: the order the
+    record kept (``metadata["observation_order"]``) where it differs from the usual one."""
+    answers = _answers(iteration)
+    by_key = {(p, k): (tool, text) for p, k, tool, text in answers}
+    order = iteration.metadata.get(OBSERVATION_ORDER) if isinstance(iteration.metadata, dict) else None
+    keys = [tuple(item) for item in order] if isinstance(order, list) else []
+    if sorted(keys, key=repr) != sorted(by_key, key=repr):
+        keys = [tuple(item) for item in default_order(answers)]
+    return [{"tool": by_key[key][0], "result": by_key[key][1]} for key in keys]
 
 
 def log_document(
     run: Run,
     *,
     iterations: Iterable[Iteration] | None = None,
-    redact: Callable[[Any], Any] = _same,
+    values: FileValues | None = None,
     thought: Callable[[Iteration], Any] | None = None,
     query: Any = _UNSET,
     final: Any = _UNSET,
@@ -349,123 +528,140 @@ def log_document(
     include_tools: bool = True,
     include_observations: bool = True,
     include_final: bool = True,
-    for_markdown: bool = False,
     with_ids: bool = False,
 ) -> dict[str, Any]:
     """A run as the JSON document autourgos-history writes, in its exact layout.
 
-    ``iterations`` (read once, as the Markdown is written) stand in for the run's own, so
-    an export streams a run of any length. ``redact`` is applied to every value, and the
-    ``include_*`` flags withhold what autourgos's privacy flags withhold: the Markdown file
-    names withheld tools one by one (``[REDACTED]`` parameters) where the JSON file has the
-    single string ``"[REDACTED]"``. ``with_ids`` adds our run and session ids and the
-    injected contexts (the recorder's files carry them).
+    ``iterations`` (read once, as the document is written) stand in for the run's own, so
+    an export streams a run of any length. ``values`` redacts and cuts every value
+    (default: only our markers rewritten, nothing cut); ``thought`` gives an iteration's
+    thought as the agent reported it; ``query``/``final`` the raw query and answer. The
+    ``include_*`` flags withhold what the package's withhold. ``with_ids`` adds our run and
+    session ids and the injected contexts (the recorder's files carry them).
     """
+    values = values or FileValues(max_chars=None)
     query = run.input if query is _UNSET else query
-    final = run.output if final is _UNSET else final
+    final = (run.output if run.error is None else None) if final is _UNSET else final
 
     def iteration_entry(iteration: Iteration) -> dict[str, Any]:
-        calls = iteration.tool_calls
-        tools: Any = [
-            {"tool": c.tool, "params": redact(c.params if c.params is not None else {})} for c in calls
-        ]
-        observations: Any = []
-        for c in calls:
-            if c.result is None and c.error is None:
-                continue
-            entry: dict[str, Any] = {
-                "tool": c.tool,
-                "result": redact(c.result if c.result is not None else c.error),
+        entry = values(
+            {
+                "iteration": iteration.index,
+                "thought": thought(iteration) if thought else iteration.thought,
+                "tools": [{"tool": c.tool, "params": c.params} for c in listed_calls(iteration)],
+                "observations": observations_of(iteration),
             }
-            if c.error is not None:
-                entry["error"] = redact(c.error)
-            observations.append(entry)
-        if not include_tools and tools:
-            tools = (
-                [{"tool": c.tool, "params": SOURCE_REDACTED} for c in calls]
-                if for_markdown
-                else SOURCE_REDACTED
-            )
-        if not include_observations and observations:
-            observations = (
-                [{"tool": o["tool"], "result": SOURCE_REDACTED} for o in observations]
-                if for_markdown
-                else SOURCE_REDACTED
-            )
-        said = thought(iteration) if thought else iteration.thought
-        return {
-            "iteration": iteration.index,
-            "thought": redact(said),
-            "tools": tools,
-            "observations": observations,
-        }
+        )
+        if not include_tools and entry["tools"]:
+            entry["tools"] = SOURCE_REDACTED
+        if not include_observations and entry["observations"]:
+            entry["observations"] = SOURCE_REDACTED
+        return entry
 
+    head = values(
+        {
+            "query": query,
+            "agent_name": run.agent_name or "Agent",
+            "start_time": run.started_at.isoformat() if run.started_at else None,
+            "end_time": run.ended_at.isoformat() if run.ended_at else None,
+        }
+    )
+    if not include_query and query is not None:
+        head["query"] = f"[REDACTED: length={len(str(query))}]"
     document: dict[str, Any] = {
-        "query": redact(query) if include_query else f"[REDACTED: length={len(query or '')}]",
-        "agent_name": run.agent_name or "Agent",
-        "start_time": run.started_at.isoformat() if run.started_at else None,
-        "end_time": run.ended_at.isoformat() if run.ended_at else None,
+        **head,
         "iterations": map(iteration_entry, run.iterations if iterations is None else iterations),
-        "final_response": (redact(final) if include_final else SOURCE_REDACTED)
+        "final_response": (values(final) if include_final else SOURCE_REDACTED)
         if final is not None
         else None,
-        "error": redact(run.error) if run.error is not None else None,
+        "error": values(run.error) if run.error is not None else None,
     }
     if with_ids:
         document["iterations"] = list(document["iterations"])
         document["run_id"] = run.run_id
         document["session_id"] = run.session_id
-        document["injected_contexts"] = [
-            {"text": redact(c.text), "kind": c.kind, "target": c.target, "step": c.step,
-             "source_run_ids": c.source_run_ids, "settings": c.settings}
-            for c in run.injected_contexts
-        ]  # fmt: skip
+        document["injected_contexts"] = values(
+            [
+                {"text": c.text, "kind": c.kind, "target": c.target, "step": c.step,
+                 "source_run_ids": c.source_run_ids, "settings": c.settings}
+                for c in run.injected_contexts
+            ]
+        )  # fmt: skip
     return document
 
 
-def _md_value(value: Any) -> str:
-    """autourgos writes values as JSON literals, except its own "[REDACTED…]" markers."""
-    if isinstance(value, str) and value.startswith("[REDACTED"):
-        return value
-    return json.dumps(value)
+def markdown_head(run: Run, *, values: FileValues, query: Any = _UNSET, include_query: bool = True) -> str:
+    """``AgentHistoryLogger.start_task``: the title, when it started, the query, the rule."""
+    query = run.input if query is _UNSET else query
+    started = run.started_at.strftime("%Y-%m-%d %H:%M:%S") if run.started_at else ""
+    shown = render_json(values, query) if include_query else f"[REDACTED: length={len(str(query))}]"
+    return f"# Task Session: {run.agent_name or 'Agent'}\n**Started At:** {started}\n\n## Initial Query\n{shown}\n\n---\n\n"
 
 
-def render_autourgos_markdown(data: Mapping[str, Any]) -> str:
-    """The ``.md`` twin of an autourgos JSON log, in the package's exact layout."""
-    return "".join(iter_autourgos_markdown(data))
+def markdown_iteration(
+    iteration: Iteration,
+    *,
+    values: FileValues,
+    thought: Any = _UNSET,
+    include_tools: bool = True,
+    include_observations: bool = True,
+) -> str:
+    """``AgentHistoryLogger.log_iteration``: one iteration's section."""
+    said = iteration.thought if thought is _UNSET else thought
+    block = f"## Iteration {iteration.index}\n\n"
+    if said:
+        block += f"### Thought\n{values.text(said)}\n\n"
+    calls = listed_calls(iteration)
+    if calls:
+        block += "### Action (Tools)\n"
+        for call in calls:
+            params = render_json(values, call.params or {}) if include_tools else SOURCE_REDACTED
+            block += f"**Tool:** `{call.tool or 'Unknown tool'}`\n**Parameters:**\n```json\n{params}\n```\n\n"
+    observations = observations_of(iteration)
+    if observations:
+        block += "### Observations\n"
+        for obs in observations:
+            shown = render_json(values, obs["result"]) if include_observations else SOURCE_REDACTED
+            block += f"**{obs['tool']}**:\n{shown}\n\n"
+    return block + "---\n\n"
 
 
-def iter_autourgos_markdown(data: Mapping[str, Any]) -> Iterator[str]:
-    """``render_autourgos_markdown`` an iteration at a time; ``data["iterations"]`` may be
-    any iterable, read once (an export streams a run of any length this way)."""
-    start = data.get("start_time")
-    started = datetime.fromisoformat(start).strftime("%Y-%m-%d %H:%M:%S") if start else ""
-    lines = [f"# Task Session: {data.get('agent_name')}", f"**Started At:** {started}", ""]
-    lines += ["## Initial Query", _md_value(data.get("query")), "", "---", ""]
-    yield "\n".join(lines) + "\n"
-    for iteration in data.get("iterations", []):
-        lines = [f"## Iteration {iteration.get('iteration')}", ""]
-        thought = iteration.get("thought")
-        if thought is not None:
-            lines += ["### Thought", thought if isinstance(thought, str) else str(thought), ""]
-        tools = iteration.get("tools")
-        if tools:
-            lines.append("### Action (Tools)")
-            for tool in tools if isinstance(tools, list) else []:
-                params = tool.get("params")
-                lines += [f"**Tool:** `{tool.get('tool')}`", "**Parameters:**", "```json"]
-                text = params if params == SOURCE_REDACTED else jsonstream.dumps(params, indent=2)
-                lines += [text, "```", ""]
-        observations = iteration.get("observations")
-        if observations and isinstance(observations, list):
-            lines.append("### Observations")
-            for obs in observations:
-                lines += [f"**{obs.get('tool')}**:", _md_value(obs.get("result")), ""]
-        lines += ["---", ""]
-        yield "\n".join(lines) + "\n"
-    lines = ["## Final Answer"]
-    if data.get("error") is not None:
-        lines.append(json.dumps(f"Error: {data['error']}"))
-    else:
-        lines.append(_md_value(data.get("final_response")))
-    yield "\n".join(lines) + "\n"
+def markdown_final(answer: Any, *, values: FileValues, include_final: bool = True) -> str:
+    """``AgentHistoryLogger.log_final``: the answer (or ``"Error: …"`` for a failed run)."""
+    if include_final:
+        return f"## Final Answer\n{render_json(values, answer)}\n"
+    return f"## Final Answer\n{SOURCE_REDACTED}\n"
+
+
+def iter_autourgos_markdown(
+    run: Run,
+    *,
+    iterations: Iterable[Iteration] | None = None,
+    values: FileValues | None = None,
+    thought: Callable[[Iteration], Any] | None = None,
+    query: Any = _UNSET,
+    final: Any = _UNSET,
+    include_query: bool = True,
+    include_tools: bool = True,
+    include_observations: bool = True,
+    include_final: bool = True,
+) -> Iterator[str]:
+    """A run as the Markdown file autourgos-history writes, a section at a time
+    (``iterations``, read once, stand in for the run's own: an export streams)."""
+    values = values or FileValues(max_chars=None)
+    yield markdown_head(run, values=values, query=query, include_query=include_query)
+    for iteration in run.iterations if iterations is None else iterations:
+        yield markdown_iteration(
+            iteration,
+            values=values,
+            thought=thought(iteration) if thought else _UNSET,
+            include_tools=include_tools,
+            include_observations=include_observations,
+        )
+    answer = f"Error: {run.error}" if run.error is not None else run.output if final is _UNSET else final
+    yield markdown_final(answer, values=values, include_final=include_final)
+
+
+def render_autourgos_markdown(run: Run, **options: Any) -> str:
+    """The whole Markdown file of ``iter_autourgos_markdown``."""
+    return "".join(iter_autourgos_markdown(run, **options))
