@@ -78,6 +78,7 @@ TOOLS = [
     _tool("big", lambda n=6000: "x" * int(n), n="number"),
     _tool("boom", _boom, x="string"),
     _tool("slow", _slow, seconds="number"),
+    _tool("kw", lambda **kwargs: f"got {len(kwargs)} arguments"),
 ]
 
 
@@ -302,6 +303,63 @@ SCENARIOS = [
         differences=("secrets",),
         tool_calls=1,
     ),
+    Scenario(
+        "secrets_in_odd_shapes",
+        [
+            turn(
+                "Bearer\nZQtokA12345 BeArEr ZQtokB12345 Bearer ZQtok,C1234 Bearer\u00a0ZQtokD123 Bearer ZQxyz",
+                [
+                    act(
+                        "kw",
+                        text="SK-ZQABCDEF1 GHP_ZQabcdef1 YA29.ZQx XOXB-ZQ1234567 EYJZQa.ZQb.ZQc akiazqabcdefghijkl",
+                        glued="user_ghp_ZQabcdef123 _sk-ZQabcdefgh1 1sk-ZQabcdefg tokya29.ZQabc",
+                        passcode="ZQpasscode1",
+                        sessionid="ZQsessid1",
+                        csrftoken="ZQcsrf1",
+                        mysecret="ZQmysecret1",
+                        userpass="ZQuserpass1",
+                        task_ref="task-abcdefgh1",
+                    )
+                ],
+            ),
+            turn("done", final="ok"),
+        ],
+        flags={"include_query": True},
+        query="Bearer " + "ZQlong1" * 700,
+        differences=("secrets",),
+        tool_calls=1,
+    ),
+    Scenario(
+        "same_tool_twice_timing_out",
+        [turn("wait", [act("slow", seconds=0.5), act("slow", seconds=0.4)]), turn(final="too slow")],
+        agent={"tool_timeout": 0.1},
+        tool_calls=2,
+    ),
+    Scenario(
+        "same_tool_twice_raising",
+        [turn("both", [act("boom", x="a"), act("boom", x="b")]), turn(final="neither")],
+        differences=("worker_error",),
+        tool_calls=2,
+    ),
+    Scenario(
+        "same_tool_twice_raising_async",
+        [
+            turn("both", [act("echo", text="a"), act("boom", x="a"), act("boom", x="b")]),
+            turn(final="neither"),
+        ],
+        mode="async",
+        tool_calls=3,
+    ),
+    Scenario(
+        "hostile_answers",
+        [
+            '{"thought":"deep","x": ' + "[" * 3000 + "]" * 3000 + ', "actions": []}',
+            '{"thought":"inner","actions":[{"action":"echo","action_input":{"text":"a"}}]}' + " }" * 300,
+            turn("odd names", [{"action": None, "action_input": {}}, {"action": 5, "action_input": {}}]),
+            turn(final="done"),
+        ],
+        tool_calls=3,
+    ),
     Scenario("native_final", [ScriptedToolCallLLM.final("Sunny.")], mode="native"),
     Scenario(
         "native_tools",
@@ -454,6 +512,9 @@ INNOCUOUS_KEYS = {
 }
 
 
+WORD_SK = re.compile(r"(?i)([a-z])sk-[a-z0-9]{6,}")
+
+
 def assert_secrets_difference_only(original: dict, ours: dict) -> None:
     """Same structure; where a value differs, both redacted something, or the package
     redacted a whole value under a key that names no secret (max_tokens, session_id…)."""
@@ -465,6 +526,8 @@ def assert_secrets_difference_only(original: dict, ours: dict) -> None:
         key = path.rsplit(".", 1)[-1]
         if a == "[REDACTED]" and key in INNOCUOUS_KEYS:
             continue  # the package's false positive, kept by ours
+        if isinstance(b, str) and a == WORD_SK.sub(lambda m: m.group(1) + "[REDACTED]", b) != b:
+            continue  # its other one: "sk-" inside a word ("task-abcdefgh1") is no key
         assert "[REDACTED]" in str(a) and "[REDACTED]" in str(b), (path, a, b)
 
 
@@ -479,6 +542,26 @@ PLANTED = [
     "plainFAKE123",
     "sk-abc123",
     "eyJhbGciOi.eyJzdWIiOi.c2lnbmF0dXJl",
+    # secrets_in_odd_shapes: every value starting ZQ is one ("ZQx" alone is too short to
+    # be told from a word, so the marks are checked whole).
+    *(f"ZQtok{c}" for c in "ABCD"),
+    "ZQxyz",
+    "ZQABCDEF1",
+    "ZQabcdef1",
+    "YA29.ZQx",
+    "ZQ1234567",
+    "EYJZQa",
+    "akiazq",
+    "ghp_ZQabcdef123",
+    "ZQabcdefgh1",
+    "ZQabcdefg",
+    "ZQabc",
+    "ZQpasscode1",
+    "ZQsessid1",
+    "ZQcsrf1",
+    "ZQmysecret1",
+    "ZQuserpass1",
+    "ZQlong1",
 ]
 
 

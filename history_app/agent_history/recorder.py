@@ -86,12 +86,15 @@ def _now() -> datetime:
     return datetime.now()
 
 
+def _raw_agent_name(agent: Any) -> Any:
+    """The name autourgos-history writes, as it writes it: the agent's ``name``, else its
+    class name (a name that is not a string is written as it is)."""
+    return getattr(agent, "name", None) or (agent.__class__.__name__ if agent else "Agent")
+
+
 def _agent_name(agent: Any) -> str:
-    """The name autourgos-history writes: the agent's ``name``, else its class name."""
-    name = getattr(agent, "name", None)
-    if name:
-        return name if isinstance(name, str) else str(name)
-    return agent.__class__.__name__ if agent is not None else "Agent"
+    name = _raw_agent_name(agent)
+    return name if isinstance(name, str) else str(name)
 
 
 def parse_json_object(text: Any) -> dict[str, Any]:
@@ -114,7 +117,8 @@ def parse_json_object(text: Any) -> dict[str, Any]:
             return json.loads(raw)
         except ValueError:
             closes = [i for i, ch in enumerate(raw) if ch == "}"]
-            for close in reversed(closes[-_PREFIX_TRIES:]):
+            tries = max(_PREFIX_TRIES, _PREFIX_BUDGET // len(raw))
+            for close in reversed(closes[-tries:]):
                 try:
                     return json.loads(raw[: close + 1])
                 except ValueError:
@@ -123,7 +127,10 @@ def parse_json_object(text: Any) -> dict[str, Any]:
 
 
 _FENCED_OBJECT = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+# The prefixes tried: at least 256, and as many as fit in 4 million characters parsed (a
+# few-kilobyte answer gets every one of its "}" tried, as the package does).
 _PREFIX_TRIES = 256
+_PREFIX_BUDGET = 4_000_000
 
 
 def thought_from_response(response: Any) -> Any:
@@ -134,7 +141,10 @@ def thought_from_response(response: Any) -> Any:
         return None
     thought = None
     if isinstance(response, str):
-        parsed = parse_json_object(response)
+        try:  # a RecursionError of a deeply nested answer: the package falls back too
+            parsed = parse_json_object(response)
+        except RecursionError:
+            parsed = {}
         if isinstance(parsed, dict) and "thought" in parsed:
             thought = parsed["thought"]
     if not thought:
@@ -170,6 +180,12 @@ def _number(value: Any) -> int | float | None:
     return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
+def _reports(text: str | None, name: str, error: str) -> bool:
+    """Whether a tool's result is the agent's report of ``error`` (autourgos returns
+    ``"Error executing '<tool>': <error>"``, or for a timeout the error's own text)."""
+    return text is not None and (text == f"Error executing '{name}': {error}" or text == error)
+
+
 class _State:
     """One run in progress: the canonical record, the raw values autourgos writes, and
     the order in which tool results and errors arrived."""
@@ -181,18 +197,24 @@ class _State:
         self.md_path = md_path
         self.json_path = json_path
         self.thoughts: dict[int, Any] = {}
-        self.arrivals: dict[int, list[tuple[ToolCall, str]]] = {}
+        # Per iteration, [call, kind] in the order results and errors arrived (the call is
+        # None while an error waits for the result that names it, in ``pending``).
+        self.arrivals: dict[int, list[list[Any]]] = {}
+        self.pending: list[tuple[Iteration, str, str, list[Any]]] = []
+        self.raw_names: dict[int, Any] = {}  # tool names that were not strings, as given
+        self.agent_name: Any = run.agent_name
         self.written = 0  # iterations already in the Markdown file
         self.final: Any = None
         self.lock = threading.RLock()
+
+    def tool_name(self, call: ToolCall) -> Any:
+        """A call's tool name as the agent gave it."""
+        return self.raw_names.get(id(call), call.tool)
 
     def iteration(self) -> Iteration:
         if not self.run.iterations:
             self.run.iterations.append(Iteration(index=1, started_at=_now()))
         return self.run.iterations[-1]
-
-    def arrived(self, iteration: Iteration, call: ToolCall, kind: str) -> None:
-        self.arrivals.setdefault(id(iteration), []).append((call, kind))
 
 
 class AgentHistoryMiddleware:
@@ -266,6 +288,7 @@ class AgentHistoryMiddleware:
             started_at=started,
         )
         state = _State(run, query, agent, md_path, json_path)
+        state.agent_name = _raw_agent_name(agent)
         self._state.set(state)
         if agent is not None:
             with self._lock:
@@ -275,7 +298,13 @@ class AgentHistoryMiddleware:
         # grows an iteration at a time) while the agent works.
         self._write_markdown(
             state,
-            autourgos.markdown_head(run, values=self.values, query=query, include_query=self.include_query),
+            autourgos.markdown_head(
+                run,
+                values=self.values,
+                query=query,
+                include_query=self.include_query,
+                agent_name=state.agent_name,
+            ),
             mode="w",
         )
 
@@ -331,15 +360,18 @@ class AgentHistoryMiddleware:
         if state is None:
             return
         with state.lock:
-            state.iteration().tool_calls.append(
-                ToolCall(tool=str(tool_name), params=tool_input, started_at=_now())
-            )
+            call = ToolCall(tool=str(tool_name), params=tool_input, started_at=_now())
+            state.iteration().tool_calls.append(call)
+            if not isinstance(tool_name, str):
+                state.raw_names[id(call)] = tool_name
 
     def on_tool_end(self, tool_name: str, tool_output: Any = None, agent: Any = None, **kwargs: Any) -> None:
-        self._finish_tool(agent, str(tool_name), result=tool_output)
+        raw = None if isinstance(tool_name, str) else tool_name
+        self._finish_tool(agent, str(tool_name), result=tool_output, raw_name=raw)
 
     def on_tool_error(self, tool_name: str, error: Any = None, agent: Any = None, **kwargs: Any) -> None:
-        self._finish_tool(agent, str(tool_name), error=str(error))
+        raw = None if isinstance(tool_name, str) else tool_name
+        self._finish_tool(agent, str(tool_name), error=str(error), raw_name=raw)
 
     def on_agent_end(self, response: Any = None, agent: Any = None, **kwargs: Any) -> None:
         state = self._find(agent)
@@ -405,46 +437,85 @@ class AgentHistoryMiddleware:
             if key in usage:
                 run.metrics[key] = usage[key]
 
-    def _finish_tool(self, agent: Any, name: str, *, result: Any = None, error: str | None = None) -> None:
+    def _finish_tool(
+        self, agent: Any, name: str, *, result: Any = None, error: str | None = None, raw_name: Any = None
+    ) -> None:
         state = self._find(agent)
         if state is None:
             return
-        text = result if isinstance(result, str) or result is None else str(result)
         with state.lock:
-            found = self._open_call(state, name, result=error is None)
-            if found is None:
-                # An answer for no started call: an observation on its own (no parameters),
-                # as autourgos-history writes it.
-                iteration, call = state.iteration(), ToolCall(tool=name)
-                iteration.tool_calls.append(call)
-            else:
-                iteration, call = found
             if error is not None:
-                call.error = error
+                self._tool_error(state, name, error, raw_name)
             else:
-                call.result = text
-            call.ended_at = _now()
-            state.arrived(iteration, call, "error" if error is not None and call.result is None else "result")
+                text = result if isinstance(result, str) or result is None else str(result)
+                self._tool_result(state, name, text, raw_name)
 
     @staticmethod
-    def _open_call(state: _State, name: str, *, result: bool) -> tuple[Iteration, ToolCall] | None:
-        """The call an answer for ``name`` belongs to, latest iteration first: one still
-        open; for a result, else one that raised and still waits for what the agent
-        returned (autourgos fires on_tool_error, then on_tool_end with
-        ``"Error executing '…'"``: one call, not two)."""
+    def _latest_with(state: _State, name: str) -> Iteration:
+        """The latest iteration holding a call of ``name`` (a tool ends in the iteration
+        that called it), else the current one."""
         for iteration in reversed(state.run.iterations):
-            for call in iteration.tool_calls:
-                if call.tool == name and call.ended_at is None:
-                    return iteration, call
-            if result:
-                for call in iteration.tool_calls:
-                    if call.tool == name and call.error is not None and call.result is None:
-                        return iteration, call
-        return None
+            if any(call.tool == name for call in iteration.tool_calls):
+                return iteration
+        return state.iteration()
+
+    def _alone(self, state: _State, iteration: Iteration, name: str, raw_name: Any) -> ToolCall:
+        """An answer for no started call: an observation on its own (a call with no
+        parameters), as autourgos-history writes it."""
+        call = ToolCall(tool=name)
+        iteration.tool_calls.append(call)
+        if raw_name is not None:
+            state.raw_names[id(call)] = raw_name
+        return call
+
+    def _tool_error(self, state: _State, name: str, error: str, raw_name: Any) -> None:
+        """``on_tool_error``: the error of the one call of ``name`` still running. With
+        several running (parallel calls of one tool), which one raised is not said: the
+        error waits for the result that names it (``"Error executing '…': <error>"``, or
+        the same text for a timeout) and joins that call."""
+        iteration = self._latest_with(state, name)
+        running = [c for c in iteration.tool_calls if c.tool == name and c.result is None and c.error is None]
+        entry: list[Any] = [None, "error"]
+        state.arrivals.setdefault(id(iteration), []).append(entry)
+        if len(running) > 1:
+            state.pending.append((iteration, name, error, entry))
+            return
+        call = running[0] if running else self._alone(state, iteration, name, raw_name)
+        call.error, call.ended_at = error, _now()
+        entry[0] = call
+
+    def _tool_result(self, state: _State, name: str, text: str | None, raw_name: Any) -> None:
+        """``on_tool_end``: the result of the call whose error it reports, else of the
+        first call of ``name`` still running (autourgos reports results in call order),
+        else of the first that raised and waits for what the agent returned."""
+        iteration = self._latest_with(state, name)
+        waiting = [c for c in iteration.tool_calls if c.tool == name and c.result is None]
+        call = next((c for c in waiting if c.error is not None and _reports(text, name, c.error)), None)
+        call = call or next((c for c in waiting if c.error is None), None) or next(iter(waiting), None)
+        if call is None:
+            call = self._alone(state, iteration, name, raw_name)
+        call.result, call.ended_at = text, _now()
+        state.arrivals.setdefault(id(iteration), []).append([call, "result"])
+        if call.error is None:
+            for item in state.pending:
+                if item[0] is iteration and item[1] == name and _reports(text, name, item[2]):
+                    call.error, item[3][0] = item[2], call
+                    state.pending.remove(item)
+                    break
+
+    def _settle_pending(self, state: _State) -> None:
+        """Errors no result named go to the first call of their tool without one."""
+        for iteration, name, error, entry in state.pending:
+            call = next((c for c in iteration.tool_calls if c.tool == name and c.error is None), None)
+            call = call or self._alone(state, iteration, name, None)
+            call.error, entry[0] = error, call
+            call.ended_at = call.ended_at or _now()
+        state.pending.clear()
 
     def _observation_orders(self, state: _State) -> None:
         """Keep, on each iteration, the order its results and errors arrived in, where it
         is not the one the writer assumes (errors first, then results, in call order)."""
+        self._settle_pending(state)
         for iteration in state.run.iterations:
             arrivals = state.arrivals.get(id(iteration))
             if not arrivals:
@@ -454,6 +525,8 @@ class AgentHistoryMiddleware:
             usual = sorted(o for o in order if o[1] == "error") + sorted(o for o in order if o[1] == "result")
             if order != usual:
                 iteration.metadata[autourgos.OBSERVATION_ORDER] = order
+            else:
+                iteration.metadata.pop(autourgos.OBSERVATION_ORDER, None)
 
     def _write_markdown(self, state: _State, text: str, *, mode: str = "a") -> None:
         try:
@@ -476,6 +549,7 @@ class AgentHistoryMiddleware:
                     thought=thought,
                     include_tools=self.include_tools,
                     include_observations=self.include_observations,
+                    tool_name=state.tool_name,
                 ),
             )
         state.written = len(state.run.iterations)
@@ -525,4 +599,6 @@ class AgentHistoryMiddleware:
             include_observations=self.include_observations,
             include_final=self.include_final,
             with_ids=True,
+            tool_name=state.tool_name,
+            agent_name=state.agent_name,
         )

@@ -61,8 +61,28 @@ _SECRET_WORDS = frozenset(
         "privatekey",
         "accesskey",
         "sessiontoken",
+        "passcode",
+        "sessionid",
+        "sessid",
+        "phpsessid",
+        "jsessionid",
+        "csrftoken",
+        "xsrftoken",
     }
 )
+# Whole keys (any case, as written) that hold a secret though their words do not say so:
+# session cookies. "session_id" is an identifier and stays; "sessionId"/"sessionid" and a
+# bare "session" are what web frameworks name their session cookie.
+_SECRET_WHOLE_KEYS = frozenset({"session", "sessionid", "sessid", "csrf", "xsrf"})
+# A one-word key ending in one of these ("mysecret", "csrftoken", "dbpassword") names a
+# secret; "secretary" or "tokens" do not end so.
+_SECRET_SUFFIXES = ("secret", "password", "passwd", "passphrase", "token", "apikey", "credential")
+# "<prefix>pass" is a password for these prefixes ("userpass", "dbpass"); "bypass",
+# "compass", "trespass" are words.
+_PASS_PREFIXES = frozenset(
+    {"user", "db", "root", "admin", "my", "smtp", "mail", "ftp", "sql", "mysql", "pg", "redis",
+     "mongo", "login", "app", "ldap", "wifi", "proxy", "api", "master", "sudo", "web", "auth"}
+)  # fmt: skip
 # A key ending in one of these describes a secret rather than holding one.
 _NEUTRAL_LAST_WORDS = frozenset(
     {
@@ -170,11 +190,17 @@ def _is_secret_key(key: str, extra_words: frozenset[str]) -> bool:
     words = key_words(key)
     if not words:
         return False
+    if key.lower() in _SECRET_WHOLE_KEYS:
+        return True
     last = words[-1]
     if last in _NEUTRAL_LAST_WORDS and len(words) > 1:
         return False
     secret_words = _SECRET_WORDS.union(extra_words) if extra_words else _SECRET_WORDS
     if any(w in secret_words for w in words):
+        return True
+    if len(words) == 1 and (
+        last.endswith(_SECRET_SUFFIXES) or (last.endswith("pass") and last[:-4] in _PASS_PREFIXES)
+    ):
         return True
     # "api key", "private key", "x-api-key", "STRIPE_KEY"; but not "sort_key" or "key".
     return last == "key" and len(words) > 1 and words[-2] not in _PLAIN_KEY_PREFIXES
@@ -225,16 +251,36 @@ class ValueRule:
         return "".join(pieces)
 
 
+@dataclass(frozen=True, eq=False)
+class FoldedValueRule(ValueRule):
+    """A ``ValueRule`` matched in any letter case: its literals are looked for in the
+    lowercased text (one cheap pass) and its pattern is case-insensitive."""
+
+    def present(self, text: str, lowered: str | None = None) -> bool:
+        lowered = text.lower() if lowered is None else lowered
+        literals = (self.literal,) if isinstance(self.literal, str) else self.literal
+        return any(lit in lowered for lit in literals)
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        if not self.present(text):
+            return text
+        return super().apply(text, counts, extra_keys)
+
+
 def _is_bearer_token(match: re.Match[str]) -> bool:
-    """A token after ``Bearer``: any with a digit or a symbol; letters alone when long
-    enough not to be a word (8 after ``Bearer``/``BEARER``, as in a header; 16 after
-    ``bearer``, or mixed case), so "Bearer of bad news" stays prose."""
-    token = match.group(2)
-    if any(c.isdigit() or c in "._-~+/=" for c in token):
+    """The token after ``Bearer`` (any case, any whitespace), up to the next whitespace:
+    a secret when it holds a digit or a symbol, or is 16 letters or more, or 8 after
+    ``Bearer``/``BEARER`` (a header), or mixes cases (``QZxyz``); a word ("of", "bonds.",
+    "Of") is prose, so "Bearer of bad news" stays."""
+    scheme, token = match.group(1), match.group(3)
+    core = token.rstrip(".,;:!?)]}'\"")
+    if not core:
+        return False
+    if not core.isalpha():
         return True
-    if match.group(1) != "bearer":
-        return len(token) >= 8
-    return len(token) >= 16 or (not token.islower() and not token.isupper() and len(token) >= 8)
+    if len(core) >= 16 or (scheme in ("Bearer", "BEARER") and len(core) >= 8):
+        return True
+    return not (core.islower() or core.istitle() or (core.isupper() and len(core) < 4))
 
 
 def _is_basic_credential(match: re.Match[str]) -> bool:
@@ -1134,23 +1180,27 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         group=2,
         check=_is_basic_credential,
     ),
-    ValueRule(
+    FoldedValueRule(
         "bearer",
-        ("Bearer", "bearer", "BEARER"),
-        re.compile(r"(Bearer|bearer|BEARER)[ \t]+([A-Za-z0-9._~+/=\-]{1,4000})"),
-        group=2,
+        "bearer",
+        re.compile(r"(?i)(bearer)(\s+)(\S+)"),
+        group=3,
         check=_is_bearer_token,
     ),
-    # The value shapes autourgos-history 2.2.9 redacts, at their shortest (a short sk- key,
-    # any ya29. token, a three-part eyJ… token): nothing it redacts passes through ours.
-    # Its own patterns have no left boundary ("task-abcdefg" loses "sk-abcdefg"); ours do.
-    ValueRule(
-        "autourgos-shape",
-        ("sk-", "AKIA", "ghp_", "ya29.", "xox", "eyJ"),
-        re.compile(
-            _B + r"(?:sk-[A-Za-z0-9]{6,}|AKIA[A-Z0-9]{12,}|ghp_[A-Za-z0-9]{6,}|ya29\.[A-Za-z0-9_\-]+"
-            r"|xox[baprs]-[A-Za-z0-9\-]{6,}|eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+)"
-        ),
+    # The value shapes autourgos-history 2.2.9 redacts, in any case, at their shortest (a
+    # short sk- key, any ya29. token, a three-part eyJ… token), glued to what precedes
+    # them too: nothing it redacts passes through ours. One exception, its false
+    # positive: "sk-" after a letter ("task-abcdefg", "desk-…") is a word, not a key.
+    *(
+        FoldedValueRule("autourgos-shape", literal, re.compile("(?i)" + pattern))
+        for literal, pattern in (
+            ("sk-", r"(?<![a-z])sk-[a-z0-9]{6,}"),
+            ("akia", r"akia[a-z0-9]{12,}"),
+            ("ghp_", r"ghp_[a-z0-9]{6,}"),
+            ("ya29.", r"ya29\.[a-z0-9_\-]+"),
+            ("xox", r"xox[baprs]-[a-z0-9\-]{6,}"),
+            ("eyj", r"eyj[a-z0-9_\-]+\.[a-z0-9_\-]+\.[a-z0-9_\-]+"),
+        )
     ),
     ValueRule(
         "url-credentials",
@@ -1240,7 +1290,7 @@ class Redactor:
         gates: dict[str, dict[str, list[Rule]]] = {}
         for rule in self.rules:
             literals = (rule.literal,) if isinstance(rule.literal, str) else rule.literal
-            if not all(literals):
+            if not all(literals) or isinstance(rule, FoldedValueRule):
                 self._always.add(rule)
                 continue
             for literal in literals:
@@ -1349,8 +1399,16 @@ class Redactor:
                             wanted = set()
                         wanted.update(rules)
         if wanted is not None or self._always:
+            lowered = None  # for the rules matched in any case: lowercased once, not per rule
             for rule in self.rules:
-                if rule in self._always or (wanted is not None and rule in wanted):
+                if isinstance(rule, FoldedValueRule):
+                    if lowered is None:
+                        lowered = text.lower()
+                    if rule.present(text, lowered):
+                        cleaned = ValueRule.apply(rule, text, counts, self.extra_keys)
+                        if cleaned != text:
+                            text, lowered = cleaned, None
+                elif rule in self._always or (wanted is not None and rule in wanted):
                     text = rule.apply(text, counts, self.extra_keys)
         # Every pair rule needs a separator, a flag's dash, a quote, a tag or "set NAME
         # VALUE" in its text, and a name hint or a tool's name (written out rather than

@@ -465,6 +465,10 @@ def render_json(values: FileValues, value: Any) -> str:
         return str(done)
 
 
+def _tool_name(call: ToolCall) -> Any:
+    return call.tool
+
+
 def tool_error_text(error: str) -> str:
     """The observation the package writes for ``on_tool_error`` (``"Error: …"``)."""
     return f"Error: {error}"
@@ -477,7 +481,9 @@ def listed_calls(iteration: Iteration) -> list[ToolCall]:
     return [c for c in iteration.tool_calls if c.params is not None or c.started_at is not None]
 
 
-def _answers(iteration: Iteration) -> list[tuple[int, str, str, str]]:
+def _answers(
+    iteration: Iteration, name: Callable[[ToolCall], Any] = _tool_name
+) -> list[tuple[int, str, Any, str]]:
     """Each call's observations as (call position, kind, tool, text): a tool that raised
     gives its error (``"Error: …"``, kind "error") then what the agent returned (kind
     "result"); a result alone gives one. An error alone that reads as the agent's own
@@ -487,14 +493,14 @@ def _answers(iteration: Iteration) -> list[tuple[int, str, str, str]]:
     for position, call in enumerate(iteration.tool_calls):
         result, error = call.result, call.error
         if error is not None and result is not None:
-            found.append((position, "error", call.tool, tool_error_text(error)))
-            found.append((position, "result", call.tool, result))
+            found.append((position, "error", name(call), tool_error_text(error)))
+            found.append((position, "result", name(call), result))
         elif result is not None:
-            found.append((position, "result", call.tool, result))
+            found.append((position, "result", name(call), result))
         elif error is not None and error.startswith(_TOOL_ERROR_PREFIXES):
-            found.append((position, "result", call.tool, error))
+            found.append((position, "result", name(call), error))
         elif error is not None:
-            found.append((position, "error", call.tool, tool_error_text(error)))
+            found.append((position, "error", name(call), tool_error_text(error)))
     return found
 
 
@@ -504,10 +510,12 @@ def default_order(answers: list[tuple[int, str, str, str]]) -> list[list[Any]]:
     ]
 
 
-def observations_of(iteration: Iteration) -> list[dict[str, Any]]:
+def observations_of(
+    iteration: Iteration, name: Callable[[ToolCall], Any] = _tool_name
+) -> list[dict[str, Any]]:
     """The iteration's observations in the order the agent reported them: the order the
     record kept (``metadata["observation_order"]``) where it differs from the usual one."""
-    answers = _answers(iteration)
+    answers = _answers(iteration, name)
     by_key = {(p, k): (tool, text) for p, k, tool, text in answers}
     order = iteration.metadata.get(OBSERVATION_ORDER) if isinstance(iteration.metadata, dict) else None
     keys = [tuple(item) for item in order] if isinstance(order, list) else []
@@ -529,6 +537,8 @@ def log_document(
     include_observations: bool = True,
     include_final: bool = True,
     with_ids: bool = False,
+    tool_name: Callable[[ToolCall], Any] = _tool_name,
+    agent_name: Any = _UNSET,
 ) -> dict[str, Any]:
     """A run as the JSON document autourgos-history writes, in its exact layout.
 
@@ -548,8 +558,8 @@ def log_document(
             {
                 "iteration": iteration.index,
                 "thought": thought(iteration) if thought else iteration.thought,
-                "tools": [{"tool": c.tool, "params": c.params} for c in listed_calls(iteration)],
-                "observations": observations_of(iteration),
+                "tools": [{"tool": tool_name(c), "params": c.params} for c in listed_calls(iteration)],
+                "observations": observations_of(iteration, tool_name),
             }
         )
         if not include_tools and entry["tools"]:
@@ -561,7 +571,7 @@ def log_document(
     head = values(
         {
             "query": query,
-            "agent_name": run.agent_name or "Agent",
+            "agent_name": (run.agent_name or "Agent") if agent_name is _UNSET else agent_name,
             "start_time": run.started_at.isoformat() if run.started_at else None,
             "end_time": run.ended_at.isoformat() if run.ended_at else None,
         }
@@ -590,12 +600,15 @@ def log_document(
     return document
 
 
-def markdown_head(run: Run, *, values: FileValues, query: Any = _UNSET, include_query: bool = True) -> str:
+def markdown_head(
+    run: Run, *, values: FileValues, query: Any = _UNSET, include_query: bool = True, agent_name: Any = _UNSET
+) -> str:
     """``AgentHistoryLogger.start_task``: the title, when it started, the query, the rule."""
     query = run.input if query is _UNSET else query
     started = run.started_at.strftime("%Y-%m-%d %H:%M:%S") if run.started_at else ""
     shown = render_json(values, query) if include_query else f"[REDACTED: length={len(str(query))}]"
-    return f"# Task Session: {run.agent_name or 'Agent'}\n**Started At:** {started}\n\n## Initial Query\n{shown}\n\n---\n\n"
+    name = (run.agent_name or "Agent") if agent_name is _UNSET else agent_name
+    return f"# Task Session: {name}\n**Started At:** {started}\n\n## Initial Query\n{shown}\n\n---\n\n"
 
 
 def markdown_iteration(
@@ -605,6 +618,7 @@ def markdown_iteration(
     thought: Any = _UNSET,
     include_tools: bool = True,
     include_observations: bool = True,
+    tool_name: Callable[[ToolCall], Any] = _tool_name,
 ) -> str:
     """``AgentHistoryLogger.log_iteration``: one iteration's section."""
     said = iteration.thought if thought is _UNSET else thought
@@ -616,8 +630,8 @@ def markdown_iteration(
         block += "### Action (Tools)\n"
         for call in calls:
             params = render_json(values, call.params or {}) if include_tools else SOURCE_REDACTED
-            block += f"**Tool:** `{call.tool or 'Unknown tool'}`\n**Parameters:**\n```json\n{params}\n```\n\n"
-    observations = observations_of(iteration)
+            block += f"**Tool:** `{tool_name(call) or 'Unknown tool'}`\n**Parameters:**\n```json\n{params}\n```\n\n"
+    observations = observations_of(iteration, tool_name)
     if observations:
         block += "### Observations\n"
         for obs in observations:
