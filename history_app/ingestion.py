@@ -307,8 +307,10 @@ def _ingest_run(run: Run, digest: str, source_format: str, output_html: str, *, 
     existing = models.Run.objects.select_for_update().filter(run_id=run.run_id).first()
     if existing is not None and existing.content_hash == digest and not rewrite:
         return "duplicate"
-    run = _settled_by_team_run(run)
     session = _session_for(run, old_session_id=existing.session_id if existing is not None else None)
+    # After the session lock: a team run of the session being written now has committed
+    # by the time the lock is ours (PostgreSQL's read committed then sees it).
+    run = _settled_by_team_run(run)
     old_session_id = None
     previous = None
     if existing is None:
@@ -343,34 +345,41 @@ def _ingest_run(run: Run, digest: str, source_format: str, output_html: str, *, 
 
 def _settled_by_team_run(run: Run) -> Run:
     """A member run whose history blocks could end at more than one closing tag (the
-    content forged one) is settled by the tasks its stored team run delegated: the text
-    after the blocks is the task, so only one reading is right. Costs nothing unless a
-    block is ambiguous."""
+    content forged one) is settled by the tasks its stored team run, in the same session,
+    delegated to it: the text after the blocks is its task, so only one reading is right.
+    Costs nothing unless a block is ambiguous."""
     if not run.parent_run_id or not blocks.is_ambiguous(run.injected_contexts):
         return run
-    team = mapper.transcript_queryset().filter(run_id=run.parent_run_id).first()
+    team = (
+        mapper.transcript_queryset()
+        .filter(run_id=run.parent_run_id, session__session_id=run.session_id)
+        .first()
+    )
     if team is None:
         return run
-    settled = blocks.settle_member_contexts(
-        run.injected_contexts, run.input or "", blocks.handed_tasks(mapper.run_record(team))
-    )
+    tasks = blocks.handed_tasks(mapper.run_record(team), run)
+    settled = blocks.settle_member_contexts(run.injected_contexts, run.input or "", tasks)
     return run if settled is None else replace(run, injected_contexts=settled)
 
 
 def _settle_members(team: Run) -> None:
     """A team run arriving after its members settles the ambiguous blocks they were
-    stored with: each such member run is rewritten with the exact blocks (its content hash
-    kept, so the same member run sent again is still a duplicate)."""
-    tasks = blocks.handed_tasks(team)
-    if not tasks:
+    stored with (members of its session, under the session lock this transaction holds):
+    each such member run is rewritten with the exact blocks (its content hash kept, so the
+    same member run sent again is still a duplicate)."""
+    if not team.member_interactions and not any(
+        call.tool.startswith("delegate") for it in team.iterations for call in it.tool_calls
+    ):
         return
     waiting = mapper.transcript_queryset().filter(
         parent_run_id=team.run_id,
+        session__session_id=team.session_id,
         injected_contexts__kind__in=sorted(blocks.MEMBER_KINDS),
         injected_contexts__settings__boundary="ambiguous",
     )
     for member in waiting.distinct():
         record = mapper.run_record(member)
+        tasks = blocks.handed_tasks(team, record)
         settled = blocks.settle_member_contexts(record.injected_contexts, record.input or "", tasks)
         if settled is not None:
             record.injected_contexts = settled

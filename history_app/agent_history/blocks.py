@@ -66,29 +66,41 @@ class Located:
     # How many readings of the message the layout allows (1 when exact).
     readings: int = 1
     # Where else, inside this block's text, another reading ends it: offsets in ``text`` of
-    # the closing tag (``"\n\n</tag>\n"``) that content forged or that really ends it.
+    # the closing tag (``"\n\n</tag>\n"``) that content forged or that really ends it; the
+    # first ``MAX_PLACES``, and how many more there are.
     could_end_at: tuple[int, ...] = ()
+    more_places: int = 0
 
     @property
     def settings(self) -> dict[str, object]:
         """What the stored context records about its boundary: for an ambiguous one, the
         number of readings and the entry and field of the block holding each closing tag
-        where it could also end."""
+        where it could also end (the first ``MAX_PLACES`` of them)."""
         if self.exact:
             return {"boundary": "exact"}
-        places = [describe_place(self.text, self.kind, offset) for offset in self.could_end_at]
+        places = describe_places(self.text, self.kind, self.could_end_at)
         note = (
             "the content holds the block's closing tag where the block could end; the "
             "longest reading is kept, so nothing the model saw is cut off"
         )
         if places:
-            note = f"the block could also end at the closing tag in {'; in '.join(places)}; the longest reading is kept, so nothing the model saw is cut off"
-        return {
+            more = f" (and {self.more_places} more)" if self.more_places else ""
+            note = (
+                f"the block could also end at the closing tag in {'; in '.join(places)}{more}; the "
+                "longest reading is kept, so nothing the model saw is cut off"
+            )
+        settings: dict[str, object] = {
             "boundary": "ambiguous",
             "boundary_readings": self.readings,
             "boundary_places": places,
             "boundary_note": note,
         }
+        if self.more_places:
+            settings["boundary_more_places"] = self.more_places
+        return settings
+
+
+MAX_PLACES = 10
 
 
 def _ends(message: str, kind: str, start: int, stop: int) -> Iterator[int]:
@@ -122,59 +134,59 @@ def _member_candidates(message: str) -> tuple[list[int], list[int], list[int]]:
     return inter_ends, team_starts, team_ends
 
 
-def _readings_ending_at(
-    end: int, inter_ends: list[int], team_starts: list[int], team_ends: set[int]
-) -> list[list[tuple[str, int, int]]]:
-    """The readings whose last block ends at ``end``: interactions alone, or a team
-    history block (alone or after interactions) that starts early enough."""
-    readings: list[list[tuple[str, int, int]]] = []
-    if end in team_ends:
-        for start in team_starts:
-            if start + len(OPENERS["team_history"]) < end:
-                head = [("member_interactions", 0, start - len(JOIN))] if start else []
-                readings.append([*head, ("team_history", start, end)])
-    if end in inter_ends:
-        readings.append([("member_interactions", 0, end)])
-    return readings
-
-
 def locate_member_blocks(message: str, tasks: Iterable[str] = ()) -> list[Located]:
     """The interactions and team history blocks at the head of a team member's message.
 
-    ``tasks`` are the texts that may follow the blocks (the tasks the leader delegated):
-    a reading whose rest is one of them is the one agno sent. Linear in the message.
+    ``tasks`` are the texts that may follow the blocks (the tasks the leader delegated to
+    this member): a reading whose rest is one of them is the one agno sent, and when only
+    one reading fits, the boundary is exact. Readings are counted, never listed: linear in
+    the message (and in the tasks), whatever the content forges.
     """
     inter_ends, team_starts, team_ends = _member_candidates(message)
     ends = sorted(set(inter_ends) | {e for e in team_ends if team_starts and e > team_starts[0]})
     if not ends:
         return []
-    team_set = set(team_ends)
-    matching: list[list[tuple[str, int, int]]] = []
+    inter_set, team_set = set(inter_ends), set(team_ends)
+    opener = len(OPENERS["team_history"])
+
+    def count_at(end: int) -> int:
+        """Readings whose last block ends at ``end``: interactions alone, or a team history
+        block from each start early enough."""
+        team = bisect.bisect_left(team_starts, end - opener) if end in team_set else 0
+        return (1 if end in inter_set else 0) + team
+
+    def longest_at(end: int) -> list[tuple[str, int, int]]:
+        """The reading ending at ``end`` that keeps the most in the blocks: a team history
+        block from its latest start (after the interactions block when it has one)."""
+        team = bisect.bisect_left(team_starts, end - opener) if end in team_set else 0
+        if team:
+            start = team_starts[team - 1]
+            head = [("member_interactions", 0, start - len(JOIN))] if start else []
+            return [*head, ("team_history", start, end)]
+        return [("member_interactions", 0, end)]
+
+    fitting = set()
     for task in set(tasks):
         end = len(message) - len(task) - len(JOIN) if task else len(message)
-        if end > 0 and message.endswith(task) and _joined(message, end):
-            matching += _readings_ending_at(end, inter_ends, team_starts, team_set)
-    if len(matching) == 1:
-        chosen, readings = matching[0], 1
-    elif matching:
-        chosen, readings = max(matching, key=lambda r: (r[-1][2], len(r), r[0][2])), len(matching)
+        if end > 0 and message.endswith(task) and _joined(message, end) and count_at(end):
+            fitting.add(end)
+    if fitting:
+        readings = sum(count_at(end) for end in fitting)
+        chosen = longest_at(max(fitting))
     else:
         # No known task settles it: the longest reading, the most text kept in the blocks.
-        options = _readings_ending_at(ends[-1], inter_ends, team_starts, team_set)
-        chosen = max(options, key=lambda r: (len(r), r[0][2]))
-        # Counted without listing them: each interactions end is one reading, each team
-        # history end one per start before it.
-        opener = len(OPENERS["team_history"])
-        readings = len(set(inter_ends)) + sum(
-            bisect.bisect_left(team_starts, end - opener) for end in set(team_ends) if end in ends
+        chosen = longest_at(ends[-1])
+        readings = len(inter_set) + sum(
+            bisect.bisect_left(team_starts, end - opener) for end in team_set if end in ends
         )
-    candidates = [(end, "member_interactions") for end in inter_ends] + [
-        (end, "team_history") for end in team_ends
-    ]
-    return [
-        Located(kind, message[s:e], s, e, readings == 1, readings, _inside(candidates, s, e))
-        for kind, s, e in chosen
-    ]
+    candidates = [(end, "member_interactions") for end in inter_ends]
+    candidates += [(end, "team_history") for end in team_ends]
+    located = []
+    for kind, s, e in chosen:
+        inside = _inside(candidates, s, e)
+        more = max(0, len(inside) - MAX_PLACES)
+        located.append(Located(kind, message[s:e], s, e, readings == 1, readings, inside[:MAX_PLACES], more))
+    return located
 
 
 def _inside(candidates: Iterable[tuple[int, str]], start: int, end: int) -> tuple[int, ...]:
@@ -209,7 +221,8 @@ def locate_workflow_block(message: str, step_messages: Iterable[str] = ()) -> Lo
         pool = matching or ends
         end, exact, count = max(pool), len(pool) == 1, len(pool)
     inside = () if exact else _inside([(other, kind) for other in matching or ends], 0, end)
-    return Located(kind, message[:end], 0, end, exact, count, inside)
+    more = max(0, len(inside) - MAX_PLACES)
+    return Located(kind, message[:end], 0, end, exact, count, inside[:MAX_PLACES], more)
 
 
 # -- settling a member's blocks once the team run is known ------------------------------
@@ -218,17 +231,28 @@ MEMBER_KINDS = frozenset(MEMBER_ORDER)
 SETTLED_BY = "the task the team run delegated"
 
 
-def handed_tasks(team_run: Any) -> list[str]:
-    """The tasks a team run (a ``Run`` record) handed to its members: the ``task`` argument
-    of its ``delegate…`` tool calls and the tasks of its member interactions. These are the
-    texts that follow the history blocks in the members' messages."""
-    tasks = [item.task for item in getattr(team_run, "member_interactions", ()) if item.task]
-    for iteration in getattr(team_run, "iterations", ()):
-        for call in iteration.tool_calls:
-            if call.tool.startswith("delegate") and isinstance(call.params, dict):
-                task = call.params.get("task")
-                if isinstance(task, str):
-                    tasks.append(task)
+def handed_tasks(team_run: Any, member_run: Any) -> list[str]:
+    """The tasks a team run (a ``Run`` record) handed to one member run: its member
+    interactions naming that run, and the ``task`` of its ``delegate…`` tool calls whose
+    ``member_id`` is the member's ``agent_id`` (``metadata``). Another member's task may
+    fit a forged boundary of this one, so only the member's own settle its blocks."""
+    tasks = [
+        item.task
+        for item in getattr(team_run, "member_interactions", ())
+        if item.task and item.member_run_id == member_run.run_id
+    ]
+    metadata = getattr(member_run, "metadata", None) or {}
+    agent_id = metadata.get("agent_id") if isinstance(metadata, dict) else None
+    if isinstance(agent_id, str) and agent_id:
+        for iteration in getattr(team_run, "iterations", ()):
+            for call in iteration.tool_calls:
+                params = call.params
+                if (
+                    call.tool.startswith("delegate")
+                    and isinstance(params, dict)
+                    and params.get("member_id") == agent_id
+                ) and isinstance(params.get("task"), str):
+                    tasks.append(params["task"])
     return tasks
 
 
@@ -429,24 +453,36 @@ def _member_entries(text: str, start: int, end: int) -> list[Entry]:
     return entries
 
 
-def describe_place(text: str, kind: str, offset: int) -> str:
-    """Where ``offset`` lies in the ``kind`` block ``text``, for a person: the field and
-    the entry (``the Response of entry 2 (Member: Writer)``, ``the output of entry 1
-    ([run-1])``), or ``the block's text`` when no entry holds it."""
-    for entry in split_entries(text, kind):
-        if not entry.start <= offset < entry.end:
+def describe_places(text: str, kind: str, offsets: Iterable[int]) -> list[str]:
+    """Where each of ``offsets`` lies in the ``kind`` block ``text``, for a person: the
+    field and the entry (``the Response of entry 2 (Member: Writer)``, ``the output of
+    entry 1 ([run-1])``), or ``the block's text`` when no entry holds it. The block is split
+    once, whatever the number of offsets."""
+    entries = split_entries(text, kind)
+    starts = [entry.start for entry in entries]
+    places = []
+    for offset in offsets:
+        at = bisect.bisect_right(starts, offset) - 1
+        entry = entries[at] if at >= 0 else None
+        if entry is None or not entry.start <= offset < entry.end:
+            places.append("the block's text")
             continue
         if entry.layout == "member":
             name = text[entry.start + len("Member: ") : entry.header_end - 1]
             label = f"entry {entry.position + 1} (Member: {name[:60]})"
-            fields = ("Task", "Response")
+            fields: tuple[str, ...] = ("Task", "Response")
         else:
             label = f"entry {entry.position + 1} ({text[entry.start : entry.header_end - 1][:60]})"
             fields = ENTRY_LAYOUTS[kind][entry.layout][1:]
         field_at = {name: text.rfind(f"\n{name}: ", entry.header_end - 1, offset + 1) for name in fields}
-        name, at = max(field_at.items(), key=lambda item: item[1])
-        return f"the {name} of {label}" if at != -1 else label
-    return "the block's text"
+        name, found = max(field_at.items(), key=lambda item: item[1])
+        places.append(f"the {name} of {label}" if found != -1 else label)
+    return places
+
+
+def describe_place(text: str, kind: str, offset: int) -> str:
+    """``describe_places`` for one offset."""
+    return describe_places(text, kind, [offset])[0]
 
 
 def entry_key(layout: str, body: str) -> str | None:
@@ -494,6 +530,7 @@ __all__ = [
     "Located",
     "block_region",
     "describe_place",
+    "describe_places",
     "entry_key",
     "fingerprint",
     "handed_tasks",

@@ -310,9 +310,11 @@ def reconstructed_workflow_history(
     )
 
 
-def delegated_tasks(payload: dict[str, Any]) -> list[str]:
+def delegated_tasks(payload: dict[str, Any], member_id: Any = None) -> list[str]:
     """The tasks a team run handed to its members (``delegate_task_to_member`` and the
-    like): the texts that follow the history blocks in those members' messages."""
+    like), or to the member ``member_id`` alone: the texts that follow the history blocks
+    in that member's message. Another member's task may fit a forged boundary of this one,
+    so a member's blocks are settled by its own tasks only."""
     tasks = []
     for execution in payload.get("tools") or []:
         if not isinstance(execution, dict) or not str(execution.get("tool_name") or "").startswith(
@@ -320,7 +322,9 @@ def delegated_tasks(payload: dict[str, Any]) -> list[str]:
         ):
             continue
         args = execution.get("tool_args")
-        if isinstance(args, dict) and isinstance(args.get("task"), str):
+        if not isinstance(args, dict) or not isinstance(args.get("task"), str):
+            continue
+        if member_id is None or args.get("member_id") == member_id:
             tasks.append(args["task"])
     return tasks
 
@@ -351,7 +355,11 @@ def _base(payload: dict[str, Any], kind: str, name: str) -> Run:
         started_at=started,
         ended_at=ended,
         metrics=metrics,
-        metadata={k: v for k, v in payload.items() if k not in known and v is not None},
+        metadata={
+            **{k: v for k, v in payload.items() if k not in known and v is not None},
+            # Which member a team's delegation names (its tool's member_id).
+            **({"agent_id": payload["agent_id"]} if isinstance(payload.get("agent_id"), str) else {}),
+        },
     )
 
 
@@ -409,7 +417,10 @@ def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
     if include_members:
         for member in members:
             member = {**member, "parent_run_id": member.get("parent_run_id") or run.run_id}
-            runs.append(_agent(member, delegated_tasks(payload) + [i.task for i in run.member_interactions]))
+            own = [
+                i.task for i in run.member_interactions if i.member_run_id == value_text(member.get("run_id"))
+            ]
+            runs.append(_agent(member, delegated_tasks(payload, member.get("agent_id")) + own))
     return runs
 
 

@@ -50,18 +50,24 @@ def read_postgres(url: str, schema: str, since: int | None) -> list[tuple]:
     return [(json.dumps(r[0]) if not isinstance(r[0], str) else r[0], *r[1:]) for r in rows]
 
 
-def delegated_tasks(rows: list[tuple]) -> dict[str, list[str]]:
-    """The tasks each team run delegated, by team run id (read before any run is parsed)."""
-    tasks: dict[str, list[str]] = {}
+def delegated_tasks(rows: list[tuple]) -> dict[str, dict[str, list[str]]]:
+    """The tasks each team run delegated, by team run id and member id (read before any
+    run is parsed): a member's blocks are settled by its own tasks only."""
+    tasks: dict[str, dict[str, list[str]]] = {}
     for row in rows:
         try:
             payload = json.loads(row[0])
         except (TypeError, ValueError):
             continue
-        if isinstance(payload, dict) and payload.get("run_id") and payload.get("tools"):
-            found = agno.delegated_tasks(payload)
-            if found:
-                tasks.setdefault(str(payload["run_id"]), []).extend(found)
+        if not (isinstance(payload, dict) and payload.get("run_id") and payload.get("tools")):
+            continue
+        for execution in payload["tools"]:
+            args = execution.get("tool_args") if isinstance(execution, dict) else None
+            if isinstance(args, dict) and isinstance(args.get("member_id"), str):
+                found = agno.delegated_tasks({"tools": [execution]}, args["member_id"])
+                if found:
+                    by_member = tasks.setdefault(str(payload["run_id"]), {})
+                    by_member.setdefault(args["member_id"], []).extend(found)
     return tasks
 
 
@@ -168,7 +174,8 @@ class Command(BaseCommand):
             payload["member_responses"] = []
             items, format_name = [payload], "agno"
             try:
-                runs = agno.parse(payload, tasks=tasks.get(str(payload.get("parent_run_id")), ()))
+                by_member = tasks.get(str(payload.get("parent_run_id")), {})
+                runs = agno.parse(payload, tasks=by_member.get(str(payload.get("agent_id")), ()))
             except RecordError:
                 runs = None  # sent as it is: ingestion reports what is wrong, with its path
             if runs is not None:
