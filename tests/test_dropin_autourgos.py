@@ -458,6 +458,7 @@ def run_both(scenario: Scenario, tmp_path: Path, *, sinks: list[Any] = ()) -> Pa
     ours = Ours(folder=str(tmp_path / "ours"), sinks=list(sinks), **scenario.flags)
     result = invoke(build_agent(scenario, [original, ours]), scenario)
     original.flush()
+    assert ours.flush(30)
     return Pair(files_in(tmp_path / "original"), files_in(tmp_path / "ours"), result, ours)
 
 
@@ -643,6 +644,7 @@ def test_a_sync_run_then_concurrent_async_runs_never_mix(tmp_path):
 
     asyncio.run(concurrently())
     original.flush()
+    assert ours.flush(30)
 
     def documents(folder: Path) -> list[dict]:
         return sorted((json.loads(p.read_text()) for p in folder.glob("*.json")), key=lambda d: d["query"])
@@ -686,8 +688,7 @@ def test_file_paths_are_where_autourgos_history_puts_them(tmp_path, monkeypatch,
         path = file_path.replace("ABSOLUTE", str(cwd)) if file_path else None
         middleware = cls(file_path=path, folder=folder)
         invoke(build_agent(scenario, [middleware]), scenario)
-        if cls is Original:
-            middleware.flush()
+        middleware.flush()
         found[name] = sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*") if p.is_file())
     assert found["ours"] and len(found["ours"]) == len(found["original"]) == 2
     wanted = expected.replace("ABSOLUTE/", "")

@@ -57,6 +57,7 @@ def replay(path, tmp_path):
         mw.on_agent_error(data["error"], agent=agent)
     else:
         mw.on_agent_end(data["final_response"] if flags["include_final"] else "hidden", agent=agent)
+    assert mw.flush(10)  # the files are written off the agent's thread, as autourgos-history does
     return mw, data
 
 
@@ -111,6 +112,7 @@ def test_tool_errors_from_worker_threads_are_kept(tmp_path):
     worker.start()
     worker.join()
     mw.on_agent_end("could not read", agent=agent)
+    mw.flush()
     data = json.loads(mw.last_files[1].read_text())
     # Written as autourgos-history writes on_tool_error ("Error: …"), which drops it here.
     assert data["iterations"][0]["observations"] == [{"tool": "read_file", "result": "Error: x"}]
@@ -140,6 +142,7 @@ def test_concurrent_asyncio_runs_never_mix(tmp_path):
         return await asyncio.gather(*(one_run(n) for n in range(5)))
 
     asyncio.run(main())
+    mw.flush()
     logs = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
     assert len(logs) == 6
     for log in logs:
@@ -166,6 +169,7 @@ def test_thought_rules(tmp_path):
         mw.on_iteration_start(i + 1)
         mw.on_llm_end(response)
     mw.on_agent_end("done")
+    mw.flush()
     thoughts = [it["thought"] for it in json.loads(mw.last_files[1].read_text())["iterations"]]
     assert thoughts == [["a", "b"], "plain text", '{"thought": null, "final_answer": "x"}', None]
 
@@ -177,6 +181,7 @@ def test_injections_during_a_run_are_recorded_and_written(tmp_path):
         "<workflow_history_context>\n…</workflow_history_context>", kind="workflow_history", step="plan"
     )
     mw.on_agent_end("done")
+    mw.flush()
     contexts = json.loads(mw.last_files[1].read_text())["injected_contexts"]
     assert contexts[0]["kind"] == "workflow_history" and contexts[0]["step"] == "plan"
     assert parse(json.loads(mw.last_files[1].read_text()))[0].injected_contexts[0].step == "plan"
@@ -191,6 +196,7 @@ def test_secrets_never_reach_the_files(tmp_path):
             mw.on_tool_start("fetch", placement.get("params") or {})
             mw.on_tool_end("fetch", placement.get("text") or "ok")
             mw.on_agent_end(entry["secret"])
+            mw.flush()
             for path in mw.last_files:
                 assert entry["secret"] not in path.read_text()
                 assert json.dumps(entry["secret"])[1:-1] not in path.read_text()
@@ -203,7 +209,80 @@ def test_runs_go_to_sinks_redacted(tmp_path):
     )
     mw.on_agent_start("use sk-proj-" + "a" * 40)
     mw.on_agent_end("x" * 2000)
+    assert mw.flush(5) is True
     assert sent[0].status == "completed"
     assert "sk-proj-" not in sent[0].input
     assert len(sent[0].output) == 2000  # the files' 512-character cut is not the dashboard's
     assert mw.flush(1) is True
+
+
+# -- the files are written off the agent's thread -----------------------------------------
+
+
+def test_callbacks_never_wait_for_the_files(tmp_path):
+    """With the writer held up, a whole run's callbacks still return at once; the files
+    appear, complete, when it goes on."""
+    mw = AgentHistoryMiddleware(folder=str(tmp_path), include_query=True)
+    held = threading.Event()
+    mw._writer.submit(held.wait)
+    mw.on_agent_start("q")
+    for i in range(3):
+        mw.on_iteration_start(i + 1)
+        mw.on_llm_end(json.dumps({"thought": f"t{i}"}))
+        mw.on_tool_start("echo", {"i": i})
+        mw.on_tool_end("echo", f"r{i}")
+    mw.on_agent_end("done")
+    md_path, json_path = mw.last_files
+    assert not json_path.exists() and not md_path.exists()  # nothing written on this thread
+    held.set()
+    assert mw.flush(10)
+    data = json.loads(json_path.read_text())
+    assert [it["thought"] for it in data["iterations"]] == ["t0", "t1", "t2"]
+    assert md_path.read_text().count("## Iteration") == 3 and '"done"' in md_path.read_text()
+
+
+def test_a_writer_that_raises_loses_nothing_else(tmp_path, monkeypatch):
+    """An iteration's section that cannot be written is logged; the other sections, the
+    JSON file and the sinks still get everything."""
+    sent = []
+    mw = AgentHistoryMiddleware(folder=str(tmp_path), sinks=[SimpleNamespace(send=sent.append)])
+    real = autourgos.markdown_iteration
+
+    def broken(iteration, **options):
+        if iteration.index == 2:
+            raise OSError("disk full")
+        return real(iteration, **options)
+
+    monkeypatch.setattr(autourgos, "markdown_iteration", broken)
+    mw.on_agent_start("q")
+    for i in range(3):
+        mw.on_iteration_start(i + 1)
+        mw.on_llm_end(json.dumps({"thought": f"t{i}"}))
+    mw.on_agent_end("done")
+    assert mw.flush(10)
+    md_path, json_path = mw.last_files
+    assert "## Iteration 1" in md_path.read_text() and "## Iteration 3" in md_path.read_text()
+    assert len(json.loads(json_path.read_text())["iterations"]) == 3
+    assert [it.thought for it in sent[0].iterations] == ["t0", "t1", "t2"]
+
+
+def test_files_are_complete_when_the_program_exits_without_flush(tmp_path):
+    """A script that records a run and exits at once: the writer is flushed at exit."""
+    import subprocess
+    import sys
+
+    script = (
+        "from history_app.agent_history import AgentHistoryMiddleware\n"
+        f"mw = AgentHistoryMiddleware(folder={str(tmp_path)!r})\n"
+        "mw.on_agent_start('q')\n"
+        "for i in range(50):\n"
+        "    mw.on_iteration_start(i + 1)\n"
+        "    mw.on_tool_start('echo', {'i': i})\n"
+        "    mw.on_tool_end('echo', 'x' * 5000)\n"
+        "mw.on_agent_end('the end')\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    (json_path,) = tmp_path.glob("*.json")
+    (md_path,) = tmp_path.glob("*.md")
+    assert len(json.loads(json_path.read_text())["iterations"]) == 50
+    assert md_path.read_text().endswith('## Final Answer\n"the end"\n')

@@ -11,14 +11,20 @@ empty, still finds its run through the ``agent`` it names (the original dropped
 
 from __future__ import annotations
 
+import atexit
 import contextvars
+import copy
+import inspect
 import json
 import logging
 import os
+import queue
 import re
 import threading
+import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -180,6 +186,69 @@ def _number(value: Any) -> int | float | None:
     return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
+class FileWriter:
+    """One thread that writes a middleware's files, in the order they were asked for, off
+    the agent's thread (autourgos-history has the same: an executor of one worker).
+
+    A write that raises is logged and the next ones go on; ``flush`` waits until every
+    write asked for so far is done, and every writer is flushed when the interpreter
+    exits. A SIGKILL loses what is still queued: the sections of runs in progress and the
+    last file of runs that had just ended (their sinks get them after the files)."""
+
+    _all: weakref.WeakSet[FileWriter] = weakref.WeakSet()
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        FileWriter._all.add(self)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="agent-history-files", daemon=True)
+                self._thread.start()
+        self._queue.put((fn, args))
+
+    def _work(self) -> None:
+        while True:
+            fn, args = self._queue.get()
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 — a recording problem must never stop the others
+                logger.exception("agent history: a history file could not be written")
+            finally:
+                self._queue.task_done()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every write asked for so far is done (or ``timeout`` ran out)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._queue.all_tasks_done.wait(remaining)
+        return True
+
+    @classmethod
+    def flush_all(cls, timeout: float = 30.0) -> None:
+        for writer in list(cls._all):
+            writer.flush(timeout)
+
+
+atexit.register(FileWriter.flush_all)
+
+
+def _snapshot(iteration: Iteration) -> Iteration:
+    """A copy of an iteration as it is now: its calls copied, their values shared (the
+    agent does not change a value it passed)."""
+    copied = copy.copy(iteration)
+    copied.tool_calls = [copy.copy(call) for call in iteration.tool_calls]
+    copied.metadata = dict(iteration.metadata)
+    return copied
+
+
 def _reports(text: str | None, name: str, error: str) -> bool:
     """Whether a tool's result is the agent's report of ``error`` (autourgos returns
     ``"Error executing '<tool>': <error>"``, or for a timeout the error's own text)."""
@@ -197,6 +266,7 @@ class _State:
         self.md_path = md_path
         self.json_path = json_path
         self.thoughts: dict[int, Any] = {}
+        self.responses: dict[int, Any] = {}  # the model's text per iteration, read off the agent's thread
         # Per iteration, [call, kind] in the order results and errors arrived (the call is
         # None while an error waits for the result that names it, in ``pending``).
         self.arrivals: dict[int, list[list[Any]]] = {}
@@ -207,6 +277,16 @@ class _State:
         self.final: Any = None
         self.lock = threading.RLock()
 
+    def thought_of(self, iteration: Iteration, key: int | None = None) -> Any:
+        """The thought autourgos-history writes for ``iteration`` (``key``: the id of the
+        iteration it is a copy of), from the model's text, worked out once by the writer."""
+        key = id(iteration) if key is None else key
+        if key not in self.responses:
+            return iteration.thought
+        if key not in self.thoughts:
+            self.thoughts[key] = thought_from_response(self.responses[key])
+        return self.thoughts[key]
+
     def tool_name(self, call: ToolCall) -> Any:
         """A call's tool name as the agent gave it."""
         return self.raw_names.get(id(call), call.tool)
@@ -215,6 +295,36 @@ class _State:
         if not self.run.iterations:
             self.run.iterations.append(Iteration(index=1, started_at=_now()))
         return self.run.iterations[-1]
+
+
+# The hooks autourgos-agent calls on a handler (and autourgos-history answers).
+CALLBACKS = (
+    "on_agent_start",
+    "on_iteration_start",
+    "on_llm_end",
+    "on_parse_error",
+    "on_agent_pause",
+    "on_agent_resume",
+    "on_tool_start",
+    "on_tool_end",
+    "on_tool_error",
+    "on_agent_end",
+    "on_agent_error",
+)
+
+
+def _introspected(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` as a plain function that carries its signature: autourgos-agent inspects
+    a handler's signature on every call it makes (``inspect.signature``, 10–40 µs for a
+    bound method, about 1 µs for a function with ``__signature__``)."""
+
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        return method(*args, **kwargs)
+
+    hook.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
+    hook.__name__ = hook.__qualname__ = method.__name__
+    hook.__doc__ = method.__doc__
+    return hook
 
 
 class AgentHistoryMiddleware:
@@ -250,12 +360,16 @@ class AgentHistoryMiddleware:
         self.redactor = redactor or Redactor()
         self.values = autourgos.FileValues(self.redactor, max_chars=AUTOURGOS_MAX_CHARS)
         self.last_files: tuple[Path, Path] | None = None
+        self._writer = FileWriter()
+        self._sink_redactor: Redactor | None = None
         self._state: contextvars.ContextVar[_State | None] = contextvars.ContextVar(
             f"agent_history_state_{id(self)}", default=None
         )
         # Runs in progress by agent, for callbacks fired where the context is empty.
         self._by_agent: dict[int, _State] = {}
         self._lock = threading.Lock()
+        for name in CALLBACKS:
+            setattr(self, name, _introspected(getattr(self, name)))
 
     # -- finding the run a callback belongs to ----------------------------------------
 
@@ -294,19 +408,10 @@ class AgentHistoryMiddleware:
             with self._lock:
                 self._by_agent[id(agent)] = state
         _current_run.set(run)
-        # The header is written at once, as autourgos-history does: the file exists (and
-        # grows an iteration at a time) while the agent works.
-        self._write_markdown(
-            state,
-            autourgos.markdown_head(
-                run,
-                values=self.values,
-                query=query,
-                include_query=self.include_query,
-                agent_name=state.agent_name,
-            ),
-            mode="w",
-        )
+        self.last_files = (md_path, json_path)
+        # The header is written first, as autourgos-history does: the file exists (and
+        # grows an iteration at a time) while the agent works; by the writer thread.
+        self._writer.submit(self._write_head, state)
 
     def on_iteration_start(self, iteration: int, agent: Any = None, **kwargs: Any) -> None:
         state = self._find(agent)
@@ -326,9 +431,9 @@ class AgentHistoryMiddleware:
             iteration.ended_at = _now()
             if response is None:
                 return  # native tool calling: no text this turn; the thought stays unset
-            thought = thought_from_response(response)
-            state.thoughts[id(iteration)] = thought
-            iteration.thought = thought_text(thought)
+            # The thought is read from it by the writer, off the agent's thread.
+            state.responses[id(iteration)] = response
+            state.thoughts.pop(id(iteration), None)
 
     def on_parse_error(
         self, iteration: int, raw_response: Any = None, agent: Any = None, **kwargs: Any
@@ -395,8 +500,12 @@ class AgentHistoryMiddleware:
         self._finish(state)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every sink has delivered what it was given; True when all did."""
-        return all(sink.flush(timeout) for sink in self.sinks if hasattr(sink, "flush"))
+        """Wait until every file asked for is written and every sink has delivered what it
+        was given; True when all did."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        written = self._writer.flush(timeout)
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return written and all(sink.flush(remaining) for sink in self.sinks if hasattr(sink, "flush"))
 
     # -- internals ----------------------------------------------------------------------
 
@@ -513,10 +622,11 @@ class AgentHistoryMiddleware:
         state.pending.clear()
 
     def _observation_orders(self, state: _State) -> None:
-        """Keep, on each iteration, the order its results and errors arrived in, where it
-        is not the one the writer assumes (errors first, then results, in call order)."""
+        """Keep, on each iteration not yet written, the order its results and errors
+        arrived in, where it is not the one the writer assumes (errors first, then
+        results, in call order)."""
         self._settle_pending(state)
-        for iteration in state.run.iterations:
+        for iteration in state.run.iterations[state.written :]:
             arrivals = state.arrivals.get(id(iteration))
             if not arrivals:
                 continue
@@ -537,24 +647,41 @@ class AgentHistoryMiddleware:
             logger.warning("could not write the history file %s", state.md_path, exc_info=True)
 
     def _flush_iterations(self, state: _State) -> None:
-        """Append the iterations that are over to the Markdown file."""
+        """Hand the iterations that are over to the writer, as they are now (a copy: the
+        agent may still touch them), to be appended to the Markdown file."""
         self._observation_orders(state)
         for iteration in state.run.iterations[state.written :]:
-            thought = state.thoughts.get(id(iteration), iteration.thought)
-            self._write_markdown(
-                state,
-                autourgos.markdown_iteration(
-                    iteration,
-                    values=self.values,
-                    thought=thought,
-                    include_tools=self.include_tools,
-                    include_observations=self.include_observations,
-                    tool_name=state.tool_name,
-                ),
-            )
+            copy = _snapshot(iteration)
+            for call, copied in zip(iteration.tool_calls, copy.tool_calls, strict=True):
+                if id(call) in state.raw_names:
+                    state.raw_names[id(copied)] = state.raw_names[id(call)]
+            self._writer.submit(self._write_iteration, state, copy, id(iteration))
         state.written = len(state.run.iterations)
 
+    def _write_head(self, state: _State) -> None:
+        head = autourgos.markdown_head(
+            state.run,
+            values=self.values,
+            query=state.query,
+            include_query=self.include_query,
+            agent_name=state.agent_name,
+        )
+        self._write_markdown(state, head, mode="w")
+
+    def _write_iteration(self, state: _State, iteration: Iteration, key: int) -> None:
+        section = autourgos.markdown_iteration(
+            iteration,
+            values=self.values,
+            thought=state.thought_of(iteration, key),
+            include_tools=self.include_tools,
+            include_observations=self.include_observations,
+            tool_name=state.tool_name,
+        )
+        self._write_markdown(state, section)
+
     def _finish(self, state: _State) -> None:
+        """The run ended: forget it here, and hand the rest to the writer (the last
+        iterations, the answer, the JSON file, then the sinks)."""
         self._state.set(None)
         if _current_run.get() is state.run:
             _current_run.set(None)
@@ -563,26 +690,36 @@ class AgentHistoryMiddleware:
                 del self._by_agent[id(state.agent)]
         with state.lock:
             self._flush_iterations(state)
-            run = state.run
+        self._writer.submit(self._write_end, state)
+
+    def _write_end(self, state: _State) -> None:
+        """Off the agent's thread: thoughts read from the model's text, the answer and the
+        JSON file, then the record (redacted once) to every sink, whatever the files did."""
+        run = state.run
+        for iteration in run.iterations:
+            if id(iteration) in state.responses:
+                iteration.thought = thought_text(state.thought_of(iteration))
+        try:
             answer = f"Error: {run.error}" if run.error is not None else state.final
             self._write_markdown(
                 state, autourgos.markdown_final(answer, values=self.values, include_final=self.include_final)
             )
             data = self.autourgos_log(state)
-        try:
             state.json_path.parent.mkdir(parents=True, exist_ok=True)
             state.json_path.write_text(jsonstream.dumps(data, indent=2, default=str), encoding="utf-8")
-        except OSError:
+        except Exception:  # noqa: BLE001 — the sinks still get the run
             logger.warning("could not write the history file %s", state.json_path, exc_info=True)
-        self.last_files = (state.md_path, state.json_path)
         if self.sinks:
-            record = self.redactor_for_sinks().redact(state.run.to_dict())
+            record = Run.from_dict(self.redactor_for_sinks().redact(run.to_dict()))
             for sink in self.sinks:
-                sink.send(Run.from_dict(record))
+                sink.send(record)
 
     def redactor_for_sinks(self) -> Redactor:
-        # The dashboard keeps fields up to its own cap; only the files use autourgos's 512.
-        return Redactor(rules=self.redactor.rule_set, extra_keys=self.redactor.extra_keys)
+        """The files' rules without their 512-character cut (the dashboard keeps fields up
+        to its own cap); built once."""
+        if self._sink_redactor is None:
+            self._sink_redactor = Redactor(rules=self.redactor.rule_set, extra_keys=self.redactor.extra_keys)
+        return self._sink_redactor
 
     def autourgos_log(self, state: _State) -> dict[str, Any]:
         """The JSON document autourgos-history writes for a run, redacted, with its
@@ -591,7 +728,7 @@ class AgentHistoryMiddleware:
         return autourgos.log_document(
             run,
             values=self.values,
-            thought=lambda iteration: state.thoughts.get(id(iteration), iteration.thought),
+            thought=state.thought_of,
             query=state.query,
             final=state.final if run.status == "completed" else None,
             include_query=self.include_query,

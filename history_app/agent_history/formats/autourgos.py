@@ -391,11 +391,27 @@ class FileValues:
     Without a redactor (an export of stored runs, redacted when they arrived) only the
     markers are rewritten; ``max_chars=None`` cuts nothing."""
 
+    # Strings already done, for the next time (the JSON file repeats what the Markdown
+    # file wrote): kept until they hold this many characters, then started afresh.
+    CACHE_CHARS = 4_000_000
+
     def __init__(self, redactor: Any = None, *, max_chars: int | None = AUTOURGOS_MAX_CHARS):
         self.redactor = redactor
         self.max_chars = max_chars
+        self._done: dict[str, str] = {}
+        self._cached_chars = 0
 
     def __call__(self, value: Any) -> Any:
+        if type(value) is str and self.redactor is not None:
+            done = self._done.get(value)
+            if done is None:
+                done = self._finish_leaf(self.redactor.redact_text(value))
+                if self._cached_chars > self.CACHE_CHARS:
+                    self._done.clear()
+                    self._cached_chars = 0
+                self._done[value] = done
+                self._cached_chars += len(value)
+            return done
         if self.redactor is None:
             return _rebuild(value, lambda leaf: self._finish_leaf(_plain_leaf(leaf)))
         plain = _rebuild(value, _plain_leaf)
