@@ -242,6 +242,7 @@ class Server:
         elif database == "pg":
             self.env["DATABASE_URL"] = os.environ["BENCH_DATABASE_URL"]
         self.process: subprocess.Popen | None = None
+        self.workers = 4  # gunicorn's worker processes
 
     def manage(self, *args: str, timeout: float = 300) -> str:
         done = subprocess.run(
@@ -262,7 +263,7 @@ class Server:
         if self.kind == "quickstart":
             command = [sys.executable, "manage.py", "quickstart", f"127.0.0.1:{self.port}"]
         else:
-            command = [sys.executable, "-m", "gunicorn", "history_app.wsgi", "-w", "4"]
+            command = [sys.executable, "-m", "gunicorn", "history_app.wsgi", "-w", str(self.workers)]
             command += ["-b", f"127.0.0.1:{self.port}", "--timeout", "30"]
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
@@ -664,11 +665,12 @@ def db_task(task: str, prefix: str) -> None:
     from history_app import models
 
     run_ids = list(models.Run.objects.filter(run_id__startswith=prefix).values_list("run_id", flat=True))
+    tool_calls = models.ToolCall.objects.filter(run__run_id__startswith=prefix).count()
     sessions = [
         [s.session_id, s.run_count, s.actual]
         for s in models.Session.objects.filter(session_id__startswith=prefix).annotate(actual=Count("runs"))
     ]
-    print(json.dumps({"run_ids": run_ids, "sessions": sessions}))
+    print(json.dumps({"run_ids": run_ids, "sessions": sessions, "tool_calls": tool_calls}))
 
 
 def chosen_configs(text: str) -> list[str]:

@@ -1,0 +1,145 @@
+"""Ingest throughput over HTTP, beside raw sqlite3 (+ FTS5) on the same rows, in one run.
+
+    python -m history_app.benchmarks.ingest [--runs 2000] [--configs sqlite,pg]
+        [--workers 2] [--clients 4] [--batch 100]
+
+For each configuration it starts gunicorn (``--workers``) on a fresh SQLite file, or on
+PostgreSQL (``BENCH_DATABASE_URL``: its history tables are EMPTIED; without it the
+PostgreSQL configuration is skipped), then ``--clients`` client processes post the runs
+of the standard shape (``shape.py``: 5 iterations, 10 tool calls, ~11k characters of
+text; 10 runs a session) as JSON arrays of ``--batch`` runs, their bodies encoded before
+the clock starts. It prints runs/s from the first request to the last answer, checks what
+was stored (every run, every tool call), and measures raw ``sqlite3`` on the same rows,
+100 runs a transaction, without and with the FTS5 search document (``raw_sqlite.py``), so
+the ratio is taken on one machine at one time. Targets (issue #13): ≥ 1,000 runs/s on
+SQLite, ≥ 600 on PostgreSQL, within 2× of raw sqlite + FTS5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import http.client
+import json
+import multiprocessing
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from . import raw_sqlite, shape
+from .hostile import Server, _servers, stop_all
+
+CONFIGS = {"sqlite": "gunicorn-sqlite-url", "pg": "gunicorn-pg"}
+
+
+def runs_for(prefix: str, count: int) -> list[dict]:
+    runs = []
+    for i in range(count):
+        run = shape.run_dict(i)
+        run["run_id"] = f"{prefix}{run['run_id']}"
+        run["session_id"] = f"{prefix}{run['session_id']}"
+        runs.append(run)
+    return runs
+
+
+def _client(args: tuple[int, str, list[bytes], object]) -> tuple[float, float, int, int]:
+    """Post the bodies in order on one connection; (start, end, runs stored, retries)."""
+    port, token, bodies, start_at = args
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    while time.time() < start_at:  # every client starts at the same moment
+        time.sleep(0.001)
+    started, stored, retries = time.perf_counter(), 0, 0
+    for body in bodies:
+        while True:
+            connection.request("POST", "/api/v1/ingest", body, headers)
+            response = connection.getresponse()
+            answer = json.loads(response.read() or b"{}")
+            if response.status == 503:
+                retries += 1
+                time.sleep(float(response.getheader("Retry-After") or 1))
+                continue
+            stored += sum(1 for r in answer.get("results", []) if r.get("status") in ("created", "updated"))
+            break
+    return started, time.perf_counter(), stored, retries
+
+
+def endpoint(name: str, runs: list[dict], *, workers: int, clients: int, batch: int, workdir: Path) -> dict:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = Server(CONFIGS[name], port, workdir)
+    _servers.append(server)
+    server.workers = workers
+    server.prepare()
+    server.start()
+    try:
+        prefix = runs[0]["run_id"].split("run-")[0]
+        bodies = [json.dumps(runs[k : k + batch]).encode() for k in range(0, len(runs), batch)]
+        shares = [bodies[n::clients] for n in range(clients)]
+        start_at = time.time() + 1.0
+        with multiprocessing.get_context("spawn").Pool(clients) as pool:
+            results = pool.map(_client, [(server.port, server.token, share, start_at) for share in shares])
+        elapsed = max(end for _, end, _, _ in results) - min(start for start, _, _, _ in results)
+        stored = server.runs(prefix)
+    finally:
+        server.stop()
+    return {
+        "runs/s": len(runs) / elapsed,
+        "stored": len(stored["run_ids"]),
+        "tool_calls": stored["tool_calls"],
+        "answered": sum(n for _, _, n, _ in results),
+        "retries": sum(r for _, _, _, r in results),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--configs", default="sqlite,pg")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=100)
+    args = parser.parse_args()
+    atexit.register(stop_all)
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    if "pg" in names and not os.environ.get("BENCH_DATABASE_URL"):
+        print(
+            "pg: skipped (set BENCH_DATABASE_URL to a PostgreSQL database whose history tables may be emptied)"
+        )
+        names.remove("pg")
+    workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
+    base = shape.run_dict
+    plain_runs = [base(i) for i in range(args.runs)]
+    raw = raw_sqlite.measure(plain_runs)
+    raw_fts = raw_sqlite.measure(plain_runs, fts=True)
+    print(
+        f"{args.runs} runs of the standard shape ({shape.text_chars(plain_runs[0])} characters of text), "
+        f"arrays of {args.batch}, {args.clients} clients, gunicorn -w {args.workers}, "
+        f"{os.cpu_count()} cores"
+    )
+    print(f"  raw sqlite3, 100 runs a transaction        {raw:8.0f} runs/s")
+    print(f"  raw sqlite3 + FTS5 search document         {raw_fts:8.0f} runs/s")
+    for name in names:
+        result = endpoint(
+            name,
+            runs_for(f"bench-{name}-{int(time.time())}-", args.runs),
+            workers=args.workers,
+            clients=args.clients,
+            batch=args.batch,
+            workdir=workdir,
+        )
+        ok = result["stored"] == args.runs and result["tool_calls"] == 10 * args.runs
+        print(
+            f"  our endpoint, {name:10}                    {result['runs/s']:8.0f} runs/s  "
+            f"(raw + FTS5 / ours = {raw_fts / result['runs/s']:.1f}x; stored {result['stored']} runs, "
+            f"{result['tool_calls']} tool calls: {'all' if ok else 'NOT ALL'}; {result['retries']} retries)"
+        )
+
+
+if __name__ == "__main__":
+    main()
