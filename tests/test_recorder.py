@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -286,3 +287,68 @@ def test_files_are_complete_when_the_program_exits_without_flush(tmp_path):
     (md_path,) = tmp_path.glob("*.md")
     assert len(json.loads(json_path.read_text())["iterations"]) == 50
     assert md_path.read_text().endswith('## Final Answer\n"the end"\n')
+
+
+def test_a_sink_that_raises_or_hangs_keeps_nothing_from_the_others(tmp_path):
+    """A sink that raises: the next sink still gets the run. A sink that never returns:
+    the files of every later run are still written (sinks have their own thread)."""
+    got = []
+
+    class Raising:
+        def send(self, run):
+            raise RuntimeError("down")
+
+    stuck = threading.Event()
+    mw = AgentHistoryMiddleware(
+        folder=str(tmp_path / "a"), sinks=[Raising(), SimpleNamespace(send=got.append)]
+    )
+    mw.on_agent_start("q")
+    mw.on_agent_end("done")
+    assert mw.flush(10) and [r.output for r in got] == ["done"]
+
+    hanging = AgentHistoryMiddleware(
+        folder=str(tmp_path / "b"), sinks=[SimpleNamespace(send=lambda r: stuck.wait())]
+    )
+    for n in range(3):
+        hanging.on_agent_start(f"q{n}")
+        hanging.on_agent_end(f"answer {n}")
+    assert hanging._writer.flush(10)  # the files do not wait for the sink
+    assert len(list((tmp_path / "b").glob("*.json"))) == 3
+    assert hanging.flush(0.2) is False  # the sink has not taken them: flush says so
+    stuck.set()
+    assert hanging.flush(10)
+
+
+def test_flush_waits_for_what_was_asked_before_it_not_for_an_empty_queue(tmp_path):
+    """Runs keep coming while flush waits: it returns once the ones before it are done."""
+    mw = AgentHistoryMiddleware(folder=str(tmp_path))
+    stop = threading.Event()
+
+    def produce():
+        n = 0
+        while not stop.is_set():
+            mw._writer.submit(time.sleep, 0.005)
+            n += 1
+            time.sleep(0.002)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        time.sleep(0.2)
+        assert mw.flush(10)
+    finally:
+        stop.set()
+        producer.join()
+
+
+def test_a_task_raising_systemexit_does_not_stop_the_writer(tmp_path):
+    mw = AgentHistoryMiddleware(folder=str(tmp_path))
+
+    def leave():
+        raise SystemExit(3)
+
+    mw._writer.submit(leave)
+    mw.on_agent_start("q")
+    mw.on_agent_end("done")
+    assert mw.flush(10)
+    assert json.loads(mw.last_files[1].read_text())["final_response"] == "done"

@@ -187,54 +187,77 @@ def _number(value: Any) -> int | float | None:
 
 
 class FileWriter:
-    """One thread that writes a middleware's files, in the order they were asked for, off
-    the agent's thread (autourgos-history has the same: an executor of one worker).
+    """One thread that does a middleware's work off the agent's thread, in the order it was
+    asked for (autourgos-history has the same: an executor of one worker). A middleware
+    has two: one writes the files, one hands finished runs to the sinks, so a slow or
+    stuck sink never holds up the files.
 
-    A write that raises is logged and the next ones go on; ``flush`` waits until every
-    write asked for so far is done, and every writer is flushed when the interpreter
-    exits. A SIGKILL loses what is still queued: the sections of runs in progress and the
-    last file of runs that had just ended (their sinks get them after the files)."""
+    A task that raises (anything, ``SystemExit`` included) is logged and the next ones go
+    on; ``flush`` waits until the tasks asked for before it are done (not for an empty
+    queue: producers may go on); every writer is flushed when the interpreter exits, 30 s
+    in all, with a warning for what is left. A SIGKILL loses what is still queued: the
+    sections of runs in progress, the last file of runs that had just ended, and their
+    delivery to the sinks."""
 
     _all: weakref.WeakSet[FileWriter] = weakref.WeakSet()
 
-    def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.Queue()
+    def __init__(self, name: str = "agent-history-files") -> None:
+        self.name = name
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._done = threading.Condition()
+        self._asked = 0  # tasks submitted
+        self._finished = 0  # tasks done (in order: one thread)
         FileWriter._all.add(self)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._lock:
+            self._asked += 1
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="agent-history-files", daemon=True)
+                self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
                 self._thread.start()
-        self._queue.put((fn, args))
+            self._queue.put((fn, args))
 
     def _work(self) -> None:
         while True:
             fn, args = self._queue.get()
             try:
                 fn(*args)
-            except Exception:  # noqa: BLE001 — a recording problem must never stop the others
-                logger.exception("agent history: a history file could not be written")
+            except BaseException:  # noqa: BLE001 — a recording problem must never stop the others
+                logger.exception("agent history: %s: a task failed", self.name)
             finally:
-                self._queue.task_done()
+                with self._done:
+                    self._finished += 1
+                    self._done.notify_all()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every write asked for so far is done (or ``timeout`` ran out)."""
+        """Wait until every task asked for before this call is done (or ``timeout`` ran
+        out); True when they are."""
+        with self._lock:
+            target = self._asked
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._queue.all_tasks_done:
-            while self._queue.unfinished_tasks:
+        with self._done:
+            while self._finished < target:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._queue.all_tasks_done.wait(remaining)
+                self._done.wait(remaining)
         return True
+
+    @property
+    def pending(self) -> int:
+        return self._asked - self._finished
 
     @classmethod
     def flush_all(cls, timeout: float = 30.0) -> None:
+        """At exit: every writer flushed, ``timeout`` seconds for all of them together."""
+        deadline = time.monotonic() + timeout
         for writer in list(cls._all):
-            writer.flush(timeout)
+            if not writer.flush(max(0.0, deadline - time.monotonic())):
+                logger.warning(
+                    "agent history: %s: %d task(s) not done at exit, lost", writer.name, writer.pending
+                )
 
 
 atexit.register(FileWriter.flush_all)
@@ -360,7 +383,8 @@ class AgentHistoryMiddleware:
         self.redactor = redactor or Redactor()
         self.values = autourgos.FileValues(self.redactor, max_chars=AUTOURGOS_MAX_CHARS)
         self.last_files: tuple[Path, Path] | None = None
-        self._writer = FileWriter()
+        self._writer = FileWriter("agent-history-files")
+        self._sender = FileWriter("agent-history-sinks")
         self._sink_redactor: Redactor | None = None
         self._state: contextvars.ContextVar[_State | None] = contextvars.ContextVar(
             f"agent_history_state_{id(self)}", default=None
@@ -503,9 +527,17 @@ class AgentHistoryMiddleware:
         """Wait until every file asked for is written and every sink has delivered what it
         was given; True when all did."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        written = self._writer.flush(timeout)
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return written and all(sink.flush(remaining) for sink in self.sinks if hasattr(sink, "flush"))
+
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        written = self._writer.flush(timeout)  # the files, then the hand-over to the sinks
+        handed = self._sender.flush(remaining())
+        return (
+            written
+            and handed
+            and all(sink.flush(remaining()) for sink in self.sinks if hasattr(sink, "flush"))
+        )
 
     # -- internals ----------------------------------------------------------------------
 
@@ -710,9 +742,17 @@ class AgentHistoryMiddleware:
         except Exception:  # noqa: BLE001 — the sinks still get the run
             logger.warning("could not write the history file %s", state.json_path, exc_info=True)
         if self.sinks:
-            record = Run.from_dict(self.redactor_for_sinks().redact(run.to_dict()))
-            for sink in self.sinks:
+            self._sender.submit(self._send, run)
+
+    def _send(self, run: Run) -> None:
+        """The finished run, redacted once, to every sink (one that raises or is slow does
+        not keep it from the others' turn, nor the files from being written)."""
+        record = Run.from_dict(self.redactor_for_sinks().redact(run.to_dict()))
+        for sink in self.sinks:
+            try:
                 sink.send(record)
+            except Exception:  # noqa: BLE001 — the other sinks still get the run
+                logger.exception("agent history: the sink %r refused a run", sink)
 
     def redactor_for_sinks(self) -> Redactor:
         """The files' rules without their 512-character cut (the dashboard keeps fields up
