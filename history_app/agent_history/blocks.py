@@ -480,11 +480,6 @@ def describe_places(text: str, kind: str, offsets: Iterable[int]) -> list[str]:
     return places
 
 
-def describe_place(text: str, kind: str, offset: int) -> str:
-    """``describe_places`` for one offset."""
-    return describe_places(text, kind, [offset])[0]
-
-
 def entry_key(layout: str, body: str) -> str | None:
     """What identifies an entry's source run, from the entry's ``body``: the body itself,
     except for member interactions: the ``Member:`` and ``Response:`` lines without the
@@ -529,7 +524,6 @@ __all__ = [
     "Entry",
     "Located",
     "block_region",
-    "describe_place",
     "describe_places",
     "entry_key",
     "fingerprint",

@@ -106,8 +106,9 @@ def _agent_name(agent: Any) -> str:
 def parse_json_object(text: Any) -> dict[str, Any]:
     """autourgos-agent's ``parse_json_object``, which autourgos-history uses to find a
     thought: the first fenced ``{…}`` block, else the widest ``{…}`` span, else its longest
-    prefix that parses (tried from the last ``}``, at most ``_PREFIX_TRIES`` of them: the
-    package tries every one, quadratic on hostile text). ``{}`` when none parses."""
+    prefix that parses (tried from the last ``}``: as many as fit in ``_PREFIX_BUDGET``
+    characters parsed, at least ``_PREFIX_TRIES``; the package tries every one, quadratic
+    on hostile text). ``{}`` when none parses."""
     if not text or not isinstance(text, str):
         return {}
     fenced = _FENCED_OBJECT.search(text)
@@ -664,8 +665,7 @@ class AgentHistoryMiddleware:
                 continue
             positions = {id(call): n for n, call in enumerate(iteration.tool_calls)}
             order = [[positions[id(call)], kind] for call, kind in arrivals if id(call) in positions]
-            usual = sorted(o for o in order if o[1] == "error") + sorted(o for o in order if o[1] == "result")
-            if order != usual:
+            if order != autourgos.usual_order(order):
                 iteration.metadata[autourgos.OBSERVATION_ORDER] = order
             else:
                 iteration.metadata.pop(autourgos.OBSERVATION_ORDER, None)

@@ -108,8 +108,7 @@ def _pair_tool_calls(
                 call.result = texts[0]
             kinds[(position, 0)] = "result"
     order = [[position, kinds[(position, which)]] for position, which in arrived]
-    usual = sorted(o for o in order if o[1] == "error") + sorted(o for o in order if o[1] == "result")
-    return calls, ({OBSERVATION_ORDER: order} if order != usual else {})
+    return calls, ({OBSERVATION_ORDER: order} if order != usual_order(order) else {})
 
 
 def _check(payload: dict[str, Any]) -> list[tuple[str, str]]:
@@ -520,10 +519,12 @@ def _answers(
     return found
 
 
-def default_order(answers: list[tuple[int, str, str, str]]) -> list[list[Any]]:
-    return [[p, k] for p, k, _, _ in answers if k == "error"] + [
-        [p, k] for p, k, _, _ in answers if k == "result"
-    ]
+def usual_order(order: Iterable[list[Any]]) -> list[list[Any]]:
+    """The order observations are written in when the record keeps none: every error
+    (``on_tool_error`` fires while the tools run), then every result, each in call order.
+    ``order`` holds ``[call position, "error" | "result"]`` pairs."""
+    pairs = list(order)
+    return sorted(o for o in pairs if o[1] == "error") + sorted(o for o in pairs if o[1] == "result")
 
 
 def observations_of(
@@ -536,7 +537,7 @@ def observations_of(
     order = iteration.metadata.get(OBSERVATION_ORDER) if isinstance(iteration.metadata, dict) else None
     keys = [tuple(item) for item in order] if isinstance(order, list) else []
     if sorted(keys, key=repr) != sorted(by_key, key=repr):
-        keys = [tuple(item) for item in default_order(answers)]
+        keys = [tuple(item) for item in usual_order([p, k] for p, k, _, _ in answers)]
     return [{"tool": by_key[key][0], "result": by_key[key][1]} for key in keys]
 
 

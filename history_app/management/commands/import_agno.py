@@ -4,6 +4,7 @@ import json
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -50,25 +51,19 @@ def read_postgres(url: str, schema: str, since: int | None) -> list[tuple]:
     return [(json.dumps(r[0]) if not isinstance(r[0], str) else r[0], *r[1:]) for r in rows]
 
 
-def delegated_tasks(rows: list[tuple]) -> dict[str, dict[str, list[str]]]:
-    """The tasks each team run delegated, by team run id and member id (read before any
-    run is parsed): a member's blocks are settled by its own tasks only."""
-    tasks: dict[str, dict[str, list[str]]] = {}
+def delegations(rows: list[tuple]) -> dict[str, dict[str, Any]]:
+    """Each team run's tool executions, by run id (read before any run is parsed: agno
+    writes member rows before their team's), for ``agno.delegated_tasks`` to read a
+    member's own tasks from."""
+    teams: dict[str, dict[str, Any]] = {}
     for row in rows:
         try:
             payload = json.loads(row[0])
         except (TypeError, ValueError):
             continue
-        if not (isinstance(payload, dict) and payload.get("run_id") and payload.get("tools")):
-            continue
-        for execution in payload["tools"]:
-            args = execution.get("tool_args") if isinstance(execution, dict) else None
-            if isinstance(args, dict) and isinstance(args.get("member_id"), str):
-                found = agno.delegated_tasks({"tools": [execution]}, args["member_id"])
-                if found:
-                    by_member = tasks.setdefault(str(payload["run_id"]), {})
-                    by_member.setdefault(args["member_id"], []).extend(found)
-    return tasks
+        if isinstance(payload, dict) and payload.get("run_id") and payload.get("tools"):
+            teams[str(payload["run_id"])] = {"tools": payload["tools"]}
+    return teams
 
 
 def rebuild_workflow_history(run, previous: list[dict], num_history_runs: int) -> None:
@@ -147,8 +142,8 @@ class Command(BaseCommand):
         earlier: dict[tuple[str, str], list[dict]] = {}
         earlier_workflows: dict[str, list[dict]] = {}
         # Member runs are rows of their own, written before their team's row; the tasks the
-        # team delegated settle where the history blocks in each member's message end.
-        tasks = delegated_tasks(rows)
+        # team delegated to each member settle where the blocks in its message end.
+        teams = delegations(rows)
         for number, (run_data, session_id, parent_run_id, user_id, status, created_at) in enumerate(
             rows, start=1
         ):
@@ -174,8 +169,13 @@ class Command(BaseCommand):
             payload["member_responses"] = []
             items, format_name = [payload], "agno"
             try:
-                by_member = tasks.get(str(payload.get("parent_run_id")), {})
-                runs = agno.parse(payload, tasks=by_member.get(str(payload.get("agent_id")), ()))
+                team = teams.get(str(payload.get("parent_run_id")))
+                tasks = (
+                    agno.delegated_tasks(team, payload["agent_id"])
+                    if team and payload.get("agent_id")
+                    else []
+                )
+                runs = agno.parse(payload, tasks=tasks)
             except RecordError:
                 runs = None  # sent as it is: ingestion reports what is wrong, with its path
             if runs is not None:
