@@ -6,13 +6,14 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
 from django.utils.functional import cached_property
 
-from . import models, retention
+from . import models, retention, search
 
 COUNT_CAP = 10_000
 
@@ -102,6 +103,12 @@ class SessionAdmin(BigTableAdmin):
         # Django's own bulk delete loads every related row into memory first; ours is batched.
         actions.pop("delete_selected", None)
         return actions
+
+    def delete_model(self, request: HttpRequest, obj: models.Session) -> None:
+        # SQLite's search index keeps no copy of the text: the runs leave it first.
+        with transaction.atomic():
+            search.unindex_stored(models.Run.objects.filter(session=obj).values_list("pk", flat=True))
+            super().delete_model(request, obj)
 
     @admin.action(description="Pin (legal hold: never pruned)", permissions=["change"])
     def pin_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:

@@ -16,19 +16,26 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, transaction
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import mapper, models, provenance, search
+from . import bulk, mapper, models, provenance, search
 from .agent_history import blocks, formats
-from .agent_history.records import RecordError, Run
+from .agent_history.records import (
+    LONE_SURROGATE,
+    SCHEMA,
+    RecordError,
+    Run,
+    structure_errors,
+    without_lone_surrogates,
+)
 from .agent_history.redact import Redactor
-from .rendering import render_markdown
 
 logger = logging.getLogger(__name__)
 
@@ -84,11 +91,69 @@ def prepare_run(
     total = redactor.known_counts(run.redactions or {})
     total.update(counts)
     cleaned["redactions"] = dict(total)
-    prepared = Run.from_dict(cleaned, max_depth=settings.HISTORY_MAX_DEPTH)
+    # The record's structure was checked when it was parsed; redaction replaces strings
+    # only, so it cannot nest anything deeper.
+    prepared = Run.from_dict(cleaned, max_depth=settings.HISTORY_MAX_DEPTH, structure_checked=True)
     # Stored times are aware; normalising here keeps the content hash of a re-sent run
     # (for example one exported from GET /api/v1/runs/<id>) equal to the stored one.
     mapper.make_times_aware(prepared)
     return prepared
+
+
+def prepare_native(payload: dict[str, Any], *, redactor: Redactor, report: list[dict[str, Any]]) -> Run:
+    """``prepare_run(formats.parse(payload))`` for a native record, in one pass instead of
+    three: the payload, already the canonical record's dict form, is checked (depth, finite
+    numbers, lone surrogates), redacted, and read once. ``RecordError`` as the parser
+    raises it. A test holds the two paths to the same result."""
+    payload, replaced, nul = _checked_native(payload)
+    data = {key: value for key, value in payload.items() if key != "format"}
+    kept = {key: data.pop(key) for key in _ID_KEYS if key in data}
+    client_counts = kept.get("redactions", {})
+    cleaned, counts, fields = redactor.redact_with_report(data)
+    report.extend(fields)
+    if nul:
+        cleaned = _without_nul(cleaned)
+    cleaned.update(kept)
+    total = redactor.known_counts(client_counts)
+    if replaced:
+        total[LONE_SURROGATE] += replaced
+    total.update(counts)
+    cleaned["redactions"] = dict(total)
+    prepared = Run.from_dict(cleaned, max_depth=settings.HISTORY_MAX_DEPTH, structure_checked=True)
+    mapper.make_times_aware(prepared)
+    return prepared
+
+
+def _checked_native(payload: dict[str, Any]) -> tuple[dict[str, Any], int, bool]:
+    """The payload without lone surrogates, how many there were, and whether it holds a
+    NUL character anywhere (keys included)."""
+    errors = structure_errors(payload, "$", max_depth=settings.HISTORY_MAX_DEPTH)
+    if errors:
+        raise RecordError(errors)
+    schema = payload.get("schema")
+    if schema is not None and schema != SCHEMA:
+        raise RecordError([("$.schema", f"must be {SCHEMA!r}")])
+    # The common case, in C: no lone surrogate anywhere (UTF-8 cannot encode one), and no
+    # NUL (JSON writes it as \u0000; a backslash before it would be written doubled).
+    text = json.dumps(payload, ensure_ascii=False)
+    nul = "\\u0000" in text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        cleaned, replaced = without_lone_surrogates(payload)
+        return cleaned, replaced, nul
+    return payload, 0, nul
+
+
+def _is_native(item: Any, format: str | None) -> bool:
+    """Whether ``prepare_native`` reads ``item``: a native record whose own redaction map
+    is well formed (anything else takes the general path, which reports it)."""
+    if not isinstance(item, dict) or format not in (None, "native"):
+        return False
+    if (format or formats.detect(item)) != "native":
+        return False
+    counts = item.get("redactions", {})
+    return isinstance(counts, dict) and all(type(n) is int for n in counts.values())
 
 
 def _without_nul(value: Any) -> Any:
@@ -107,6 +172,30 @@ def content_hash(run: Run) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+# Items stored in one transaction: a request's array of 100 is one, a large import is
+# several (on SQLite every other writer waits while a write transaction is open).
+BATCH_ITEMS = 100
+
+
+@dataclass
+class _Pending:
+    """An item parsed, redacted and hashed, waiting to be stored."""
+
+    result: ItemResult
+    runs: list[Run]
+    digests: list[str]
+    source_format: str
+    # The rows of plain runs, built before the transaction (None: the item is not plain).
+    new_runs: list[bulk.NewRun] | None = None
+
+    def __post_init__(self) -> None:
+        if all(_is_plain(run) for run in self.runs):
+            self.new_runs = [
+                bulk.new_run(run, digest, self.source_format)
+                for run, digest in zip(self.runs, self.digests, strict=True)
+            ]
+
+
 def ingest_items(
     *,
     items: list[Any],
@@ -117,51 +206,60 @@ def ingest_items(
 ) -> list[ItemResult]:
     """Parse, redact and store each item; one result per item, in order.
 
-    ``source_format`` names where the items came from when they were converted first
-    (an importer that enriched agno runs and sends them as native records). With an open
-    ``receipt``, each item's transaction also writes the counts so far to it, so a request
-    killed partway leaves a receipt saying exactly what was stored. After a transient
-    database failure the remaining items are not tried: they are "retry" too."""
+    Up to ``BATCH_ITEMS`` items are stored in one transaction (``_store_batch``), each
+    item in a savepoint of its own, so an item the database refuses never takes the
+    others down. ``source_format`` names where the items came from when they were
+    converted first (an importer that enriched agno runs and sends them as native
+    records). With an open ``receipt``, each batch's transaction also writes the counts
+    so far to it, so a request killed partway leaves a receipt saying exactly what was
+    stored. After a transient database failure the remaining items are not tried: they
+    are "retry" too."""
     redactor = redactor or server_redactor()
     results: list[ItemResult] = []
     counts: Counter[str] = Counter()
-    for index, item in enumerate(items):
-        result = ItemResult(index=index)
-        results.append(result)
-        if counts["retry"]:
-            result.status, result.errors = "retry", [{"path": "$", "message": RETRY_MESSAGE}]
-        else:
-            _ingest_item(
-                item,
-                result,
-                format=format,
-                redactor=redactor,
-                source_format=source_format,
-                receipt=receipt,
-                counts=counts,
-            )
-        counts[result.status] += 1
+    for start in range(0, len(items), BATCH_ITEMS):
+        pending: list[_Pending] = []
+        for offset, item in enumerate(items[start : start + BATCH_ITEMS]):
+            result = ItemResult(index=start + offset)
+            results.append(result)
+            if counts["retry"]:
+                result.status, result.errors = "retry", [{"path": "$", "message": RETRY_MESSAGE}]
+                counts["retry"] += 1
+                continue
+            ready = _prepare_item(item, result, format=format, redactor=redactor, source_format=source_format)
+            if ready is None:
+                counts[result.status] += 1
+            else:
+                pending.append(ready)
+        if pending:
+            _store_batch(pending, receipt=receipt, counts=counts)
+            counts.update(p.result.status for p in pending)
     return results
 
 
-def _ingest_item(
-    item: Any,
-    result: ItemResult,
-    *,
-    format: str | None,
-    redactor: Redactor,
-    source_format: str | None,
-    receipt: models.IngestReceipt | None,
-    counts: Counter[str],
-) -> None:
+def _prepare_item(
+    item: Any, result: ItemResult, *, format: str | None, redactor: Redactor, source_format: str | None
+) -> _Pending | None:
+    """Parse, redact and hash an item (outside any transaction); None when it is refused
+    (``result`` then says why)."""
     if isinstance(item, formats.BodyError):  # an unreadable NDJSON line, at its own index
         result.errors = [{"path": item.path, "message": str(item)}]
-        return
+        return None
+    if _is_native(item, format):
+        report: list[dict[str, Any]] = []
+        try:
+            run = prepare_native(item, redactor=redactor, report=report)
+        except RecordError as exc:
+            result.errors = [{"path": path, "message": message} for path, message in exc.errors]
+            return None
+        result.run_id, result.session_id = run.run_id, run.session_id
+        result.changed_fields.extend({"run_id": run.run_id, **entry} for entry in report)
+        return _Pending(result, [run], [content_hash(run)], source_format or "native")
     try:
         detected, runs = formats.parse_detected(item, format=format, max_depth=settings.HISTORY_MAX_DEPTH)
     except RecordError as exc:
         result.errors = [{"path": path, "message": message} for path, message in exc.errors]
-        return
+        return None
     prepared = []
     for run in runs:
         result.run_id, result.session_id = run.run_id, run.session_id
@@ -175,17 +273,8 @@ def _ingest_item(
             continue
         result.changed_fields.extend({"run_id": run.run_id, **entry} for entry in report)
     if result.errors or not prepared:
-        return
-    try:
-        result.status = _store_item(prepared, source_format or detected, receipt=receipt, counts=counts)
-    except DatabaseError as exc:
-        # The item's transaction rolled back, so nothing of it was kept.
-        if is_transient(exc):
-            logger.warning("run %s not stored, to be sent again: %s", result.run_id, exc)
-            result.status, result.errors = "retry", [{"path": "$", "message": RETRY_MESSAGE}]
-        else:
-            logger.exception("run %s could not be stored", result.run_id)
-            result.errors = [{"path": "$", "message": "the database refused this run"}]
+        return None
+    return _Pending(result, prepared, [content_hash(run) for run in prepared], source_format or detected)
 
 
 def is_transient(exc: DatabaseError) -> bool:
@@ -199,34 +288,190 @@ def _must_roll_back(exc: DatabaseError) -> bool:
     return str(getattr(exc.__cause__, "sqlstate", "") or "").startswith("40")
 
 
-def _store_item(
-    runs: list[Run], source_format: str, *, receipt: models.IngestReceipt | None, counts: Counter[str]
-) -> str:
-    """Store an item's runs in one transaction, with the receipt's progress; a payload of
-    several runs reports the strongest outcome of them."""
-    # Rendered before the transaction opens: rendering is bounded but not free, and on
-    # SQLite every other writer waits while a write transaction is open.
-    pages = [render_markdown(run.output) for run in runs]
+def _store_batch(
+    pending: list[_Pending], *, receipt: models.IngestReceipt | None, counts: Counter[str]
+) -> None:
+    """Store a batch of items in one transaction (with the receipt's progress) and set
+    each item's status; a payload of several runs reports the strongest outcome of them.
+    A transient failure rolls the whole batch back: every item of it is "retry"."""
     attempt = 1
     while True:
         try:
             with transaction.atomic():
-                statuses = [
-                    ingest_run(run=run, source_format=source_format, output_html=html)
-                    for run, html in zip(runs, pages, strict=True)
-                ]
-                status = next(s for s in ("created", "updated", "duplicate") if s in statuses)
+                outcomes = _write_batch(pending)
                 if receipt is not None:
-                    so_far = dict.fromkeys(RECEIPT_COUNT_KEYS, 0) | counts + Counter({status: 1})
+                    so_far = counts + Counter(status for status, _ in outcomes)
                     models.IngestReceipt.objects.filter(pk=receipt.pk).update(
-                        counts=so_far, updated_at=timezone.now()
+                        counts=dict.fromkeys(RECEIPT_COUNT_KEYS, 0) | so_far, updated_at=timezone.now()
                     )
-                return status
+            break
         except OperationalError as exc:
-            if attempt == STORE_ATTEMPTS or not _must_roll_back(exc):
+            if attempt < STORE_ATTEMPTS and _must_roll_back(exc):
+                attempt += 1
+                time.sleep(random.uniform(0.01, 0.05) * attempt)
+                continue
+            _all_retry(pending, exc)
+            return
+        except DatabaseError as exc:
+            if is_transient(exc):
+                _all_retry(pending, exc)
+                return
+            raise
+    for item, (status, errors) in zip(pending, outcomes, strict=True):
+        item.result.status, item.result.errors = status, errors
+
+
+def _all_retry(pending: list[_Pending], exc: DatabaseError) -> None:
+    # The batch's transaction rolled back, so nothing of it was kept.
+    logger.warning("%d runs not stored, to be sent again: %s", len(pending), exc)
+    for item in pending:
+        item.result.status, item.result.errors = "retry", [{"path": "$", "message": RETRY_MESSAGE}]
+
+
+def _write_batch(pending: list[_Pending]) -> list[tuple[str, list[dict[str, str]]]]:
+    """Every item of a batch, in the open transaction: (status, errors) of each.
+
+    The runs and sessions the batch touches are looked up and locked once. Items whose
+    runs are all new plain agent runs (no history they could be the source of, no member
+    blocks to settle, no parent: nothing links to them or from them) are written in
+    bulk, a statement per table for the whole batch, and their sessions' counters brought
+    forward once per session. The others (updates, team, workflow and member runs, runs
+    whose contexts the server links) go one by one through ``ingest_run``, each in its
+    own savepoint, after the bulk write and in their order. Items whose runs are all
+    stored already with the same content are duplicates and write nothing."""
+    runs = [run for item in pending for run in item.runs]
+    existing = {
+        row.run_id: row
+        for row in models.Run.objects.select_for_update()
+        .filter(run_id__in={run.run_id for run in runs})
+        .only("id", "run_id", "content_hash", "session_id")
+        .order_by("pk")
+    }
+    sessions = _lock_sessions(runs, {row.session_id for row in existing.values()})
+    outcomes: list[tuple[str, list[dict[str, str]]] | None] = [None] * len(pending)
+    bulk: list[int] = []
+    seen: set[str] = set()
+    for n, item in enumerate(pending):
+        ids = [run.run_id for run in item.runs]
+        stored = [existing.get(run_id) for run_id in ids]
+        if not seen.intersection(ids) and len(set(ids)) == len(ids):
+            if all(
+                row is not None and row.content_hash == digest
+                for row, digest in zip(stored, item.digests, strict=True)
+            ):
+                outcomes[n] = ("duplicate", [])
+            elif item.new_runs is not None and all(row is None for row in stored):
+                bulk.append(n)
+        seen.update(ids)
+    if bulk:
+        try:
+            with transaction.atomic():
+                _write_new_runs([pending[n] for n in bulk], sessions)
+            for n in bulk:
+                outcomes[n] = ("created", [])
+        except DatabaseError as exc:
+            if is_transient(exc):
                 raise
-            attempt += 1
-            time.sleep(random.uniform(0.01, 0.05) * attempt)
+            # Another writer stored one of these run ids since the lookup (PostgreSQL), or
+            # the database refused one of the runs: the items go one by one below, each
+            # in its own savepoint, so only the one refused is.
+            pass
+    for n, item in enumerate(pending):
+        if outcomes[n] is None:
+            outcomes[n] = _write_one(item)
+    # A session this batch created for items the database then refused holds no run:
+    # it goes too (nothing half-written stays).
+    if any(status == "rejected" for status, _ in outcomes):  # type: ignore[misc]
+        models.Session.objects.filter(
+            pk__in=[s.pk for s in sessions.values() if s.created_here], run_count=0
+        ).exclude(Exists(models.Run.objects.filter(session=OuterRef("pk")))).delete()
+    return outcomes  # type: ignore[return-value]
+
+
+def _write_one(item: _Pending) -> tuple[str, list[dict[str, str]]]:
+    """One item in its own savepoint: its runs stored, or none of them."""
+    try:
+        with transaction.atomic():
+            statuses = [
+                ingest_run(run=run, source_format=item.source_format, digest=digest)
+                for run, digest in zip(item.runs, item.digests, strict=True)
+            ]
+    except DatabaseError as exc:
+        if is_transient(exc):
+            raise  # the batch is rolled back and sent again
+        logger.exception("run %s could not be stored", item.result.run_id)
+        return "rejected", [{"path": "$", "message": "the database refused this run"}]
+    return next(s for s in ("created", "updated", "duplicate") if s in statuses), []
+
+
+def _is_plain(run: Run) -> bool:
+    """A run nothing links to or from: not a team or workflow run (the sources of history
+    blocks), without a parent (a member, whose blocks a team run settles), without member
+    interactions or delegations (a team that settles members), with no context whose
+    sources the server finds."""
+    return (
+        not run.parent_run_id
+        and not provenance.run_fingerprints(run)
+        and not run.member_interactions
+        and not any(call.tool.startswith("delegate") for it in run.iterations for call in it.tool_calls)
+        and not any(provenance.is_linked_here(context) for context in run.injected_contexts)
+    )
+
+
+def _lock_sessions(runs: list[Run], old_pks: set[int]) -> dict[str, models.Session]:
+    """The sessions of ``runs`` (created where missing) and the sessions existing runs
+    leave, locked in primary key order (two batches locking in different orders would
+    deadlock); by session id."""
+    wanted = {}
+    now = timezone.now()
+    for run in runs:
+        wanted.setdefault(
+            run.session_id,
+            models.Session(
+                session_id=run.session_id,
+                last_activity_at=now,
+                user_id=run.user_id[:255],
+                framework=run.framework[:32],
+            ),
+        )
+    known = set(models.Session.objects.filter(session_id__in=wanted).values_list("session_id", flat=True))
+    missing = [session for session_id, session in wanted.items() if session_id not in known]
+    if missing:
+        models.Session.objects.bulk_create(missing, ignore_conflicts=True)
+    locked = (
+        models.Session.objects.select_for_update()
+        .filter(Q(session_id__in=wanted) | Q(pk__in=old_pks))
+        .order_by("pk")
+    )
+    found = {}
+    created = {session.session_id for session in missing}
+    for session in locked:
+        session.created_here = session.session_id in created
+        found[session.session_id] = session
+    return found
+
+
+def _write_new_runs(items: list[_Pending], sessions: dict[str, models.Session]) -> None:
+    """New plain runs in bulk (``bulk.insert_runs``: one INSERT per table for all of them,
+    rows built before the transaction), and each session's counters brought forward once."""
+    now = timezone.now()
+    runs = [run for item in items for run in item.runs]
+    new = [rows for item in items for rows in item.new_runs]
+    pks = bulk.insert_runs(new, [sessions[run.session_id].pk for run in runs], now)
+    by_session: dict[str, list[SimpleNamespace]] = {}
+    for run, rows, pk in zip(runs, new, pks, strict=True):
+        by_session.setdefault(run.session_id, []).append(
+            SimpleNamespace(pk=pk, received_at=now, **{key: rows.run[key] for key in _COUNTED})
+        )
+    touched = []
+    for session_id, added in by_session.items():
+        _add_to_session(sessions[session_id], added, save=False)
+        touched.append(sessions[session_id])
+    bulk.update_sessions(touched, SESSION_COUNTERS)
+
+
+# What ``_add_to_session`` reads of a run.
+_COUNTED = ("status", "started_at", "ended_at", "agent_name", "framework", "user_id")
 
 
 RECEIPT_COUNT_KEYS = ("created", "updated", "duplicate", "rejected")
@@ -288,22 +533,22 @@ def _update_receipt(receipt: models.IngestReceipt, **fields: Any) -> None:
         logger.exception("receipt %s could not be updated", receipt.pk)
 
 
-def ingest_run(*, run: Run, source_format: str = "", output_html: str | None = None) -> str:
+def ingest_run(*, run: Run, source_format: str = "", digest: str | None = None) -> str:
     """Store one already-redacted run; returns "created", "updated" or "duplicate".
-    ``output_html`` is the answer rendered beforehand, outside any transaction."""
-    digest = content_hash(run)
-    if output_html is None:
-        output_html = render_markdown(run.output)
+    Its answer's HTML is rendered when the run is first shown (``present.output_html``)."""
+    digest = digest or content_hash(run)
     try:
-        return _ingest_run(run, digest, source_format, output_html)
+        return _ingest_run(run, digest, source_format)
     except IntegrityError:
         # Another writer stored the same run_id between our read and our insert; the
         # second attempt sees it and reports duplicate/updated instead of failing.
-        return _ingest_run(run, digest, source_format, output_html)
+        return _ingest_run(run, digest, source_format)
 
 
 @transaction.atomic
-def _ingest_run(run: Run, digest: str, source_format: str, output_html: str, *, rewrite: bool = False) -> str:
+def _ingest_run(
+    run: Run, digest: str, source_format: str, *, output_html: str | None = None, rewrite: bool = False
+) -> str:
     existing = models.Run.objects.select_for_update().filter(run_id=run.run_id).first()
     if existing is not None and existing.content_hash == digest and not rewrite:
         return "duplicate"
@@ -320,20 +565,20 @@ def _ingest_run(run: Run, digest: str, source_format: str, output_html: str, *, 
         row = existing
         old_session_id = existing.session_id if existing.session_id != session.pk else None
         previous = provenance.before_rewrite(existing)
+        search.unindex_runs(search.stored_documents([existing.pk]))
         delete_children(existing)
         status = "updated"
     _fill_run(row, run, session, digest, source_format)
     row.output_html = output_html
     with transaction.atomic():
         row.save()
-    contexts = _write_children(row, run)
-    document = search.document_for(run)
-    if status == "created":
-        models.RunSearch.objects.create(run=row, document=document)
-    else:
-        models.RunSearch.objects.update_or_create(run=row, defaults={"document": document})
+    ((_, contexts),) = _write_children_of([(row, run)])
+    search.index_runs([(row.pk, search.document_for(run))])
     provenance.link_run(row, contexts, previous=previous)
-    _refresh_session(session, added=row if status == "created" else None)
+    if status == "created":
+        _add_to_session(session, [row])
+    else:
+        _refresh_session(session)
     if old_session_id is not None:
         _refresh_session(models.Session.objects.get(pk=old_session_id))
     _settle_members(run)
@@ -383,7 +628,13 @@ def _settle_members(team: Run) -> None:
         settled = blocks.settle_member_contexts(record.injected_contexts, record.input or "", tasks)
         if settled is not None:
             record.injected_contexts = settled
-            _ingest_run(record, member.content_hash, member.source_format, member.output_html, rewrite=True)
+            _ingest_run(
+                record,
+                member.content_hash,
+                member.source_format,
+                output_html=member.output_html,
+                rewrite=True,
+            )
 
 
 def delete_children(row: models.Run) -> None:
@@ -424,33 +675,39 @@ def _fill_run(row: models.Run, run: Run, session: models.Session, digest: str, s
     row.content_hash = digest
 
 
-def _write_children(row: models.Run, run: Run) -> list[models.InjectedContext]:
-    """Write a run's children; returns its injected contexts (with their keys)."""
-    iterations = models.Iteration.objects.bulk_create(
-        mapper.iteration_row(row, position, it) for position, it in enumerate(run.iterations)
-    )
+def _write_children_of(
+    pairs: list[tuple[models.Run, Run]],
+) -> list[tuple[models.Run, list[models.InjectedContext]]]:
+    """Write the children of stored runs (rows with keys, and their records), one INSERT
+    per table for all of them; returns each run's injected contexts (with their keys)."""
+    iteration_rows = [
+        mapper.iteration_row(row, position, it)
+        for row, run in pairs
+        for position, it in enumerate(run.iterations)
+    ]
+    models.Iteration.objects.bulk_create(iteration_rows)
+    stored = iter(iteration_rows)
     models.ToolCall.objects.bulk_create(
-        mapper.tool_call_row(row, stored, position, call)
-        for stored, it in zip(iterations, run.iterations, strict=True)
+        mapper.tool_call_row(row, iteration, position, call)
+        for row, run in pairs
+        for it, iteration in zip(run.iterations, stored, strict=False)
         for position, call in enumerate(it.tool_calls)
     )
     models.MemberInteraction.objects.bulk_create(
-        mapper.interaction_row(row, position, mi) for position, mi in enumerate(run.member_interactions)
+        mapper.interaction_row(row, position, mi)
+        for row, run in pairs
+        for position, mi in enumerate(run.member_interactions)
     )
-    return models.InjectedContext.objects.bulk_create(
-        mapper.context_row(row, position, context) for position, context in enumerate(run.injected_contexts)
-    )
+    contexts = [
+        [mapper.context_row(row, position, context) for position, context in enumerate(run.injected_contexts)]
+        for row, run in pairs
+    ]
+    models.InjectedContext.objects.bulk_create(context for own in contexts for context in own)
+    return [(row, own) for (row, _), own in zip(pairs, contexts, strict=True)]
 
 
-def _refresh_session(session: models.Session, *, added: models.Run | None = None) -> None:
-    """Recompute the session's denormalised counts from its runs (one aggregate query).
-
-    With ``added`` (a run just created in the locked session, whose counts were current)
-    the counts are brought forward instead, so the cost does not grow with the session: one
-    indexed query asks whether a run of the session started later than the new one."""
-    if added is not None:
-        _add_to_session(session, added)
-        return
+def _refresh_session(session: models.Session) -> None:
+    """Recompute the session's denormalised counts from its runs (one aggregate query)."""
     runs = models.Run.objects.filter(session=session)
     stats = runs.aggregate(
         n=Count("id"),
@@ -475,31 +732,49 @@ def _refresh_session(session: models.Session, *, added: models.Run | None = None
     session.save()
 
 
-def _add_to_session(session: models.Session, row: models.Run) -> None:
-    """``_refresh_session`` for one new run: the same results, without reading the others."""
+# The session columns ``_refresh_session`` and ``_add_to_session`` keep.
+SESSION_COUNTERS = [
+    "run_count",
+    "failed_count",
+    "first_started_at",
+    "last_activity_at",
+    "last_status",
+    "agent_name",
+    "framework",
+    "user_id",
+    "updated_at",
+]
+
+
+def _add_to_session(session: models.Session, rows: list[models.Run], *, save: bool = True) -> None:
+    """``_refresh_session`` for new runs of a locked session whose counts were current:
+    the same results, without reading the others."""
     first = session.run_count == 0
-    session.run_count += 1
-    session.failed_count += row.status == "failed"
-    if row.started_at is not None and (
-        session.first_started_at is None or row.started_at < session.first_started_at
-    ):
-        session.first_started_at = row.started_at
-    last = row.ended_at or row.started_at or row.received_at
+    session.run_count += len(rows)
+    session.failed_count += sum(row.status == "failed" for row in rows)
+    starts = [row.started_at for row in rows if row.started_at is not None]
+    if starts and (session.first_started_at is None or min(starts) < session.first_started_at):
+        session.first_started_at = min(starts)
+    last = max(row.ended_at or row.started_at or row.received_at for row in rows)
     session.last_activity_at = last if first else max(session.last_activity_at, last)
-    # The latest run orders by (started_at, else received_at) then id, and the new id is the
-    # highest: the new run is the latest unless another one is later. Two range lookups on
-    # the (session, started_at, id) index: one query with OR would scan the session.
-    key = row.started_at or row.received_at
-    others = models.Run.objects.filter(session=session).exclude(pk=row.pk)
+    # The latest run orders by (started_at, else received_at) then id, and the new ids are
+    # the highest: the latest new run is the session's latest unless an older one is
+    # later. Two range lookups on the (session, started_at, id) index: one query with OR
+    # would scan the session.
+    latest = max(rows, key=lambda row: (row.started_at or row.received_at, row.pk))
+    key = latest.started_at or latest.received_at
+    others = models.Run.objects.filter(session=session).exclude(pk__in=[row.pk for row in rows])
     if first or not (
         others.filter(started_at__gt=key).exists()
         or others.filter(started_at__isnull=True, received_at__gt=key).exists()
     ):
-        session.last_status = row.status
-        session.agent_name = row.agent_name
-        session.framework = row.framework or session.framework
-        session.user_id = row.user_id or session.user_id
-    session.save()
+        session.last_status = latest.status
+        session.agent_name = latest.agent_name
+        session.framework = latest.framework or session.framework
+        session.user_id = latest.user_id or session.user_id
+    session.updated_at = timezone.now()
+    if save:
+        session.save(update_fields=SESSION_COUNTERS)
 
 
 # -- retention -------------------------------------------------------------------------

@@ -61,61 +61,72 @@ def fill_run(row: models.Run, run: records.Run) -> None:
     row.metrics, row.metadata, row.redactions = run.metrics, run.metadata, run.redactions
 
 
+def iteration_values(position: int, it: records.Iteration) -> dict[str, Any]:
+    return {
+        "position": position,
+        "index": it.index,
+        "name": it.name[:255],
+        "thought": it.thought,
+        "started_at": it.started_at,
+        "ended_at": it.ended_at,
+        "metadata": it.metadata,
+    }
+
+
 def iteration_row(row: models.Run, position: int, it: records.Iteration) -> models.Iteration:
-    return models.Iteration(
-        run=row,
-        position=position,
-        index=it.index,
-        name=it.name[:255],
-        thought=it.thought,
-        started_at=it.started_at,
-        ended_at=it.ended_at,
-        metadata=it.metadata,
-    )
+    return models.Iteration(run=row, **iteration_values(position, it))
+
+
+def tool_call_values(position: int, call: records.ToolCall) -> dict[str, Any]:
+    return {
+        "position": position,
+        "tool": call.tool[:255],
+        "call_id": (call.call_id or "")[:255],
+        "params_json": json.dumps(call.params, ensure_ascii=False),
+        "result": call.result,
+        "error": call.error,
+        "started_at": call.started_at,
+        "ended_at": call.ended_at,
+    }
 
 
 def tool_call_row(
     row: models.Run, iteration: models.Iteration, position: int, call: records.ToolCall
 ) -> models.ToolCall:
-    return models.ToolCall(
-        run=row,
-        iteration=iteration,
-        position=position,
-        tool=call.tool[:255],
-        call_id=(call.call_id or "")[:255],
-        params_json=json.dumps(call.params, ensure_ascii=False),
-        result=call.result,
-        error=call.error,
-        started_at=call.started_at,
-        ended_at=call.ended_at,
-    )
+    return models.ToolCall(run=row, iteration=iteration, **tool_call_values(position, call))
+
+
+def interaction_values(position: int, mi: records.MemberInteraction) -> dict[str, Any]:
+    return {
+        "position": position,
+        "member": mi.member[:255],
+        "task": mi.task,
+        "response": mi.response,
+        "member_run_id": mi.member_run_id,
+    }
 
 
 def interaction_row(
     row: models.Run, position: int, mi: records.MemberInteraction
 ) -> models.MemberInteraction:
-    return models.MemberInteraction(
-        run=row,
-        position=position,
-        member=mi.member[:255],
-        task=mi.task,
-        response=mi.response,
-        member_run_id=mi.member_run_id,
-    )
+    return models.MemberInteraction(run=row, **interaction_values(position, mi))
+
+
+def context_values(position: int, context: records.InjectedContext) -> dict[str, Any]:
+    return {
+        "position": position,
+        "step": context.step[:255],
+        "target": context.target,
+        "kind": context.kind,
+        "text": context.text,
+        "source_run_ids": context.source_run_ids,
+        "settings": context.settings,
+        "reported": context.reported,
+    }
 
 
 def context_row(row: models.Run, position: int, context: records.InjectedContext) -> models.InjectedContext:
-    return models.InjectedContext(
-        run=row,
-        position=position,
-        step=context.step[:255],
-        target=context.target,
-        kind=context.kind,
-        text=context.text,
-        source_run_ids=context.source_run_ids,
-        settings=context.settings,
-        reported=context.reported,
-    )
+    return models.InjectedContext(run=row, **context_values(position, context))
 
 
 # -- rows -> record ----------------------------------------------------------------------

@@ -67,7 +67,9 @@ class Run(models.Model):
     input = models.TextField(blank=True)
     output = models.TextField(null=True, blank=True)
     output_html = models.TextField(
-        blank=True, help_text="The output as sanitised HTML, rendered once at ingestion."
+        blank=True,
+        null=True,
+        help_text="The output as sanitised HTML, rendered when the run is first shown (null until then).",
     )
     error = models.TextField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -224,8 +226,9 @@ class ContextEntry(models.Model):
 
 
 class RunSearch(models.Model):
-    """A run's full-text search document (see ``search.py``); indexed by SQLite FTS5 or a
-    PostgreSQL GIN index, both created by migration 0004."""
+    """A run's full-text search document (see ``search.py``), on PostgreSQL, where a GIN
+    index over its tsvector finds it (migration 0004). SQLite keeps no copy: its FTS5 index
+    is contentless (migration 0008), and this table stays empty there."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="search")
     document = models.TextField()

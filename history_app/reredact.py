@@ -66,7 +66,7 @@ def _batches(queryset: Any, batch_size: int) -> Any:
 
 def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, progress: Any) -> None:
     for batch in _batches(mapper.transcript_queryset(), batch_size):
-        documents = dict(models.RunSearch.objects.filter(run__in=batch).values_list("run_id", "document"))
+        documents = dict(search.stored_documents(row.pk for row in batch))
         planned = []
         for row in batch:
             result.scanned["runs"] += 1
@@ -84,7 +84,7 @@ def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, prog
                 result.rules.update(item["rules"])
             if dropped := len(set(row.redactions) - set(redactor.known_counts(row.redactions))):
                 result.rules["redactions-map"] += dropped
-            planned.append((row, row.content_hash, prepared, digest, document))
+            planned.append((row, row.content_hash, prepared, digest, documents.get(row.pk), document))
         result.changed["runs"] += len(planned)
         if planned and not result.dry_run:
             _rewrite_runs(planned)
@@ -93,13 +93,13 @@ def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, prog
             progress(result)
 
 
-def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str]]) -> None:
+def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str | None, str]]) -> None:
     # Fill (and render the answer HTML) before the transaction: it is the slow part.
-    for row, _, prepared, digest, _ in planned:
+    for row, _, prepared, digest, _, _ in planned:
         ingestion._fill_run(row, prepared, row.session, digest, row.source_format)
         row.output_html = render_markdown(prepared.output)
     with transaction.atomic():
-        for row, read_hash, prepared, _, document in planned:
+        for row, read_hash, prepared, _, old_document, document in planned:
             current = (
                 models.Run.objects.select_for_update()
                 .filter(pk=row.pk)
@@ -115,9 +115,11 @@ def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str]]) -> None:
                 if position in previous.linked_positions:
                     context.source_run_ids = []
             ingestion.delete_children(row)
-            contexts = ingestion._write_children(row, prepared)
+            ((_, contexts),) = ingestion._write_children_of([(row, prepared)])
             provenance.link_run(row, contexts, previous=previous)
-            models.RunSearch.objects.update_or_create(run=row, defaults={"document": document})
+            if old_document is not None:
+                search.unindex_runs([(row.pk, old_document)])
+            search.index_runs([(row.pk, document)])
 
 
 def _redact_fields(redactor: Redactor, result: RedactResult, row: Any, names: tuple[str, ...]) -> bool:

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import models
+from . import models, search
 from .ingestion import delete_children  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,6 @@ def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, A
         ("member_interactions", models.MemberInteraction.objects.filter(**runs)),
         ("context_entries", models.ContextEntry.objects.filter(**runs)),
         ("injected_contexts", models.InjectedContext.objects.filter(**runs)),
-        ("search_documents", models.RunSearch.objects.filter(**runs)),
         ("run_fingerprints", models.RunFingerprint.objects.filter(**runs)),
         ("runs", models.Run.objects.filter(session_id__in=session_ids)),
         ("sessions", models.Session.objects.filter(pk__in=session_ids)),
@@ -145,6 +144,9 @@ def prune_sessions(
         selected = candidates().values("pk")
         for key, queryset in _child_querysets(selected):
             result.counts[key] = queryset.count()
+        result.counts["search_documents"] = search.indexed_count(
+            models.Run.objects.filter(session__in=selected)
+        )
     else:
         while max_batches is None or result.batches < max_batches:
             started = time.perf_counter()
@@ -155,6 +157,8 @@ def prune_sessions(
                 if not batch:
                     break
                 run_ids = list(models.Run.objects.filter(session_id__in=batch).values_list("pk", flat=True))
+                # Before the rows it is rebuilt from go (SQLite's index keeps no copy).
+                result.counts["search_documents"] += search.unindex_stored(run_ids)
                 for key, queryset in _child_querysets(batch, run_ids):
                     result.counts[key] += queryset._raw_delete(queryset.db)
             result.longest_transaction_s = max(result.longest_transaction_s, time.perf_counter() - started)

@@ -14,7 +14,9 @@ Terms are ANDed; each Latin term matches as a prefix (``tok`` finds ``tokens``).
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
@@ -47,16 +49,160 @@ def index_text(text: str) -> str:
 
 
 def document_for(run: Any) -> str:
-    """The search document of a canonical run record."""
-    parts = [run.agent_name, run.input, run.output or "", run.error or ""]
-    for iteration in run.iterations:
-        parts += [iteration.name, iteration.thought or ""]
-        for call in iteration.tool_calls:
-            parts += [call.tool, as_text(call.params), call.result or "", call.error or ""]
-    for interaction in run.member_interactions:
-        parts += [interaction.member, interaction.task, interaction.response]
+    """The search document of a canonical run record, from its values as they are stored
+    (names cut as the row mapper cuts them): the document of a stored run rebuilt from its
+    rows (``stored_documents``) is the one that was indexed, which SQLite's contentless
+    index needs to delete it."""
+    return _document(
+        (run.agent_name or run.team_id or run.workflow_id)[:255],
+        run.input,
+        run.output,
+        run.error,
+        [
+            (
+                iteration.name[:255],
+                iteration.thought,
+                [
+                    (call.tool[:255], as_text(call.params), call.result, call.error)
+                    for call in iteration.tool_calls
+                ],
+            )
+            for iteration in run.iterations
+        ],
+        [(mi.member[:255], mi.task, mi.response) for mi in run.member_interactions],
+    )
+
+
+def _document(
+    agent: str,
+    input: str,
+    output: str | None,
+    error: str | None,
+    iterations: list[tuple[str, str | None, list[tuple[str, str, str | None, str | None]]]],
+    interactions: list[tuple[str, str, str]],
+) -> str:
+    parts = [agent, input, output or "", error or ""]
+    for name, thought, calls in iterations:
+        parts += [name, thought or ""]
+        for tool, params, result, call_error in calls:
+            parts += [tool, params, result or "", call_error or ""]
+    for member, task, response in interactions:
+        parts += [member, task, response]
     text = "\n".join(part[:MAX_FIELD_CHARS] for part in parts if part)
     return index_text(text)[:MAX_DOCUMENT_CHARS]
+
+
+# -- the index: SQLite keeps no copy of the documents (a contentless FTS5 table, so the
+# text to delete is rebuilt from the rows); PostgreSQL keeps them with their tsvector.
+
+
+def index_runs(documents: Iterable[tuple[int, str]]) -> None:
+    """Index ``(run primary key, document)`` pairs (runs not indexed yet)."""
+    from . import models
+
+    documents = list(documents)
+    if not documents:
+        return
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.executemany("INSERT INTO history_run_fts(rowid, document) VALUES (%s, %s)", documents)
+    else:
+        models.RunSearch.objects.bulk_create(
+            models.RunSearch(run_id=pk, document=doc) for pk, doc in documents
+        )
+
+
+def unindex_runs(documents: Iterable[tuple[int, str]]) -> None:
+    """Take runs out of the index, given the ``(primary key, document)`` they were indexed
+    with (``stored_documents``, read before their rows change)."""
+    from . import models
+
+    documents = list(documents)
+    if not documents:
+        return
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO history_run_fts(history_run_fts, rowid, document) VALUES ('delete', %s, %s)",
+                documents,
+            )
+    else:
+        pks = [pk for pk, _ in documents]
+        models.RunSearch.objects.filter(run_id__in=pks)._raw_delete(models.RunSearch.objects.db)
+
+
+def stored_documents(pks: Iterable[int]) -> list[tuple[int, str]]:
+    """``(primary key, document)`` of stored runs as they were indexed: rebuilt from their
+    rows on SQLite (``documents_from_rows``), read on PostgreSQL."""
+    from . import models
+
+    pks = list(pks)
+    if not pks:
+        return []
+    if connection.vendor != "sqlite":
+        return list(models.RunSearch.objects.filter(run_id__in=pks).values_list("run_id", "document"))
+    return documents_from_rows(pks, models)
+
+
+def documents_from_rows(pks: list[int], models: Any) -> list[tuple[int, str]]:
+    """The documents of stored runs, built from their rows with four queries of plain
+    values (no model objects); ``models`` gives the model classes (a migration passes its
+    historical ones)."""
+    calls: dict[int, list] = {}
+    for iteration_id, tool, params, result, error in (
+        models.ToolCall.objects.filter(run_id__in=pks)
+        .order_by("iteration_id", "position")
+        .values_list("iteration_id", "tool", "params_json", "result", "error")
+    ):
+        calls.setdefault(iteration_id, []).append((tool, as_text(json.loads(params)), result, error))
+    iterations: dict[int, list] = {}
+    for pk, run_id, name, thought in (
+        models.Iteration.objects.filter(run_id__in=pks)
+        .order_by("run_id", "position")
+        .values_list("pk", "run_id", "name", "thought")
+    ):
+        iterations.setdefault(run_id, []).append((name, thought, calls.get(pk, [])))
+    interactions: dict[int, list] = {}
+    for run_id, member, task, response in (
+        models.MemberInteraction.objects.filter(run_id__in=pks)
+        .order_by("run_id", "position")
+        .values_list("run_id", "member", "task", "response")
+    ):
+        interactions.setdefault(run_id, []).append((member, task, response))
+    return [
+        (pk, _document(agent, input, output, error, iterations.get(pk, []), interactions.get(pk, [])))
+        for pk, agent, input, output, error in models.Run.objects.filter(pk__in=pks)
+        .order_by("pk")
+        .values_list("pk", "agent_name", "input", "output", "error")
+    ]
+
+
+def unindex_stored(pks: Iterable[int]) -> int:
+    """Take stored runs out of the index before their rows are deleted; how many."""
+    documents = stored_documents(pks)
+    unindex_runs(documents)
+    return len(documents)
+
+
+def indexed_count(runs: Any) -> int:
+    """How many of ``runs`` (a queryset) have a search document: each run on SQLite, whose
+    index is filled with every run in its transaction; the documents on PostgreSQL."""
+    from . import models
+
+    if connection.vendor == "sqlite":
+        return runs.count()
+    return models.RunSearch.objects.filter(run__in=runs.values("pk")).count()
+
+
+def clear_index() -> None:
+    """Empty the index (``reindex_search`` then fills it from the stored runs)."""
+    from . import models
+
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO history_run_fts(history_run_fts) VALUES ('delete-all')")
+    else:
+        models.RunSearch.objects.all()._raw_delete(models.RunSearch.objects.db)
 
 
 def terms(query: str) -> list[tuple[str, list[str]]]:

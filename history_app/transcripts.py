@@ -10,15 +10,20 @@ order.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import Count, F, QuerySet, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length, RowNumber
 from django.http import Http404
 
 from . import models
+from .rendering import render_markdown
+
+logger = logging.getLogger(__name__)
 
 MAX_START = 2**31 - 1
 
@@ -62,6 +67,18 @@ def get_run(run_id: str) -> models.Run:
         return models.Run.objects.select_related("session").get(run_id=run_id)
     except models.Run.DoesNotExist:
         raise Http404("No such run") from None
+
+
+def answer_html(run: models.Run) -> str:
+    """The run's answer as sanitised HTML: rendered (within the renderer's bounds) the
+    first time the run is shown, then kept, so ingestion never pays for Markdown."""
+    if run.output_html is None:
+        run.output_html = render_markdown(run.output)
+        try:
+            models.Run.objects.filter(pk=run.pk, output_html__isnull=True).update(output_html=run.output_html)
+        except DatabaseError:  # a busy database only costs the next view a render
+            logger.warning("the answer of run %s was rendered but not kept", run.run_id)
+    return run.output_html
 
 
 def get_iteration(run_id: str, position: int) -> models.Iteration:

@@ -136,6 +136,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "run": run,
         "session": run.session,
         "contexts": transcripts.context_slice(run=run),
+        "output_html": transcripts.answer_html(run),
         "slice": iterations,
         "waterfall": present.waterfall_svg(run, [(p.iteration, p.calls) for p in iterations.parts]),
     }

@@ -8,7 +8,7 @@ import pytest
 from django.db import DatabaseError
 from django.test import override_settings
 
-from history_app import ingestion, models
+from history_app import bulk, ingestion, models
 from history_app.models import IngestToken
 
 from .conftest import autourgos_logs, database_dump, load_jsonl, native
@@ -143,11 +143,20 @@ def test_get_is_not_allowed(client, auth_headers):
 
 
 def test_a_run_is_stored_whole_or_not_at_all(ingest, monkeypatch):
-    def explode(row, run):
-        models.Iteration.objects.create(run=row, position=0, index=1)
+    def explode(pairs):
+        models.Iteration.objects.create(run=pairs[0][0], position=0, index=1)
         raise DatabaseError("disk full")
 
-    monkeypatch.setattr(ingestion, "_write_children", explode)
+    real_insert = bulk.insert_runs
+
+    def explode_in_bulk(runs, session_pks, now):
+        real_insert(runs, session_pks, now)  # the runs and children written, then the failure
+        raise DatabaseError("disk full")
+
+    # Both ways a run is written: in bulk (new plain runs) and one by one (the rest, and
+    # the bulk's items again after it failed).
+    monkeypatch.setattr(bulk, "insert_runs", explode_in_bulk)
+    monkeypatch.setattr(ingestion, "_write_children_of", explode)
     response = ingest(native(iterations=[{"thought": "a"}]))
     assert response.status_code == 400
     # The message names no database internals (issue #10, item 4); the log has them.

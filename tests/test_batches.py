@@ -52,21 +52,24 @@ def test_too_many_items_answer_413_naming_count_and_limit(ingest, settings):
 def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_request_stored(
     ingest, alice_client, monkeypatch
 ):
-    real = ingestion.ingest_run
+    """Items are stored a batch per transaction (issue #13): a request stopped in its second
+    batch keeps the first, and its receipt says so."""
+    monkeypatch.setattr(ingestion, "BATCH_ITEMS", 2)
+    real = ingestion._write_batch
     seen = []
 
-    def dies_on_the_third(*, run, **options):
+    def dies_in_the_second(pending):
         receipt = models.IngestReceipt.objects.get()
         seen.append((receipt.state, receipt.counts.get("created", 0)))
-        if len(seen) == 3:
+        if len(seen) == 2:
             raise RuntimeError("the worker was killed")  # not a database error
-        return real(run=run, **options)
+        return real(pending)
 
-    monkeypatch.setattr(ingestion, "ingest_run", dies_on_the_third)
+    monkeypatch.setattr(ingestion, "_write_batch", dies_in_the_second)
     with pytest.raises(RuntimeError):
         ingest([native(f"r{i}") for i in range(5)])
-    # Open before the first run was stored, and current after each item.
-    assert seen == [("open", 0), ("open", 1), ("open", 2)]
+    # Open before the first run was stored, and current after each batch.
+    assert seen == [("open", 0), ("open", 2)]
     receipt = models.IngestReceipt.objects.get()
     assert models.Run.objects.count() == 2
     assert (receipt.shown_state, receipt.stored, receipt.item_count) == ("interrupted", 2, 5)
@@ -90,21 +93,23 @@ def test_an_open_receipt_gone_idle_is_shown_interrupted(alice_client, admin_clie
 
 
 def _fails_on(calls: set[int], exc: Exception):
-    real = ingestion.ingest_run
+    """``_write_batch`` (one batch's writes, in its transaction) failing on the given calls."""
+    real = ingestion._write_batch
     count = [0]
 
-    def flaky(*, run, **options):
+    def flaky(pending):
         count[0] += 1
         if count[0] in calls:
             raise exc
-        return real(run=run, **options)
+        return real(pending)
 
     return flaky
 
 
 def test_a_transient_database_failure_answers_503_with_retry_after_and_items_to_retry(ingest, monkeypatch):
     locked = OperationalError("database is locked")
-    monkeypatch.setattr(ingestion, "ingest_run", _fails_on({2}, locked))
+    monkeypatch.setattr(ingestion, "BATCH_ITEMS", 1)
+    monkeypatch.setattr(ingestion, "_write_batch", _fails_on({2}, locked))
     response = ingest([native(f"r{i}") for i in range(3)])
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
@@ -125,6 +130,20 @@ def test_a_transient_database_failure_answers_503_with_retry_after_and_items_to_
     assert [r["status"] for r in again.json()["results"]] == ["duplicate", "created", "created"]
 
 
+def test_a_transient_failure_in_a_batch_rolls_all_of_it_back(ingest, monkeypatch):
+    """One transaction per batch: after a transient failure none of its items is kept, and
+    every one of them is "retry" (the items before it, in earlier batches, stay stored)."""
+    monkeypatch.setattr(ingestion, "BATCH_ITEMS", 3)
+    monkeypatch.setattr(ingestion, "_write_batch", _fails_on({2}, OperationalError("database is locked")))
+    response = ingest([native(f"r{i}") for i in range(5)])
+    assert response.status_code == 503
+    assert [r["status"] for r in response.json()["results"]] == ["created"] * 3 + ["retry"] * 2
+    assert sorted(models.Run.objects.values_list("run_id", flat=True)) == ["r0", "r1", "r2"]
+    monkeypatch.undo()
+    again = ingest([native(f"r{i}") for i in range(5)]).json()["results"]
+    assert [r["status"] for r in again] == ["duplicate"] * 3 + ["created"] * 2
+
+
 class _Deadlock(Exception):
     sqlstate = "40P01"
 
@@ -132,7 +151,7 @@ class _Deadlock(Exception):
 def test_a_deadlock_is_retried_at_once(ingest, monkeypatch):
     deadlock = OperationalError("deadlock detected")
     deadlock.__cause__ = _Deadlock()
-    monkeypatch.setattr(ingestion, "ingest_run", _fails_on({1}, deadlock))
+    monkeypatch.setattr(ingestion, "_write_batch", _fails_on({1}, deadlock))
     response = ingest(native("r"))
     assert response.status_code == 200 and response.json()["results"][0]["status"] == "created"
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.db import connection
 
-from history_app import ingestion, rendering
+from history_app import models, rendering, transcripts
 
 from .conftest import native
 
@@ -119,16 +119,22 @@ def test_a_run_of_brackets_renders_in_linear_time_instead_of_falling_back(tickin
 
 
 @pytest.mark.django_db(transaction=True)
-def test_answers_are_rendered_outside_the_write_transaction(ingest, monkeypatch):
+def test_answers_are_rendered_when_first_shown_never_at_ingestion(ingest, alice_client, monkeypatch):
+    """Issue #13: ingestion pays nothing for Markdown; the first view renders the answer
+    (outside any transaction) and keeps it, later views read it."""
     seen = []
 
     def render(text, **kwargs):
         seen.append(connection.in_atomic_block)
         return rendering.render_markdown(text, **kwargs)
 
-    monkeypatch.setattr(ingestion, "render_markdown", render)
+    monkeypatch.setattr(transcripts, "render_markdown", render)
     assert ingest(native("r-outside", output="*hello*")).status_code == 200
+    assert seen == [] and models.Run.objects.get().output_html is None
+    for _ in range(2):
+        assert "<em>hello</em>" in alice_client.get("/runs/r-outside/").content.decode()
     assert seen == [False]
+    assert models.Run.objects.get().output_html == rendering.render_markdown("*hello*")
 
 
 def test_splitting_long_runs_of_references_for_nh3_changes_nothing():

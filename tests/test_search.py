@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import connection
 
 from history_app import models, retention, search
 
@@ -122,7 +123,13 @@ def test_search_follows_updates_and_prunes(alice_client, ingest, corpus):
     assert sessions_on(alice_client, q="502") == []
     retention.prune_sessions(session_ids=[models.Session.objects.get(session_id="s-chat").pk])
     assert sessions_on(alice_client, q="brand") == []
+    # Gone from the index itself, not only hidden by the join with the runs: the run's
+    # terms were deleted with it (SQLite's contentless index needs the text to do that).
     assert not models.RunSearch.objects.filter(run__run_id="r-chat").exists()
+    matching = search.matching_run_pks("brand")
+    with connection.cursor() as cursor:
+        cursor.execute(matching.sql, matching.params)
+        assert cursor.fetchall() == []
 
 
 @pytest.mark.parametrize(
@@ -228,7 +235,7 @@ def test_reindex_command_rebuilds_missing_documents(alice_client, corpus):
 
     from django.core.management import call_command
 
-    models.RunSearch.objects.all().delete()
+    search.clear_index()  # an index lost (or a database from before search)
     assert sessions_on(alice_client, q="haiku") == []
     out = io.StringIO()
     call_command("reindex_search", stdout=out)

@@ -365,7 +365,10 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
     with django_assert_num_queries(4):
         alice_client.get("/sessions/sess-0/")
     # The run page: session + user, the run, its first iterations, their first tool calls,
-    # how many contexts it has (none here, so no query for the first of them).
+    # how many contexts it has (none here, so no query for the first of them). The first
+    # view also keeps the answer's HTML, rendered then (one UPDATE); later views read it.
+    with django_assert_num_queries(7):
+        alice_client.get("/runs/run-10-0/")
     with django_assert_num_queries(6):
         alice_client.get("/runs/run-10-0/")
     # The list with a search: sessions, their matching runs, the framework menu (and on

@@ -148,12 +148,13 @@ class Run:
         return json.dumps(self.to_dict(), ensure_ascii=False, **kwargs)
 
     @classmethod
-    def from_dict(cls, data: Any, *, max_depth: int = MAX_DEPTH) -> Run:
+    def from_dict(cls, data: Any, *, max_depth: int = MAX_DEPTH, structure_checked: bool = False) -> Run:
         """Build a run from its dict form, raising ``RecordError`` listing every bad field.
 
         A value nested deeper than ``max_depth`` levels, or a number that is not finite,
-        is refused before anything else reads the data."""
-        errors = structure_errors(data, "$", max_depth=max_depth)
+        is refused before anything else reads the data (unless ``structure_checked``: the
+        caller ran ``structure_errors`` on this data, or on data it only redacted)."""
+        errors = [] if structure_checked else structure_errors(data, "$", max_depth=max_depth)
         if errors:
             raise RecordError(errors)
         run = _read_run(data, "$", errors)
@@ -165,11 +166,21 @@ class Run:
 # -- serialisation -----------------------------------------------------------------
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _plain(obj: Any) -> Any:
+    kind = type(obj)
+    if kind in _SCALARS:
+        return obj
     if isinstance(obj, datetime):
         return obj.isoformat()
-    if hasattr(obj, "__dataclass_fields__"):
-        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    names = _FIELD_NAMES.get(kind)
+    if names is None and hasattr(obj, "__dataclass_fields__"):
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(obj))
+    if names is not None:
+        return {name: _plain(getattr(obj, name)) for name in names}
     if isinstance(obj, dict):
         return {str(k): _plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -222,6 +233,8 @@ def structure_errors(value: Any, path: str = "$", *, max_depth: int = MAX_DEPTH)
     objects and arrays (``value`` itself is the first level) and for every number that is
     not finite. Works on plain JSON data and on records, without recursion, so that no
     depth of input can exhaust the stack here."""
+    if _structure_ok(value, max_depth):
+        return []
     errors: list[tuple[str, str]] = []
     stack = [(value, path, 1)]
     while stack:
@@ -234,6 +247,30 @@ def structure_errors(value: Any, path: str = "$", *, max_depth: int = MAX_DEPTH)
                 break
             stack.extend((child, p, level + 1) for p, child in reversed(_children(item, where)))
     return errors
+
+
+def _structure_ok(value: Any, max_depth: int) -> bool:
+    """``structure_errors`` would find nothing: the same walk without building a path for
+    every value (the paths are only built, by a second walk, when something is wrong)."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        kind = type(item)
+        if kind in _SCALARS and kind is not float:
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, dict | list | tuple) or hasattr(item, "__dataclass_fields__"):
+            if level > max_depth:
+                return False
+            if isinstance(item, dict):
+                stack.extend((child, level + 1) for child in item.values())
+            elif isinstance(item, list | tuple):
+                stack.extend((child, level + 1) for child in item)
+            else:
+                stack.extend((getattr(item, f.name), level + 1) for f in fields(item))
+    return True
 
 
 def without_lone_surrogates(value: Any) -> tuple[Any, int]:

@@ -1297,6 +1297,20 @@ class Redactor:
                 gate = getattr(rule, "gate", None) or _gate(literal)
                 gates.setdefault(gate, {}).setdefault(literal, []).append(rule)
         self._gates = [(gate, list(items.items())) for gate, items in gates.items()]
+        # The rules matched in any case run only where one of their literals is in the
+        # lowercased text: one regex scan for all of them, not a test per rule and literal.
+        folded = [rule for rule in self.rules if isinstance(rule, FoldedValueRule)]
+        folded_literals = [
+            lit
+            for rule in folded
+            for lit in ((rule.literal,) if isinstance(rule.literal, str) else rule.literal)
+        ]
+        self._unfolded_always = self._always.difference(folded)
+        self._folded_gate = (
+            re.compile("|".join(re.escape(lit) for lit in folded_literals))
+            if folded and all(folded_literals)
+            else None
+        )
         self.rule_names = frozenset(
             {rule.name for rule in self.rule_set}
             | {_SECRET_KEY_RULE, _NAME_VALUE_RULE, "truncated", LONE_SURROGATE}
@@ -1398,7 +1412,11 @@ class Redactor:
                         if wanted is None:
                             wanted = set()
                         wanted.update(rules)
-        if wanted is not None or self._always:
+        if (
+            wanted is not None
+            or self._unfolded_always
+            or (self._always and (self._folded_gate is None or self._folded_gate.search(text.lower())))
+        ):
             lowered = None  # for the rules matched in any case: lowercased once, not per rule
             for rule in self.rules:
                 if isinstance(rule, FoldedValueRule):

@@ -1,29 +1,33 @@
-"""Rebuild every run's search document (after upgrading from a version without search)."""
+"""Rebuild the search index from the stored runs (after upgrading from a version without
+search, or to repair it)."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from history_app import mapper, models, search
+from history_app import models, search
 
 
 class Command(BaseCommand):
-    help = "Rebuild the full-text search document of every stored run, in batches."
+    help = "Rebuild the full-text search index of every stored run from the runs' rows, in batches."
 
     def add_arguments(self, parser):
-        parser.add_argument("--batch-size", type=int, default=200)
+        parser.add_argument("--batch-size", type=int, default=500)
 
     def handle(self, *args, batch_size: int, **options):
+        search.clear_index()
         done, last_pk = 0, 0
         while True:
-            batch = list(mapper.transcript_queryset().filter(pk__gt=last_pk).order_by("pk")[:batch_size])
-            if not batch:
+            pks = list(
+                models.Run.objects.filter(pk__gt=last_pk)
+                .order_by("pk")
+                .values_list("pk", flat=True)[:batch_size]
+            )
+            if not pks:
                 break
             with transaction.atomic():
-                for run in batch:
-                    document = search.document_for(mapper.run_record(run))
-                    models.RunSearch.objects.update_or_create(run=run, defaults={"document": document})
-            done += len(batch)
-            last_pk = batch[-1].pk
+                search.index_runs(search.documents_from_rows(pks, models))
+            done += len(pks)
+            last_pk = pks[-1]
         self.stdout.write(f"Indexed {done} runs.")
