@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.urls import path
 from django.utils.functional import cached_property
 
-from . import models, retention, search
+from . import models, retention, rollups, search
 
 COUNT_CAP = 10_000
 
@@ -107,7 +107,9 @@ class SessionAdmin(BigTableAdmin):
     def delete_model(self, request: HttpRequest, obj: models.Session) -> None:
         # SQLite's search index keeps no copy of the text: the runs leave it first.
         with transaction.atomic():
-            search.unindex_stored(models.Run.objects.filter(session=obj).values_list("pk", flat=True))
+            pks = list(models.Run.objects.filter(session=obj).values_list("pk", flat=True))
+            search.unindex_stored(pks)
+            rollups.apply(rollups.stored_contributions(pks))
             super().delete_model(request, obj)
 
     @admin.action(description="Pin (legal hold: never pruned)", permissions=["change"])

@@ -25,7 +25,7 @@ from django.db.models import Count, Exists, Max, Min, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import bulk, mapper, models, provenance, search
+from . import bulk, mapper, models, provenance, rollups, search
 from .agent_history import blocks, formats
 from .agent_history.records import (
     LONE_SURROGATE,
@@ -468,6 +468,13 @@ def _write_new_runs(items: list[_Pending], sessions: dict[str, models.Session]) 
         _add_to_session(sessions[session_id], added, save=False)
         touched.append(sessions[session_id])
     bulk.update_sessions(touched, SESSION_COUNTERS)
+    rollups.apply(rollups.record_contributions(runs, now))
+    rollups.add_session_tools(
+        (sessions[run.session_id].pk, call.tool[:255])
+        for run in runs
+        for it in run.iterations
+        for call in it.tool_calls
+    )
 
 
 # What ``_add_to_session`` reads of a run.
@@ -558,6 +565,7 @@ def _ingest_run(
     run = _settled_by_team_run(run)
     old_session_id = None
     previous = None
+    counted: rollups.Deltas = {}
     if existing is None:
         row = models.Run(run_id=run.run_id)
         status = "created"
@@ -565,6 +573,7 @@ def _ingest_run(
         row = existing
         old_session_id = existing.session_id if existing.session_id != session.pk else None
         previous = provenance.before_rewrite(existing)
+        counted = rollups.stored_contributions([existing.pk])
         search.unindex_runs(search.stored_documents([existing.pk]))
         delete_children(existing)
         status = "updated"
@@ -575,10 +584,13 @@ def _ingest_run(
     ((_, contexts),) = _write_children_of([(row, run)])
     search.index_runs([(row.pk, search.document_for(run))])
     provenance.link_run(row, contexts, previous=previous)
+    rollups.apply(rollups.merge(counted, rollups.record_contributions([run], row.received_at)))
     if status == "created":
         _add_to_session(session, [row])
+        rollups.add_session_tools((session.pk, c.tool[:255]) for it in run.iterations for c in it.tool_calls)
     else:
         _refresh_session(session)
+        rollups.refresh_session_tools({session.pk} | ({old_session_id} if old_session_id else set()))
     if old_session_id is not None:
         _refresh_session(models.Session.objects.get(pk=old_session_id))
     _settle_members(run)

@@ -83,8 +83,10 @@ class SessionFilters:
         if self.user:
             queryset = queryset.filter(user_id=self.user)
         if self.tool:
-            calls = models.ToolCall.objects.filter(run__session=OuterRef("pk"), tool=self.tool)
-            queryset = queryset.filter(Exists(calls))
+            # The sessions' tools as ingestion noted them (rollups.py): an indexed list
+            # whether the tool is in every session or in none.
+            having = models.SessionTool.objects.filter(tool=self.tool).values("session_id")
+            queryset = queryset.filter(pk__in=having)
         if self.date_from:
             queryset = queryset.filter(last_activity_at__gte=day_start(self.date_from))
         if self.date_to:

@@ -14,6 +14,8 @@ import json
 from datetime import timedelta
 
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
@@ -90,6 +92,12 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["session", "started_at", "id"], name="run_session_order_idx"),
             models.Index(fields=["status"], name="run_status_idx"),
+            # The stats page's window, on when a run started (else was received): its
+            # durations, and its failed runs' errors, read from the index.
+            models.Index(
+                Coalesce("started_at", "received_at"), F("duration_ms"), name="run_when_duration_idx"
+            ),
+            models.Index(F("status"), Coalesce("started_at", "received_at"), name="run_status_when_idx"),
         ]
 
     def __str__(self) -> str:
@@ -332,3 +340,38 @@ class IngestReceipt(models.Model):
         if self.state == self.OPEN and timezone.now() - self.updated_at > self.IDLE_LIMIT:
             return self.INTERRUPTED
         return self.state
+
+
+class SessionTool(models.Model):
+    """A tool some run of the session called: what the sessions list's tool filter reads
+    (an indexed list, not a walk over every tool call). Kept by ingestion and pruning
+    (``rollups.py``)."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    tool = models.CharField(max_length=255)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "tool"], name="sessiontool_uniq")]
+        indexes = [models.Index(fields=["tool", "session"], name="sessiontool_tool_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.tool} in session {self.session_id}"
+
+
+class DailyStat(models.Model):
+    """The stats page's counts, per day (in ``TIME_ZONE``, of when a run started, else was
+    received): with ``tool`` empty, the day's runs and failed runs; with a tool, its calls
+    and the calls that failed. Kept by ingestion and pruning (``rollups.py``)."""
+
+    day = models.DateField()
+    tool = models.CharField(max_length=255, blank=True)
+    runs = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    calls = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "tool"], name="dailystat_day_tool_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tool or 'runs'}"

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import models, search
+from . import models, rollups, search
 from .ingestion import delete_children  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -159,6 +159,9 @@ def prune_sessions(
                 run_ids = list(models.Run.objects.filter(session_id__in=batch).values_list("pk", flat=True))
                 # Before the rows it is rebuilt from go (SQLite's index keeps no copy).
                 result.counts["search_documents"] += search.unindex_stored(run_ids)
+                rollups.apply(rollups.stored_contributions(run_ids))
+                tools = models.SessionTool.objects.filter(session_id__in=batch)
+                tools._raw_delete(tools.db)
                 for key, queryset in _child_querysets(batch, run_ids):
                     result.counts[key] += queryset._raw_delete(queryset.db)
             result.longest_transaction_s = max(result.longest_transaction_s, time.perf_counter() - started)

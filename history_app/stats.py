@@ -1,12 +1,13 @@
-"""The stats page's numbers: six queries whatever the volume."""
+"""The stats page's numbers: six queries whatever the volume, none of them a walk over
+every run or tool call of the window (daily counts from ``DailyStat``)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Q
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models import Count, Max, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import models
@@ -27,12 +28,12 @@ def stats(*, days: int) -> dict[str, Any]:
     since = day_start(today - timedelta(days=days - 1))
     when = Coalesce("started_at", "received_at")
     runs = models.Run.objects.annotate(when=when).filter(when__gte=since)
+    # Counts per day and per tool are kept at ingestion (rollups.py): the page reads at
+    # most a row per day and tool, whatever the number of runs.
+    daily = models.DailyStat.objects.filter(day__gte=since.date())
     per_day = {
-        row["day"]: row
-        for row in runs.annotate(day=TruncDate("when"))
-        .values("day")
-        .annotate(total=Count("id"), failed=Count("id", filter=Q(status="failed")))
-        .order_by("day")
+        row["day"]: {"total": row["runs"], "failed": row["failed"]}
+        for row in daily.filter(tool="").values("day", "runs", "failed")
     }
     series = []
     for n in range(days):
@@ -46,9 +47,10 @@ def stats(*, days: int) -> dict[str, Any]:
     )
     timed = durations.count()
     tools = (
-        models.ToolCall.objects.filter(run__in=runs.values("pk"))
+        daily.exclude(tool="")
         .values("tool")
-        .annotate(calls=Count("id"), errors=Count("id", filter=Q(error__isnull=False)))
+        .annotate(calls=Sum("calls"), errors=Sum("errors"))
+        .filter(calls__gt=0)
         .order_by("-calls", "tool")[:10]
     )
     errors = (

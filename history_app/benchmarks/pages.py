@@ -1,0 +1,315 @@
+"""Every page and JSON twin at scale: median and p95 per page, and the database size per run.
+
+    python -m history_app.benchmarks.pages [--runs 1000000] [--requests 9]
+        [--path ~/.cache/agent-history-bench/pages-<runs>.sqlite3]   # SQLite (the default)
+    BENCH_DATABASE_URL=postgres://… python -m history_app.benchmarks.pages --runs … --pg
+
+The database is filled once with runs of the standard shape (``shape.py``, with
+``contexts=True`` so the inspector has pages to open; 10 runs a session, one minute apart,
+the last one ending now: a million runs start a million minutes ago) and reused by later
+runs of the benchmark (a SQLite file outside the work tree; on PostgreSQL the
+``BENCH_DATABASE_URL`` database, whose history tables are EMPTIED when it holds a different
+number of runs). The filler writes through the same bulk path and rollups as ingestion
+(``bulk.insert_runs``), without HTTP and without redaction (the shape holds no secret):
+what is measured here is reading. One database at a time.
+
+Each page is requested ``--requests`` times by a logged-in Django test client (after one
+unmeasured request), in process: the time is the server's, template rendering included.
+Target (issue #13): every page ≤ 100 ms median at 1,000,000 runs. Storage on SQLite: ≤ 1.5×
+the plain raw figure of ``raw_sqlite.py`` per run, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+
+def _setup(database_url: str) -> None:
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "history_app.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def _fast_text() -> object:
+    """``shape._text`` for the filler: a slice of one long text drawn the same way, at a
+    random word boundary (drawing every word anew took half the fill's time)."""
+    import random
+
+    from . import shape
+
+    pool = shape._text(random.Random(7), 4_000_000)
+
+    def text(rng: random.Random, n: int) -> str:
+        start = pool.find(" ", rng.randrange(len(pool) - n - 100)) + 1
+        return pool[start : start + n]
+
+    return text
+
+
+def _batch(args: tuple[int, int, object]) -> tuple[list, dict, object, list]:
+    """A batch's rows, built in the producer process: (new runs, sessions' rows by id,
+    daily counts, (session id, tool) pairs)."""
+    from history_app import bulk, mapper, rollups
+    from history_app.agent_history.records import Run
+
+    from . import shape
+
+    start, end, t0 = args
+    records = []
+    for i in range(start, end):
+        record = Run.from_dict(shape.run_dict(i, contexts=True, t0=t0))
+        mapper.make_times_aware(record)
+        records.append(record)
+    groups: dict[str, list] = {}
+    for record in records:
+        groups.setdefault(record.session_id, []).append(record)
+    new = [bulk.new_run(record, f"fill-{record.run_id}", "native") for record in records]
+    # Received when written; the shape's runs all have a start, which is what is counted.
+    deltas = dict(rollups.record_contributions(records, records[0].started_at))
+    pairs = sorted({(r.session_id, c.tool) for r in records for it in r.iterations for c in it.tool_calls})
+    return new, {sid: _session(sid, group) for sid, group in groups.items()}, deltas, pairs
+
+
+def fill(runs: int, *, batch: int = 2000) -> float:
+    """Fill the database with ``runs`` runs (resuming a partial fill); runs/s written. A
+    second process builds the rows while this one writes them."""
+    import multiprocessing
+
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from history_app import bulk, models, rollups
+
+    from . import shape
+
+    shape._text = _fast_text()
+    have = models.Run.objects.count()
+    if have > runs or (have and not models.Run.objects.filter(run_id=f"run-{have - 1:07d}").exists()):
+        print(f"the database holds {have} runs, not a prefix of this fill: emptying it")
+        _empty()
+        have = 0
+    if have == runs:
+        return 0.0
+    first = models.Run.objects.order_by("pk").values_list("started_at", flat=True).first()
+    t0 = first or (timezone.now() - timedelta(minutes=runs + 5))
+    have -= have % 10  # a session is never split between batches
+    models.Session.objects.filter(runs__isnull=True).delete()
+    started = time.perf_counter()
+    jobs = [(start, min(runs, start + batch), t0) for start in range(have, runs, batch)]
+    connection.close()  # the producer is forked: it must not share this connection
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        for new, sessions, deltas, pairs in pool.imap(_batch, jobs):
+            now = timezone.now()
+            with transaction.atomic():
+                existing = set(
+                    models.Run.objects.filter(run_id__in=[n.run["run_id"] for n in new]).values_list(
+                        "run_id", flat=True
+                    )
+                )
+                new = [n for n in new if n.run["run_id"] not in existing]
+                models.Session.objects.bulk_create(sessions.values(), ignore_conflicts=True)
+                keys = dict(
+                    models.Session.objects.filter(session_id__in=list(sessions)).values_list(
+                        "session_id", "pk"
+                    )
+                )
+                session_of = {n.run["run_id"]: f"sess-{int(n.run['run_id'][4:]) // 10:06d}" for n in new}
+                bulk.insert_runs(new, [keys[session_of[n.run["run_id"]]] for n in new], now)
+                if not existing:
+                    rollups.apply(deltas)
+                    rollups.add_session_tools((keys[sid], tool) for sid, tool in pairs)
+            end = int(new[-1].run["run_id"][4:]) + 1 if new else have
+            if (end // batch) % 25 == 0 or end == runs:
+                rate = (end - have) / (time.perf_counter() - started)
+                print(f"  filled {end:,} runs ({rate:,.0f} runs/s)", flush=True)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE" if connection.vendor == "postgresql" else "ANALYZE")
+    return (runs - have) / (time.perf_counter() - started)
+
+
+def _session(session_id: str, runs: list):
+    from history_app import models
+
+    latest = max(runs, key=lambda r: r.started_at)
+    return models.Session(
+        session_id=session_id,
+        user_id=latest.user_id,
+        framework=latest.framework,
+        agent_name=latest.agent_name,
+        run_count=len(runs),
+        failed_count=sum(r.status == "failed" for r in runs),
+        last_status=latest.status,
+        first_started_at=min(r.started_at for r in runs),
+        last_activity_at=max(r.ended_at or r.started_at for r in runs),
+    )
+
+
+def _empty() -> None:
+    from django.db import connection
+
+    from history_app import models, search
+
+    search.clear_index()
+    tables = [
+        models.ContextEntry,
+        models.RunFingerprint,
+        models.ToolCall,
+        models.Iteration,
+        models.MemberInteraction,
+        models.InjectedContext,
+        models.RunSearch,
+        models.Run,
+        models.SessionTool,
+        models.DailyStat,
+        models.Session,
+    ]
+    with connection.cursor() as cursor:
+        for model in tables:
+            cursor.execute(f"DELETE FROM {model._meta.db_table}")
+
+
+def pages(runs: int) -> list[tuple[str, str]]:
+    """(label, URL) of every page and JSON twin measured."""
+    from . import shape
+
+    last = runs - 1
+    session = f"sess-{last // 10:06d}"
+    inspected = max(i for i in range(min(runs, 1000)) if i % 500 == 499 and i % 10 != 0)
+    middle = f"run-{runs // 2:07d}"
+    lists = [
+        ("sessions", ""),
+        ("sort oldest", "sort=oldest"),
+        ("sort runs", "sort=runs"),
+        ("sort failures", "sort=failures"),
+        ("status failed", "status=failed"),
+        ("status running (none)", "status=running"),
+        (f"tool {shape.TOOLS[3]}", f"tool={shape.TOOLS[3]}"),
+        ("tool unknown (none)", "tool=no_such_tool"),
+        (f"agent {shape.AGENTS[0]}", f"agent={shape.AGENTS[0]}"),
+        ("errors", "errors=1"),
+        ("framework", "framework=native"),
+        ("dates", "from=2026-01-01&to=2026-12-31"),
+        ("search rare word", "q=zebrafish"),
+        ("search common word", "q=workflow"),
+        ("search + tool", f"q=workflow&tool={shape.TOOLS[3]}"),
+    ]
+    found = []
+    for label, query in lists:
+        found.append((f"/ {label}", f"/?{query}" if query else "/"))
+        found.append((f"api sessions {label}", f"/api/v1/sessions?{query}"))
+    found += [
+        ("session", f"/sessions/{session}/"),
+        ("api session", f"/api/v1/sessions/{session}"),
+        ("run", f"/runs/{middle}/"),
+        ("api run", f"/api/v1/runs/{middle}"),
+        ("inspector", f"/runs/run-{inspected:07d}/context/0/"),
+        ("stats 30 days", "/stats/"),
+        ("stats 7 days", "/stats/?days=7"),
+        ("receipts", "/receipts/"),
+        ("api receipts", "/api/v1/receipts"),
+    ]
+    return found
+
+
+def measure(runs: int, requests: int) -> list[tuple[str, float, float, int]]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user, _ = get_user_model().objects.get_or_create(username="bench", defaults={"is_staff": True})
+    client = Client(SERVER_NAME="localhost")
+    client.force_login(user)
+    from history_app import models
+
+    token = "bench-" + "x" * 40
+    models.IngestToken.objects.get_or_create(
+        token_hash=models.IngestToken.hash(token), defaults={"name": "bench", "prefix": token[:8]}
+    )
+    results = []
+    for label, url in pages(runs):
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if url.startswith("/api/") else {}
+        first = client.get(url, **headers)
+        if first.status_code != 200:
+            raise SystemExit(f"{url}: {first.status_code}")
+        size = len(first.getvalue())
+        times = []
+        for _ in range(requests):
+            started = time.perf_counter()
+            client.get(url, **headers).getvalue()  # a streamed answer read to its end
+            times.append((time.perf_counter() - started) * 1000)
+        times.sort()
+        p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+        results.append((label, statistics.median(times), p95, size))
+    return results
+
+
+def size_per_run(runs: int) -> float:
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_database_size(current_database())")
+            return cursor.fetchone()[0] / runs
+    path = Path(connection.settings_dict["NAME"])
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    total = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+    return total / runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=1_000_000)
+    parser.add_argument("--requests", type=int, default=9)
+    parser.add_argument("--path", default="")
+    parser.add_argument("--pg", action="store_true", help="use BENCH_DATABASE_URL (PostgreSQL)")
+    args = parser.parse_args()
+    if args.pg:
+        url = os.environ.get("BENCH_DATABASE_URL")
+        if not url:
+            raise SystemExit("--pg needs BENCH_DATABASE_URL (a database whose history tables may be emptied)")
+    else:
+        path = Path(
+            args.path or Path.home() / ".cache" / "agent-history-bench" / f"pages-{args.runs}.sqlite3"
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{path}"
+    _setup(url)
+    from django.db import connection
+
+    from . import raw_sqlite, shape
+
+    print(f"{args.runs:,} runs of the standard shape on {connection.vendor}, {os.cpu_count()} cores")
+    rate = fill(args.runs)
+    print(f"  fill: {'reused' if not rate else f'{rate:,.0f} runs/s'}")
+    sample = [shape.run_dict(i) for i in range(2000)]
+    raw_sqlite.measure(sample)
+    raw = raw_sqlite.measure.last_size / len(sample)
+    ours = size_per_run(args.runs)
+    print(
+        f"  size per run: {ours / 1024:.1f} KB"
+        + (f" (raw sqlite3 {raw / 1024:.1f} KB: {ours / raw:.2f}x)" if connection.vendor == "sqlite" else "")
+    )
+    print(f"  {'page':38} {'median ms':>10} {'p95 ms':>8} {'bytes':>8}")
+    worst = 0.0
+    for label, median, p95, size in measure(args.runs, args.requests):
+        worst = max(worst, median)
+        print(f"  {label:38} {median:10.1f} {p95:8.1f} {size:8d}", flush=True)
+    print(f"  slowest median: {worst:.1f} ms (target ≤ 100 ms)")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
