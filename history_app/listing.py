@@ -5,10 +5,11 @@ never grows with the number of sessions or runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404
@@ -32,6 +33,8 @@ class SessionFilters:
     date_to: date | None = None
     errors: bool = False
     sort: str = "recent"
+    # The matching runs a broad search found (run key -> session key), for its hits.
+    found_runs: dict[int, int] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_query(cls, params: Any) -> SessionFilters:
@@ -67,9 +70,9 @@ class SessionFilters:
         texts = (self.framework, self.agent, self.status, self.user, self.tool)
         return any(texts) or bool(self.date_from or self.date_to or self.errors) or self.sort != "recent"
 
-    def apply(self, queryset: Any) -> Any:
+    def apply(self, queryset: Any, *, searching: bool = True) -> Any:
         runs = models.Run.objects.filter(session=OuterRef("pk"))
-        if self.q:
+        if self.q and searching:
             matched = search.matching_sessions(self.q)
             if matched is not None:
                 queryset = queryset.filter(pk__in=matched)
@@ -102,15 +105,68 @@ def sessions_page(
     """Sessions matching ``filters``, newest activity first unless sorted otherwise."""
     filters = filters or SessionFilters()
     field, descending = SESSION_SORTS[filters.sort]
+    if filters.q and connection.vendor == "sqlite" and search.is_broad(filters.q):
+        return _broad_search_page(filters, field=field, after=after, limit=limit, descending=descending)
     queryset = filters.apply(models.Session.objects.all())
     return keyset_page(queryset, field=field, after=after, limit=limit, descending=descending)
 
 
-def search_hits(sessions: list[models.Session], query: str, *, per_session: int = 3) -> dict[int, list]:
-    """Up to ``per_session`` matching runs of each listed session, newest first, in one query."""
+# A broad search (SQLite) looks for matches among this many sessions in list order first,
+# then four times as many, and so on up to ``BROAD_CANDIDATES_MAX``; past it, the matches
+# are gathered from the whole index instead.
+BROAD_CANDIDATES = 200
+BROAD_CANDIDATES_MAX = 20_000
+
+
+def _broad_search_page(
+    filters: SessionFilters, *, field: str, after: str | None, limit: int, descending: bool
+) -> Page:
+    """The sessions list for a search that most recent runs match: found among the next
+    sessions in list order (``search.sessions_with_matches``) rather than by reading every
+    match in the index (half a million for a common word at a million runs). When the first
+    ``n`` candidates hold more than ``limit`` matching sessions, the page is exactly the
+    first ``limit`` of them, as the whole list would give it."""
+    base = filters.apply(models.Session.objects.all(), searching=False)
+    wanted = BROAD_CANDIDATES
+    while wanted <= BROAD_CANDIDATES_MAX:
+        candidates = keyset_page(
+            base.only("id", field), field=field, after=after, limit=wanted, descending=descending
+        )
+        found = search.matching_runs_in(filters.q, [session.pk for session in candidates.items])
+        if found is None:
+            break
+        matched = set(found.values())
+        if len(matched) > limit or candidates.next_cursor is None:
+            filters.found_runs = found
+            return keyset_page(
+                base.filter(pk__in=sorted(matched)),
+                field=field,
+                after=after,
+                limit=limit,
+                descending=descending,
+            )
+        wanted *= 4
+    return keyset_page(
+        filters.apply(models.Session.objects.all()),
+        field=field,
+        after=after,
+        limit=limit,
+        descending=descending,
+    )
+
+
+def search_hits(
+    sessions: list[models.Session], query: str, *, per_session: int = 3, found: dict[int, int] | None = None
+) -> dict[int, list]:
+    """Up to ``per_session`` matching runs of each listed session, newest first, in one
+    query; ``found`` (a broad search's matching runs, ``SessionFilters.found_runs``) spares
+    looking them up again."""
     matching = search.matching_run_pks(query)
     if matching is None or not sessions:
         return {}
+    listed = {session.pk for session in sessions}
+    if found is not None and listed <= set(found.values()):
+        matching = [pk for pk, session in found.items() if session in listed]
     newest_first = [F("started_at").desc(nulls_last=True), F("id").desc()]
     rows = (
         models.Run.objects.filter(session__in=sessions, pk__in=matching)

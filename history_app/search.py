@@ -275,6 +275,61 @@ def matching_run_pks(query: str) -> RawSQL | None:
     return RawSQL("SELECT rowid FROM history_run_fts WHERE history_run_fts MATCH %s", [_fts5_query(parsed)])
 
 
+def is_broad(query: str) -> bool:
+    """Whether many recent runs match ``query``: at least ``BROAD_HITS`` of the newest
+    ``SAMPLE_RUNS`` (one bounded read of the index)."""
+    parsed = terms(query)
+    if not parsed:
+        return False
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT count(*) FROM (SELECT tsv FROM history_app_runsearch ORDER BY run_id DESC "
+                f"LIMIT {SAMPLE_RUNS}) AS recent WHERE tsv @@ to_tsquery('simple'::regconfig, %s)",
+                [_tsquery(parsed)],
+            )
+        else:
+            cursor.execute(
+                "SELECT count(*) FROM history_run_fts WHERE history_run_fts MATCH %s "
+                "AND rowid > (SELECT coalesce(max(id), 0) FROM history_app_run) - %s",
+                [_fts5_query(parsed), SAMPLE_RUNS],
+            )
+        (hits,) = cursor.fetchone()
+    return hits >= BROAD_HITS
+
+
+# Runs whose matches are looked up by a range read of the index (SQLite); more are left to
+# the subquery over every match.
+RANGE_RUNS_MAX = 30_000
+
+
+def matching_runs_in(query: str, session_pks: list[int]) -> dict[int, int] | None:
+    """``{run key: session key}`` of the runs of these sessions that match ``query``
+    (SQLite): the index is read only between the lowest and the highest key of their runs,
+    a range that stays small when the sessions are neighbours in the list (the runs of
+    recent sessions are recent runs); a walk probing run after run would re-read the index
+    for every run. None when the sessions hold more than ``RANGE_RUNS_MAX`` runs."""
+    from . import models
+
+    runs = list(
+        models.Run.objects.filter(session_id__in=session_pks).values_list("pk", "session_id")[
+            : RANGE_RUNS_MAX + 1
+        ]
+    )
+    if len(runs) > RANGE_RUNS_MAX:
+        return None
+    if not runs:
+        return {}
+    keys = [pk for pk, _ in runs]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT rowid FROM history_run_fts WHERE history_run_fts MATCH %s AND rowid BETWEEN %s AND %s",
+            [_fts5_query(terms(query)), min(keys), max(keys)],
+        )
+        hits = {pk for (pk,) in cursor.fetchall()}
+    return {pk: session for pk, session in runs if pk in hits}
+
+
 def matching_sessions(query: str) -> Any:
     """A subquery of the keys of sessions with a run matching ``query``; None for an empty
     query. SQLite plans it well as it is; on PostgreSQL see ``SAMPLE_RUNS``."""
@@ -284,16 +339,7 @@ def matching_sessions(query: str) -> Any:
     if matching is None:
         return None
     broad = models.Run.objects.filter(pk__in=matching).values("session_id")
-    if connection.vendor != "postgresql":
-        return broad
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM (SELECT tsv FROM history_app_runsearch ORDER BY run_id DESC "
-            f"LIMIT {SAMPLE_RUNS}) AS recent WHERE tsv @@ to_tsquery('simple'::regconfig, %s)",
-            matching.params,
-        )
-        (hits,) = cursor.fetchone()
-    if hits >= BROAD_HITS:
+    if connection.vendor != "postgresql" or is_broad(query):
         return broad
     return RawSQL(
         f"WITH hits AS MATERIALIZED ({matching.sql}) "

@@ -83,7 +83,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
     live = request.GET.get("live") == "1" and not context["is_next_page"]
     context.update(
         filters=filters,
-        hits=listing.search_hits(page.items, filters.q) if filters.q else {},
+        hits=listing.search_hits(page.items, filters.q, found=filters.found_runs) if filters.q else {},
         live=live,
         polling=live and listing.anything_running(),
         live_query=_with(request, live="1"),

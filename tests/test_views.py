@@ -371,9 +371,9 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
         alice_client.get("/runs/run-10-0/")
     with django_assert_num_queries(6):
         alice_client.get("/runs/run-10-0/")
-    # The list with a search: sessions, their matching runs, the framework menu (and on
-    # PostgreSQL the sample that picks the plan).
-    with django_assert_num_queries(5 + (connection.vendor == "postgresql")):
+    # The list with a search: the sample that picks the plan, sessions, their matching runs,
+    # the framework menu.
+    with django_assert_num_queries(6):
         alice_client.get("/?q=t0")
     with django_assert_num_queries(3):
         alice_client.get("/receipts/")

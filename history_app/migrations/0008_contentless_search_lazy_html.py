@@ -57,6 +57,15 @@ def _fill(apps, schema_editor):
             )
 
 
+def _render_all(apps, schema_editor):
+    """Backwards: the versions before this one show ``output_html`` as it is stored."""
+    from history_app.rendering import render_markdown
+
+    Run = apps.get_model("history_app", "Run")
+    for run in Run.objects.filter(output_html__isnull=True).only("id", "output").iterator():
+        Run.objects.filter(pk=run.pk).update(output_html=render_markdown(run.output))
+
+
 def _run(statements):
     def apply(apps, schema_editor):
         if schema_editor.connection.vendor == "sqlite":
@@ -81,6 +90,7 @@ class Migration(migrations.Migration):
                 help_text="The output as sanitised HTML, rendered when the run is first shown (null until then).",
             ),
         ),
+        migrations.RunPython(migrations.RunPython.noop, _render_all),
         migrations.RunPython(_run(SQLITE_FORWARD[:1]), _run(SQLITE_BACKWARD)),
         migrations.RunPython(_fill, migrations.RunPython.noop),
         migrations.RunPython(_run(SQLITE_FORWARD[1:]), migrations.RunPython.noop),

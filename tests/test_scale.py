@@ -1,0 +1,334 @@
+"""Issue #13: the fast paths give exactly what the general ones give.
+
+- a native record is parsed, redacted and read in one pass (``prepare_native``): the same
+  record as the parser path, for every sample and hostile mutation;
+- new plain runs are written in bulk (``bulk.insert_runs``): the same rows, search
+  document and session counters as one by one;
+- the rollups (``SessionTool``, ``DailyStat``) always equal a recount from the rows, after
+  creates, updates, moves between sessions, team and member runs, and prunes;
+- SQLite's contentless search index is given back exactly the text it indexed, so a
+  run's old words leave it when the run changes or goes (on PostgreSQL the documents are
+  stored, and the same tests hold).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+
+import pytest
+from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from history_app import ingestion, mapper, models, retention, rollups, search
+from history_app.agent_history import formats
+from history_app.agent_history.records import RecordError
+from history_app.benchmarks import shape
+
+from .conftest import load_jsonl, native
+from .test_ingest_property import SAMPLES, SURROGATES
+
+SECRETS = [
+    placement["text"]
+    for case in load_jsonl("secrets.jsonl")[:60]
+    for placement in case.get("placements", [])[:2]
+    if "text" in placement
+]
+
+
+def _native_samples() -> list[dict]:
+    """Every sample of every format, as the native records it becomes."""
+    found = []
+    for payload in SAMPLES:
+        try:
+            runs = formats.parse(json.loads(json.dumps(payload)))
+        except RecordError:
+            continue
+        found += [json.loads(run.to_json()) for run in runs]
+    return found
+
+
+NATIVE = _native_samples()
+
+
+def _both_ways(payload: dict):
+    redactor = ingestion.server_redactor()
+    one: list = []
+    general: list = []
+    try:
+        fast = ingestion.prepare_native(json.loads(json.dumps(payload)), redactor=redactor, report=one)
+    except RecordError as exc:
+        fast = ("refused", exc.errors)
+    try:
+        (run,) = formats.parse(json.loads(json.dumps(payload)))
+        slow = ingestion.prepare_run(run, redactor=redactor, report=general)
+    except RecordError as exc:
+        slow = ("refused", exc.errors)
+    return fast, slow, one, general
+
+
+def _rules(report: list) -> list:
+    return sorted(json.dumps(entry["rules"], sort_keys=True) for entry in report)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.sampled_from(NATIVE),
+    st.sampled_from(["input", "output", "error", "agent_name", "extra_field"]),
+    st.one_of(st.sampled_from(SECRETS), st.text(max_size=30), SURROGATES, st.just("a\x00b")),
+    st.sampled_from([{}, {"openai": 2}, {"custom-1": 1, "not a rule": 3}]),
+)
+def test_one_pass_native_equals_the_parser_path(sample, where, value, client_counts):
+    payload = dict(sample, redactions=client_counts)
+    payload[where] = value
+    payload.setdefault("metadata", {})["note"] = value
+    fast, slow, one, general = _both_ways(payload)
+    assert fast == slow
+    # The same rules fired; a field the record does not know is reported where the client
+    # put it ($.extra_field) rather than where it is kept ($.metadata.extra_fields.…).
+    assert _rules(one) == _rules(general)
+    assert {e["path"].replace("$.metadata.extra_fields.", "$.") for e in general} == {e["path"] for e in one}
+
+
+def test_one_pass_refuses_what_the_parser_refuses():
+    for bad in (
+        native(started_at="yesterday"),
+        native(iterations="not a list"),
+        native(status="sleeping"),
+        native(metadata={"deep": json.loads("[" * 80 + "]" * 80)}),
+        native(metrics={"x": float("inf")}),
+    ):
+        fast, slow, _, _ = _both_ways(bad)
+        assert fast == slow and isinstance(fast, tuple) and fast[0] == "refused", bad
+
+
+# -- bulk writes ----------------------------------------------------------------------------
+
+
+def _stored(run_id: str) -> tuple[dict, str]:
+    row = mapper.transcript_queryset().get(run_id=run_id)
+    record = mapper.run_record(row).to_dict()
+    for key in ("run_id", "session_id"):
+        record.pop(key)
+    (document,) = search.stored_documents([row.pk])
+    return record, document[1]
+
+
+def _renamed(payload: dict, suffix: str) -> dict:
+    return dict(payload, run_id=payload["run_id"] + suffix, session_id=payload["session_id"] + suffix)
+
+
+def test_bulk_writes_the_rows_one_by_one_writes(ingest, monkeypatch):
+    plain = [p for p in NATIVE if not p.get("parent_run_id") and p.get("kind", "agent") == "agent"]
+    plain += [shape.run_dict(i, contexts=True) for i in range(20)]
+    assert len(plain) > 20
+    assert ingest([_renamed(p, "-bulk") for p in plain]).status_code == 200
+    calls = []
+    real = ingestion._write_one
+    monkeypatch.setattr(ingestion, "_write_one", lambda item: calls.append(1) or real(item))
+    monkeypatch.setattr(ingestion._Pending, "__post_init__", lambda self: None)  # nothing is plain
+    assert ingest([_renamed(p, "-one") for p in plain]).status_code == 200
+    assert len(calls) == len(plain)
+    for payload in plain:
+        assert _stored(payload["run_id"] + "-bulk") == _stored(payload["run_id"] + "-one")
+    for bulk_session in models.Session.objects.filter(session_id__endswith="-bulk"):
+        one = models.Session.objects.get(session_id=bulk_session.session_id[: -len("-bulk")] + "-one")
+        fields = (
+            "run_count",
+            "failed_count",
+            "first_started_at",
+            "last_activity_at",
+            "last_status",
+            "agent_name",
+        )
+        assert [getattr(bulk_session, f) for f in fields] == [getattr(one, f) for f in fields]
+
+
+def test_a_batch_mixing_new_updated_duplicate_refused_and_team_runs(ingest):
+    ingest([native("old", input="first"), native("same", input="same")])
+    team = json.loads(json.dumps(next(p for p in SAMPLES if p.get("team_id") and p.get("member_responses"))))
+    body = [
+        native("new-1", status="failed"),
+        native("old", input="changed"),
+        native("same", input="same"),
+        native("bad", started_at="never"),
+        team,
+        native("new-1", input="sent twice in one request"),
+    ]
+    results = ingest(body).json()["results"]
+    assert [r["status"] for r in results] == [
+        "created",
+        "updated",
+        "duplicate",
+        "rejected",
+        "created",
+        "updated",
+    ]
+    assert models.Run.objects.get(run_id="new-1").input == "sent twice in one request"
+    assert models.Session.objects.get(session_id="s-1").run_count == 3
+    _check_rollups()
+
+
+# -- rollups and the index, against a recount -----------------------------------------------
+
+
+def _check_rollups() -> None:
+    calls: dict[int, list] = defaultdict(list)
+    for run_id, tool, error in models.ToolCall.objects.values_list("run_id", "tool", "error"):
+        calls[run_id].append((tool, error is not None))
+    expected = {
+        key: values
+        for key, values in rollups.contributions(
+            (r.started_at or r.received_at, r.status, calls[r.pk]) for r in models.Run.objects.all()
+        ).items()
+        if any(values)
+    }
+    stored = {
+        (s.day, s.tool): [s.runs, s.failed, s.calls, s.errors]
+        for s in models.DailyStat.objects.all()
+        if any((s.runs, s.failed, s.calls, s.errors))
+    }
+    assert stored == expected
+    tools = set(models.SessionTool.objects.values_list("session_id", "tool"))
+    truth = set(models.ToolCall.objects.values_list("run__session_id", "tool").distinct())
+    assert tools == truth
+
+
+def _found(word: str) -> set[int]:
+    """Run keys whose indexed words include ``word``, read from the index itself (not through
+    the runs, which would hide a stale entry)."""
+    matching = search.matching_run_pks(word)
+    with connection.cursor() as cursor:
+        cursor.execute(matching.sql, matching.params)
+        return {pk for (pk,) in cursor.fetchall()}
+
+
+def _run(n: int, session: str, marker: str, tools: list[str], status: str = "completed") -> dict:
+    return native(
+        f"r{n}",
+        session,
+        status=status,
+        started_at=f"2026-11-{1 + n % 28:02d}T10:00:00Z",
+        input=f"question {marker}",
+        iterations=[
+            {"index": 1, "thought": f"think {marker}", "tool_calls": [{"tool": t, "params": {}, "error": "x" if i % 2 else None} for i, t in enumerate(tools)]}
+        ],
+    )  # fmt: skip
+
+
+def test_rollups_and_index_follow_every_change(ingest, alice_client):
+    rng = random.Random(13)
+    live: dict[int, str] = {}  # run number -> its current marker
+    gone: set[str] = set()
+    for step in range(40):
+        n = rng.randrange(12)
+        marker = f"mk{step}x"
+        action = rng.choice(["send", "send", "send", "move", "prune"])
+        if action == "prune" and live:
+            session = models.Run.objects.get(run_id=f"r{rng.choice(sorted(live))}").session
+            for run_id in session.runs.values_list("run_id", flat=True):
+                gone.add(live.pop(int(run_id[1:])))
+            retention.prune_sessions(session_ids=[session.pk])
+        else:
+            session = f"s{rng.randrange(3)}" if action == "send" else f"moved{step}"
+            tools = rng.sample(["calc", "search", "fetch", "sql"], rng.randrange(3))
+            status = rng.choice(["completed", "failed"])
+            assert ingest(_run(n, session, marker, tools, status)).status_code == 200
+            if n in live:
+                gone.add(live[n])
+            live[n] = marker
+        _check_rollups()
+        pks = dict(models.Run.objects.values_list("run_id", "pk"))
+        for number, current in live.items():
+            assert _found(current) == {pks[f"r{number}"]}
+        for old in gone:
+            assert _found(old) == set(), old
+    # What the pages show follows: the tool filter, and the stats page's totals.
+    for tool in ("calc", "search", "fetch", "sql"):
+        having = set(
+            models.ToolCall.objects.filter(tool=tool).values_list("run__session__session_id", flat=True)
+        )
+        listed = {
+            s["session_id"] for s in alice_client.get("/api/v1/sessions", {"tool": tool}).json()["sessions"]
+        }
+        assert listed == having
+
+
+def test_stored_documents_are_the_indexed_documents(db):
+    """The text a delete gives SQLite's contentless index, rebuilt from the rows, is the text
+    that was indexed, for every sample of every format (a mismatch would corrupt the index)."""
+    for payload in SAMPLES:
+        try:
+            detected, runs = formats.parse_detected(json.loads(json.dumps(payload)))
+        except RecordError:
+            continue
+        for run in runs:
+            prepared = ingestion.prepare_run(run)
+            ingestion.ingest_run(run=prepared, source_format=detected)
+            pk = models.Run.objects.get(run_id=prepared.run_id).pk
+            assert search.stored_documents([pk]) == [(pk, search.document_for(prepared))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migrations_carry_existing_data_into_the_index_and_rollups():
+    from django.core.management import call_command
+
+    ingestion.ingest_items(
+        items=[_run(1, "s-a", "alpha", ["calc"]), _run(2, "s-b", "beta", ["sql"], "failed")]
+    )
+    call_command("migrate", "history_app", "0007", verbosity=0)
+    call_command("migrate", "history_app", verbosity=0)
+    pks = dict(models.Run.objects.values_list("run_id", "pk"))
+    assert _found("alpha") == {pks["r1"]} and _found("beta") == {pks["r2"]}
+    _check_rollups()
+    assert models.DailyStat.objects.filter(tool="sql", errors=0, calls=1).exists()
+
+
+@pytest.mark.parametrize("sort", ["recent", "oldest", "runs", "failures"])
+@pytest.mark.parametrize(("first", "most"), [(2, 10_000), (2, 8), (200, 20_000)])
+def test_a_broad_search_lists_what_gathering_every_match_lists(ingest, monkeypatch, sort, first, most):
+    """The broad plan (SQLite: candidates in list order, a range read of the index) gives
+    the same pages, cursor after cursor, as filtering by every match; also after growing
+    its candidates several times, and after giving up on them."""
+    from history_app import listing
+
+    rng = random.Random(sort)
+    body = []
+    for n in range(90):
+        word = "common" if rng.random() < 0.7 else "other"
+        status = rng.choice(["completed", "failed"])
+        body.append(native(f"r{n}", f"s{rng.randrange(30)}", input=f"{word} {n}", status=status,
+                           started_at=f"2026-11-{1 + rng.randrange(28):02d}T{rng.randrange(24):02d}:00:00Z"))  # fmt: skip
+    assert ingest(body).status_code == 200
+    monkeypatch.setattr(search, "BROAD_HITS", 1)
+    monkeypatch.setattr(listing, "BROAD_CANDIDATES", first)
+    monkeypatch.setattr(listing, "BROAD_CANDIDATES_MAX", most)
+
+    def walk(filters):
+        seen, after = [], None
+        while True:
+            page = listing.sessions_page(after=after, limit=4, filters=filters)
+            seen += [session.session_id for session in page.items]
+            if page.next_cursor is None:
+                return seen
+            after = page.next_cursor
+
+    filters = listing.SessionFilters(q="common", sort=sort)
+    assert search.is_broad("common")
+    expected = []
+    after = None
+    while True:  # the plan that reads every match
+        queryset = filters.apply(models.Session.objects.all())
+        field, descending = listing.SESSION_SORTS[sort]
+        page = listing.keyset_page(queryset, field=field, after=after, limit=4, descending=descending)
+        expected += [session.session_id for session in page.items]
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    having = set(
+        models.Run.objects.filter(input__startswith="common").values_list("session__session_id", flat=True)
+    )
+    assert set(expected) == having and len(expected) == len(having)
+    assert walk(filters) == expected
