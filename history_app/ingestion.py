@@ -469,11 +469,8 @@ def _write_new_runs(items: list[_Pending], sessions: dict[str, models.Session]) 
         touched.append(sessions[session_id])
     bulk.update_sessions(touched, SESSION_COUNTERS)
     rollups.apply(rollups.record_contributions(runs, now))
-    rollups.add_session_tools(
-        (sessions[run.session_id].pk, call.tool[:255])
-        for run in runs
-        for it in run.iterations
-        for call in it.tool_calls
+    rollups.add_facets(
+        (sessions[run.session_id].pk, facet, value) for run in runs for facet, value in rollups.facets_of(run)
     )
 
 
@@ -587,10 +584,10 @@ def _ingest_run(
     rollups.apply(rollups.merge(counted, rollups.record_contributions([run], row.received_at)))
     if status == "created":
         _add_to_session(session, [row])
-        rollups.add_session_tools((session.pk, c.tool[:255]) for it in run.iterations for c in it.tool_calls)
+        rollups.add_facets((session.pk, facet, value) for facet, value in rollups.facets_of(run))
     else:
         _refresh_session(session)
-        rollups.refresh_session_tools({session.pk} | ({old_session_id} if old_session_id else set()))
+        rollups.refresh_facets({session.pk} | ({old_session_id} if old_session_id else set()))
     if old_session_id is not None:
         _refresh_session(models.Session.objects.get(pk=old_session_id))
     _settle_members(run)

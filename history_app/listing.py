@@ -10,7 +10,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Exists, F, OuterRef, Q, Window
+from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404
 
@@ -71,32 +71,34 @@ class SessionFilters:
         return any(texts) or bool(self.date_from or self.date_to or self.errors) or self.sort != "recent"
 
     def apply(self, queryset: Any, *, searching: bool = True) -> Any:
-        runs = models.Run.objects.filter(session=OuterRef("pk"))
         if self.q and searching:
             matched = search.matching_sessions(self.q)
             if matched is not None:
                 queryset = queryset.filter(pk__in=matched)
         if self.framework:
             queryset = queryset.filter(framework=self.framework)
+        # The filters on what a session's runs hold read the sessions' facets as ingestion
+        # noted them (rollups.py): an indexed list whether the value is in every session
+        # or in none, never a walk over the sessions' runs and tool calls.
         if self.agent:
-            named = Q(agent_name=self.agent) | Q(team_id=self.agent) | Q(workflow_id=self.agent)
-            queryset = queryset.filter(Q(agent_name=self.agent) | Exists(runs.filter(named)))
+            queryset = queryset.filter(pk__in=_having(models.SessionFacet.AGENT, self.agent))
         if self.status:
-            queryset = queryset.filter(Exists(runs.filter(status=self.status)))
+            queryset = queryset.filter(pk__in=_having(models.SessionFacet.STATUS, self.status))
         if self.user:
             queryset = queryset.filter(user_id=self.user)
         if self.tool:
-            # The sessions' tools as ingestion noted them (rollups.py): an indexed list
-            # whether the tool is in every session or in none.
-            having = models.SessionTool.objects.filter(tool=self.tool).values("session_id")
-            queryset = queryset.filter(pk__in=having)
+            queryset = queryset.filter(pk__in=_having(models.SessionFacet.TOOL, self.tool))
         if self.date_from:
             queryset = queryset.filter(last_activity_at__gte=day_start(self.date_from))
         if self.date_to:
             queryset = queryset.filter(last_activity_at__lt=day_start(self.date_to + timedelta(days=1)))
         if self.errors:
-            queryset = queryset.filter(Q(failed_count__gt=0) | Exists(runs.filter(tool_error_count__gt=0)))
+            queryset = queryset.filter(pk__in=_having(models.SessionFacet.ERRORS, "1"))
         return queryset
+
+
+def _having(facet: str, value: str) -> Any:
+    return models.SessionFacet.objects.filter(facet=facet, value=value).values("session_id")
 
 
 def sessions_page(

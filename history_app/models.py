@@ -342,20 +342,26 @@ class IngestReceipt(models.Model):
         return self.state
 
 
-class SessionTool(models.Model):
-    """A tool some run of the session called: what the sessions list's tool filter reads
-    (an indexed list, not a walk over every tool call). Kept by ingestion and pruning
-    (``rollups.py``)."""
+class SessionFacet(models.Model):
+    """What some run of the session has: a tool it called, a status, an agent (its agent
+    name, team or workflow id), tool errors or a failure ("errors"). The sessions list's
+    filters read these indexed lists instead of walking every session's runs and tool
+    calls. Kept by ingestion and pruning (``rollups.py``)."""
+
+    TOOL, STATUS, AGENT, ERRORS = "tool", "status", "agent", "errors"
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
-    tool = models.CharField(max_length=255)
+    facet = models.CharField(max_length=16)
+    value = models.CharField(max_length=255)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["session", "tool"], name="sessiontool_uniq")]
-        indexes = [models.Index(fields=["tool", "session"], name="sessiontool_tool_idx")]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "facet", "value"], name="sessionfacet_uniq")
+        ]
+        indexes = [models.Index(fields=["facet", "value", "session"], name="sessionfacet_value_idx")]
 
     def __str__(self) -> str:
-        return f"{self.tool} in session {self.session_id}"
+        return f"{self.facet}={self.value} in session {self.session_id}"
 
 
 class DailyStat(models.Model):

@@ -160,8 +160,8 @@ def prune_sessions(
                 # Before the rows it is rebuilt from go (SQLite's index keeps no copy).
                 result.counts["search_documents"] += search.unindex_stored(run_ids)
                 rollups.apply(rollups.stored_contributions(run_ids))
-                tools = models.SessionTool.objects.filter(session_id__in=batch)
-                tools._raw_delete(tools.db)
+                facets = models.SessionFacet.objects.filter(session_id__in=batch)
+                facets._raw_delete(facets.db)
                 for key, queryset in _child_querysets(batch, run_ids):
                     result.counts[key] += queryset._raw_delete(queryset.db)
             result.longest_transaction_s = max(result.longest_transaction_s, time.perf_counter() - started)

@@ -1,6 +1,7 @@
 """Counts kept at ingestion so that pages never walk every run or tool call (issue #13):
 
-- ``SessionTool``: which tools each session's runs called (the sessions list's tool filter);
+- ``SessionFacet``: the tools, statuses and agents of each session's runs, and whether any
+  failed or had a tool error (the sessions list's filters);
 - ``DailyStat``: runs, failed runs, tool calls and failed calls per day and tool (the stats
   page).
 
@@ -101,25 +102,59 @@ def apply(deltas: Deltas) -> None:
         )
 
 
-def add_session_tools(pairs: Iterable[tuple[int, str]]) -> None:
-    """Note that these (session key, tool) pairs occur (already noted ones are kept)."""
-    pairs = sorted(set(pairs))
-    if not pairs:
+def facets_of(run: Any) -> set[tuple[str, str]]:
+    """The facets a canonical record gives its session."""
+    found = {(models.SessionFacet.STATUS, run.status)}
+    for name in (run.agent_name, run.team_id, run.workflow_id):
+        if name:
+            found.add((models.SessionFacet.AGENT, name[:255]))
+    errors = run.status == "failed"
+    for iteration in run.iterations:
+        for call in iteration.tool_calls:
+            found.add((models.SessionFacet.TOOL, call.tool[:255]))
+            errors = errors or bool(call.error)
+    if errors:
+        found.add((models.SessionFacet.ERRORS, "1"))
+    return found
+
+
+def add_facets(triples: Iterable[tuple[int, str, str]]) -> None:
+    """Note that sessions have these (session key, facet, value) (noted ones are kept)."""
+    triples = sorted(set(triples))
+    if not triples:
         return
-    table = models.SessionTool._meta.db_table
+    table = models.SessionFacet._meta.db_table
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"INSERT INTO {table} (session_id, tool) VALUES (%s, %s) ON CONFLICT (session_id, tool) DO NOTHING",
-            pairs,
+            f"INSERT INTO {table} (session_id, facet, value) VALUES (%s, %s, %s) "
+            "ON CONFLICT (session_id, facet, value) DO NOTHING",
+            triples,
         )
 
 
-def refresh_session_tools(session_pks: Iterable[int]) -> None:
-    """Recompute the tools of sessions whose runs were rewritten, moved or deleted."""
-    table = models.SessionTool._meta.db_table
-    for pk in sorted(set(session_pks)):
-        runs = models.Run.objects.filter(session_id=pk).values("pk")
-        tools = set(models.ToolCall.objects.filter(run_id__in=runs).values_list("tool", flat=True).distinct())
-        with connection.cursor() as cursor:
+# The facets of stored runs, in SQL (the refresh below, and migration 0010).
+FACETS_SQL = [
+    "SELECT DISTINCT r.session_id, 'status', r.status FROM history_app_run r WHERE {where}",
+    "SELECT names.session_id, 'agent', names.name FROM ("
+    "SELECT r.session_id, r.agent_name AS name FROM history_app_run r WHERE {where} "
+    "UNION SELECT r.session_id, r.team_id FROM history_app_run r WHERE {where} "
+    "UNION SELECT r.session_id, r.workflow_id FROM history_app_run r WHERE {where}"
+    ") names WHERE names.name <> ''",
+    "SELECT DISTINCT r.session_id, 'errors', '1' FROM history_app_run r WHERE {where} "
+    "AND (r.status = 'failed' OR r.tool_error_count > 0)",
+    "SELECT DISTINCT r.session_id, 'tool', t.tool FROM history_app_toolcall t "
+    "JOIN history_app_run r ON r.id = t.run_id WHERE {where}",
+]
+
+
+def refresh_facets(session_pks: Iterable[int]) -> None:
+    """Recompute the facets of sessions whose runs were rewritten, moved or deleted."""
+    table = models.SessionFacet._meta.db_table
+    with connection.cursor() as cursor:
+        for pk in sorted(set(session_pks)):
             cursor.execute(f"DELETE FROM {table} WHERE session_id = %s", [pk])
-        add_session_tools((pk, tool) for tool in tools)
+            for select in FACETS_SQL:
+                sql = select.format(where="r.session_id = %s")
+                cursor.execute(
+                    f"INSERT INTO {table} (session_id, facet, value) " + sql, [pk] * sql.count("%s")
+                )

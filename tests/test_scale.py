@@ -4,7 +4,7 @@
   record as the parser path, for every sample and hostile mutation;
 - new plain runs are written in bulk (``bulk.insert_runs``): the same rows, search
   document and session counters as one by one;
-- the rollups (``SessionTool``, ``DailyStat``) always equal a recount from the rows, after
+- the rollups (``SessionFacet``, ``DailyStat``) always equal a recount from the rows, after
   creates, updates, moves between sessions, team and member runs, and prunes;
 - SQLite's contentless search index is given back exactly the text it indexed, so a
   run's old words leave it when the run changes or goes (on PostgreSQL the documents are
@@ -191,9 +191,22 @@ def _check_rollups() -> None:
         if any((s.runs, s.failed, s.calls, s.errors))
     }
     assert stored == expected
-    tools = set(models.SessionTool.objects.values_list("session_id", "tool"))
-    truth = set(models.ToolCall.objects.values_list("run__session_id", "tool").distinct())
-    assert tools == truth
+    facets = set(models.SessionFacet.objects.values_list("session_id", "facet", "value"))
+    truth = {(s, "tool", t) for s, t in models.ToolCall.objects.values_list("run__session_id", "tool")}
+    for session, status, names, errors in (
+        (
+            r.session_id,
+            r.status,
+            (r.agent_name, r.team_id, r.workflow_id),
+            r.status == "failed" or r.tool_error_count,
+        )
+        for r in models.Run.objects.all()
+    ):
+        truth.add((session, "status", status))
+        truth |= {(session, "agent", name) for name in names if name}
+        if errors:
+            truth.add((session, "errors", "1"))
+    assert facets == truth
 
 
 def _found(word: str) -> set[int]:

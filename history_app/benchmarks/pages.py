@@ -77,8 +77,8 @@ def _batch(args: tuple[int, int, object]) -> tuple[list, dict, object, list]:
     new = [bulk.new_run(record, f"fill-{record.run_id}", "native") for record in records]
     # Received when written; the shape's runs all have a start, which is what is counted.
     deltas = dict(rollups.record_contributions(records, records[0].started_at))
-    pairs = sorted({(r.session_id, c.tool) for r in records for it in r.iterations for c in it.tool_calls})
-    return new, {sid: _session(sid, group) for sid, group in groups.items()}, deltas, pairs
+    facets = sorted({(r.session_id, *facet) for r in records for facet in rollups.facets_of(r)})
+    return new, {sid: _session(sid, group) for sid, group in groups.items()}, deltas, facets
 
 
 def fill(runs: int, *, batch: int = 2000) -> float:
@@ -128,7 +128,7 @@ def fill(runs: int, *, batch: int = 2000) -> float:
                 bulk.insert_runs(new, [keys[session_of[n.run["run_id"]]] for n in new], now)
                 if not existing:
                     rollups.apply(deltas)
-                    rollups.add_session_tools((keys[sid], tool) for sid, tool in pairs)
+                    rollups.add_facets((keys[sid], facet, value) for sid, facet, value in pairs)
             end = int(new[-1].run["run_id"][4:]) + 1 if new else have
             if (end // batch) % 25 == 0 or end == runs:
                 rate = (end - have) / (time.perf_counter() - started)
@@ -170,7 +170,7 @@ def _empty() -> None:
         models.InjectedContext,
         models.RunSearch,
         models.Run,
-        models.SessionTool,
+        models.SessionFacet,
         models.DailyStat,
         models.Session,
     ]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 
 def _fill(apps, schema_editor):
-    """Daily counts and session tools of the runs already stored (rollups.py keeps them
+    """Daily counts and session facets of the runs already stored (rollups.py keeps them
     from now on)."""
     from collections import defaultdict
 
@@ -14,39 +14,29 @@ def _fill(apps, schema_editor):
 
     Run = apps.get_model("history_app", "Run")
     ToolCall = apps.get_model("history_app", "ToolCall")
-    SessionTool = apps.get_model("history_app", "SessionTool")
-    DailyStat = apps.get_model("history_app", "DailyStat")
     last = 0
     while True:
         rows = list(
             Run.objects.filter(pk__gt=last)
             .order_by("pk")
-            .values_list("pk", "session_id", "started_at", "received_at", "status")[:5000]
+            .values_list("pk", "started_at", "received_at", "status")[:5000]
         )
         if not rows:
             break
         last = rows[-1][0]
         calls = defaultdict(list)
-        pairs = set()
-        sessions = {pk: session for pk, session, *_ in rows}
-        for run_id, tool, error in ToolCall.objects.filter(run_id__in=list(sessions)).values_list(
+        for run_id, tool, error in ToolCall.objects.filter(run_id__in=[row[0] for row in rows]).values_list(
             "run_id", "tool", "error"
         ):
             calls[run_id].append((tool, error is not None))
-            pairs.add((sessions[run_id], tool))
-        deltas = rollups.contributions(
-            (started or received, status, calls[pk]) for pk, _, started, received, status in rows
+        rollups.apply(
+            rollups.contributions((started or received, status, calls[pk]) for pk, started, received, status in rows)
         )
-        for (day, tool), (runs, failed, n, errors) in deltas.items():
-            stat, _ = DailyStat.objects.get_or_create(day=day, tool=tool)
-            stat.runs += runs
-            stat.failed += failed
-            stat.calls += n
-            stat.errors += errors
-            stat.save()
-        SessionTool.objects.bulk_create(
-            [SessionTool(session_id=s, tool=t) for s, t in sorted(pairs)], ignore_conflicts=True
-        )
+    with schema_editor.connection.cursor() as cursor:
+        for select in rollups.FACETS_SQL:
+            cursor.execute(
+                "INSERT INTO history_app_sessionfacet (session_id, facet, value) " + select.format(where="1 = 1")
+            )
 
 
 class Migration(migrations.Migration):
@@ -69,10 +59,12 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.CreateModel(
-            name='SessionTool',
+            name='SessionFacet',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tool', models.CharField(max_length=255)),
+                ('facet', models.CharField(max_length=16)),
+                ('value', models.CharField(max_length=255)),
+                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='history_app.session')),
             ],
         ),
         migrations.AddIndex(
@@ -87,18 +79,13 @@ class Migration(migrations.Migration):
             model_name='dailystat',
             constraint=models.UniqueConstraint(fields=('day', 'tool'), name='dailystat_day_tool_uniq'),
         ),
-        migrations.AddField(
-            model_name='sessiontool',
-            name='session',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='history_app.session'),
-        ),
         migrations.AddIndex(
-            model_name='sessiontool',
-            index=models.Index(fields=['tool', 'session'], name='sessiontool_tool_idx'),
+            model_name='sessionfacet',
+            index=models.Index(fields=['facet', 'value', 'session'], name='sessionfacet_value_idx'),
         ),
         migrations.AddConstraint(
-            model_name='sessiontool',
-            constraint=models.UniqueConstraint(fields=('session', 'tool'), name='sessiontool_uniq'),
+            model_name='sessionfacet',
+            constraint=models.UniqueConstraint(fields=('session', 'facet', 'value'), name='sessionfacet_uniq'),
         ),
         migrations.RunPython(_fill, migrations.RunPython.noop),
     ]
