@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from . import ingestion, mapper, models, provenance, search
+from . import ingestion, mapper, models, provenance, rollups, search
 from .agent_history.records import RecordError
 from .agent_history.redact import Redactor
 from .rendering import render_markdown
@@ -99,6 +99,7 @@ def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str | None, str
         ingestion._fill_run(row, prepared, row.session, digest, row.source_format)
         row.output_html = render_markdown(prepared.output)
     with transaction.atomic():
+        sessions = set()
         for row, read_hash, prepared, _, old_document, document in planned:
             current = (
                 models.Run.objects.select_for_update()
@@ -114,12 +115,18 @@ def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str | None, str
             for position, context in enumerate(prepared.injected_contexts):
                 if position in previous.linked_positions:
                     context.source_run_ids = []
+            # The rollups hold copies of names (tools, agents): taken off as they were and
+            # added back as they are now.
+            counted = rollups.stored_contributions([row.pk])
             ingestion.delete_children(row)
             ((_, contexts),) = ingestion._write_children_of([(row, prepared)])
             provenance.link_run(row, contexts, previous=previous)
+            rollups.apply(rollups.merge(counted, rollups.record_contributions([prepared], row.received_at)))
+            sessions.add(row.session_id)
             if old_document is not None:
                 search.unindex_runs([(row.pk, old_document)])
             search.index_runs([(row.pk, document)])
+        rollups.refresh_facets(sessions)
 
 
 def _redact_fields(redactor: Redactor, result: RedactResult, row: Any, names: tuple[str, ...]) -> bool:

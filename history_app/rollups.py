@@ -92,14 +92,24 @@ def apply(deltas: Deltas) -> None:
     if not rows:
         return
     table = models.DailyStat._meta.db_table
+    adapt = connection.ops.adapt_datefield_value
     with connection.cursor() as cursor:
         cursor.executemany(
             f"INSERT INTO {table} (day, tool, runs, failed, calls, errors) VALUES (%s, %s, %s, %s, %s, %s) "
             f"ON CONFLICT (day, tool) DO UPDATE SET runs = {table}.runs + excluded.runs, "
             f"failed = {table}.failed + excluded.failed, calls = {table}.calls + excluded.calls, "
             f"errors = {table}.errors + excluded.errors",
-            [(connection.ops.adapt_datefield_value(day), tool, *values) for day, tool, *values in rows],
+            [(adapt(day), tool, *values) for day, tool, *values in rows],
         )
+        # A row brought down to nothing goes: it would keep a name no run has any more
+        # (a tool name redact_history has since redacted, a pruned tool).
+        taken = [(adapt(day), tool) for day, tool, *values in rows if min(values) < 0]
+        if taken:
+            cursor.executemany(
+                f"DELETE FROM {table} WHERE day = %s AND tool = %s AND runs = 0 AND failed = 0 "
+                "AND calls = 0 AND errors = 0",
+                taken,
+            )
 
 
 def facets_of(run: Any) -> set[tuple[str, str]]:
