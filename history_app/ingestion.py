@@ -435,7 +435,9 @@ def _lock_sessions(runs: list[Run], old_pks: set[int]) -> dict[str, models.Sessi
             ),
         )
     known = set(models.Session.objects.filter(session_id__in=wanted).values_list("session_id", flat=True))
-    missing = [session for session_id, session in wanted.items() if session_id not in known]
+    # Inserted in id order: two batches creating the same new sessions on PostgreSQL wait
+    # for each other's first one instead of each holding one the other needs.
+    missing = [wanted[session_id] for session_id in sorted(wanted) if session_id not in known]
     if missing:
         models.Session.objects.bulk_create(missing, ignore_conflicts=True)
     locked = (

@@ -45,7 +45,12 @@ class Session(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        indexes = [models.Index(fields=["-last_activity_at", "-id"], name="session_activity_idx")]
+        indexes = [
+            models.Index(fields=["-last_activity_at", "-id"], name="session_activity_idx"),
+            # The list's other sorts walk an index too, whatever the number of sessions.
+            models.Index(fields=["-run_count", "-id"], name="session_runs_idx"),
+            models.Index(fields=["-failed_count", "-id"], name="session_failures_idx"),
+        ]
 
     def __str__(self) -> str:
         return self.session_id

@@ -52,7 +52,11 @@ def document_for(run: Any) -> str:
     """The search document of a canonical run record, from its values as they are stored
     (names cut as the row mapper cuts them): the document of a stored run rebuilt from its
     rows (``stored_documents``) is the one that was indexed, which SQLite's contentless
-    index needs to delete it."""
+    index needs to delete it.
+
+    Changing what goes into a document changes what a delete would give the index for the
+    runs indexed before: such a change needs a migration that rebuilds the index (what
+    ``reindex_search`` does), or SQLite's index is corrupted by the first delete."""
     return _document(
         (run.agent_name or run.team_id or run.workflow_id)[:255],
         run.input,

@@ -345,3 +345,45 @@ def test_a_broad_search_lists_what_gathering_every_match_lists(ingest, monkeypat
     )
     assert set(expected) == having and len(expected) == len(having)
     assert walk(filters) == expected
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and deadlocks are PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_four_writers_creating_the_same_sessions_at_once_never_deadlock(monkeypatch):
+    """Batches of new runs into the same new sessions, from four connections at the same
+    moment: the sessions are created and locked in one order, the daily stats and facets
+    upserted in one order, so no attempt deadlocks (one attempt only), and the counts and
+    rollups are exact."""
+    import threading
+
+    from django.db import close_old_connections
+
+    monkeypatch.setattr(ingestion, "STORE_ATTEMPTS", 1)
+    barrier = threading.Barrier(4)
+    outcomes: dict[int, list] = {}
+
+    def write(worker: int) -> None:
+        try:
+            order = list(range(12))
+            random.Random(worker).shuffle(order)  # each writer meets the sessions in its own order
+            body = [
+                _run(100 * worker + n, f"shared-{n}", f"w{worker}n{n}", ["calc", f"tool{n % 3}"], "failed" if n % 4 else "completed")
+                for n in order
+            ]  # fmt: skip
+            for item, n in zip(body, order, strict=True):
+                item["run_id"] = f"w{worker}-{n}"
+            barrier.wait()
+            outcomes[worker] = [r.status for r in ingestion.ingest_items(items=body)]
+        finally:
+            close_old_connections()
+            connection.close()
+
+    threads = [threading.Thread(target=write, args=(worker,)) for worker in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes == {worker: ["created"] * 12 for worker in range(4)}
+    assert models.Session.objects.filter(session_id__startswith="shared-").count() == 12
+    assert {s.run_count for s in models.Session.objects.all()} == {4}
+    _check_rollups()
