@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Count, Exists, Max, Min, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -435,9 +435,14 @@ def _lock_sessions(runs: list[Run], old_pks: set[int]) -> dict[str, models.Sessi
             ),
         )
     known = set(models.Session.objects.filter(session_id__in=wanted).values_list("session_id", flat=True))
-    # Inserted in id order: two batches creating the same new sessions on PostgreSQL wait
-    # for each other's first one instead of each holding one the other needs.
-    missing = [wanted[session_id] for session_id in sorted(wanted) if session_id not in known]
+    missing = [session for session_id, session in wanted.items() if session_id not in known]
+    if missing and connection.vendor == "postgresql":
+        # Two batches creating the same new sessions in different orders would each hold
+        # an uncommitted one the other waits for (a deadlock): each new id's lock is taken
+        # first, in id order; the sessions are then created in the order they arrived.
+        with connection.cursor() as cursor:
+            for session in sorted(missing, key=lambda s: s.session_id):
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [session.session_id])
     if missing:
         models.Session.objects.bulk_create(missing, ignore_conflicts=True)
     locked = (

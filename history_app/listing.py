@@ -10,7 +10,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Window
+from django.db.models import Exists, F, OuterRef, Q, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404
 
@@ -76,29 +76,51 @@ class SessionFilters:
             if matched is not None:
                 queryset = queryset.filter(pk__in=matched)
         if self.framework:
-            queryset = queryset.filter(framework=self.framework)
+            if _common(models.Session.objects.filter(framework=self.framework)):
+                # Probed session by session in list order (a filter the planner could
+                # answer from the framework index would sort every match first).
+                same = models.Session.objects.filter(pk=OuterRef("pk"), framework=self.framework)
+                queryset = queryset.filter(Exists(same))
+            else:
+                queryset = queryset.filter(framework=self.framework)
         # The filters on what a session's runs hold read the sessions' facets as ingestion
         # noted them (rollups.py): an indexed list whether the value is in every session
         # or in none, never a walk over the sessions' runs and tool calls.
         if self.agent:
-            queryset = queryset.filter(pk__in=_having(models.SessionFacet.AGENT, self.agent))
+            queryset = queryset.filter(_having(models.SessionFacet.AGENT, self.agent))
         if self.status:
-            queryset = queryset.filter(pk__in=_having(models.SessionFacet.STATUS, self.status))
+            queryset = queryset.filter(_having(models.SessionFacet.STATUS, self.status))
         if self.user:
             queryset = queryset.filter(user_id=self.user)
         if self.tool:
-            queryset = queryset.filter(pk__in=_having(models.SessionFacet.TOOL, self.tool))
+            queryset = queryset.filter(_having(models.SessionFacet.TOOL, self.tool))
         if self.date_from:
             queryset = queryset.filter(last_activity_at__gte=day_start(self.date_from))
         if self.date_to:
             queryset = queryset.filter(last_activity_at__lt=day_start(self.date_to + timedelta(days=1)))
         if self.errors:
-            queryset = queryset.filter(pk__in=_having(models.SessionFacet.ERRORS, "1"))
+            queryset = queryset.filter(_having(models.SessionFacet.ERRORS, "1"))
         return queryset
 
 
+# A filter value held by at least this many sessions is "common": the list walks the
+# sessions in its order and probes each (it meets a page of matches soon); a rarer one
+# gathers its sessions first (a short list) and sorts them.
+COMMON_SESSIONS = 2000
+
+
+def _common(queryset: Any) -> bool:
+    """Whether ``queryset`` has at least ``COMMON_SESSIONS`` rows (an index read of at most
+    that many)."""
+    return queryset.values("pk")[COMMON_SESSIONS - 1 : COMMON_SESSIONS].exists()
+
+
 def _having(facet: str, value: str) -> Any:
-    return models.SessionFacet.objects.filter(facet=facet, value=value).values("session_id")
+    """A condition on sessions: some run of theirs has ``facet`` = ``value``."""
+    rows = models.SessionFacet.objects.filter(facet=facet, value=value)
+    if _common(rows):
+        return Exists(rows.filter(session=OuterRef("pk")))
+    return Q(pk__in=rows.values("session_id"))
 
 
 def sessions_page(
@@ -183,13 +205,24 @@ def search_hits(
     return hits
 
 
+# The distinct frameworks, one index seek each (a "loose index scan", which neither
+# database plans by itself for DISTINCT): a handful of seeks instead of reading every
+# session.
+_FRAMEWORKS_SQL = (
+    "WITH RECURSIVE f(name) AS ("
+    "SELECT (SELECT min(framework) FROM history_app_session WHERE framework > '') "
+    "UNION ALL SELECT (SELECT min(framework) FROM history_app_session WHERE framework > f.name) "
+    "FROM f WHERE f.name IS NOT NULL) "
+    "SELECT name FROM f WHERE name IS NOT NULL LIMIT 1000"
+)
+
+
 def filter_choices() -> dict[str, list[str]]:
     """Values for the filter menus: the frameworks present (one query) and the statuses."""
-    frameworks = models.Session.objects.exclude(framework="").values_list("framework", flat=True)
-    return {
-        "frameworks": list(frameworks.order_by("framework").distinct()),
-        "statuses": list(records.RUN_STATUSES),
-    }
+    with connection.cursor() as cursor:
+        cursor.execute(_FRAMEWORKS_SQL)
+        frameworks = [name for (name,) in cursor.fetchall()]
+    return {"frameworks": frameworks, "statuses": list(records.RUN_STATUSES)}
 
 
 def anything_running() -> bool:

@@ -50,6 +50,7 @@ class Session(models.Model):
             # The list's other sorts walk an index too, whatever the number of sessions.
             models.Index(fields=["-run_count", "-id"], name="session_runs_idx"),
             models.Index(fields=["-failed_count", "-id"], name="session_failures_idx"),
+            models.Index(fields=["framework"], name="session_framework_idx"),
         ]
 
     def __str__(self) -> str:
