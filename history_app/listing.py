@@ -191,6 +191,10 @@ def search_hits(
     listed = {session.pk for session in sessions}
     if found is not None and listed <= set(found.values()):
         matching = [pk for pk, session in found.items() if session in listed]
+    elif connection.vendor == "postgresql":
+        # The listed sessions' runs, each checked against the query: not every match of
+        # the index (for a common word, half the runs) joined to them.
+        matching = search.matching_runs_of_sessions(query, sorted(listed))
     newest_first = [F("started_at").desc(nulls_last=True), F("id").desc()]
     rows = (
         models.Run.objects.filter(session__in=sessions, pk__in=matching)
