@@ -156,27 +156,9 @@ def _session(session_id: str, runs: list):
 
 
 def _empty() -> None:
-    from django.db import connection
+    from .prune import empty_history_tables
 
-    from history_app import models, search
-
-    search.clear_index()
-    tables = [
-        models.ContextEntry,
-        models.RunFingerprint,
-        models.ToolCall,
-        models.Iteration,
-        models.MemberInteraction,
-        models.InjectedContext,
-        models.RunSearch,
-        models.Run,
-        models.SessionFacet,
-        models.DailyStat,
-        models.Session,
-    ]
-    with connection.cursor() as cursor:
-        for model in tables:
-            cursor.execute(f"DELETE FROM {model._meta.db_table}")
+    empty_history_tables()
 
 
 def pages(runs: int) -> list[tuple[str, str]]:

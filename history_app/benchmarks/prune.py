@@ -44,16 +44,20 @@ def setup_django() -> None:
 
 def empty_history_tables() -> None:
     """Delete every stored session and everything it holds, children first."""
-    from history_app import models
+    from history_app import models, search
 
+    search.clear_index()
     for model in (
-        *(m for m in (getattr(models, "ContextEntry", None), getattr(models, "RunFingerprint", None)) if m),
+        models.ContextEntry,
+        models.RunFingerprint,
         models.RunSearch,
         models.ToolCall,
         models.Iteration,
         models.MemberInteraction,
         models.InjectedContext,
         models.Run,
+        models.SessionFacet,
+        models.DailyStat,
         models.Session,
     ):
         model.objects.all()._raw_delete(model.objects.db)
@@ -61,12 +65,12 @@ def empty_history_tables() -> None:
 
 def populate(sessions: int) -> int:
     """Old sessions: 2 runs each, every run with 3 iterations, 6 tool calls, 1 member
-    interaction, 1 injected context and its search document — 27 rows a session (plus, on
-    SQLite, the full-text index entries its triggers keep)."""
+    interaction, 1 injected context and its search document — 27 rows a session (on
+    SQLite the document is in the contentless full-text index, not a row)."""
     from django.db import transaction
     from django.utils import timezone
 
-    from history_app import models
+    from history_app import models, search
 
     empty_history_tables()
     old = timezone.now() - timedelta(days=90)
@@ -128,12 +132,9 @@ def populate(sessions: int) -> int:
             models.InjectedContext.objects.bulk_create(
                 [models.InjectedContext(run_id=run.pk, position=0, text="ctx " * 20) for run in runs]
             )
-            models.RunSearch.objects.bulk_create(
-                [
-                    models.RunSearch(run_id=run.pk, document=f"{run.input} {run.output} thinking search")
-                    for run in runs
-                ]
-            )
+            # Indexed with the document a prune rebuilds from these rows (SQLite's index is
+            # contentless: it must be given back exactly what it was given).
+            search.index_runs(search.documents_from_rows([run.pk for run in runs], models))
         total += len(ids) * 27
     # Explicit keys do not advance PostgreSQL's sequences; move them past the data.
     from django.core.management.color import no_style
