@@ -135,7 +135,11 @@ def _checked_native(payload: dict[str, Any]) -> tuple[dict[str, Any], int, bool]
         raise RecordError([("$.schema", f"must be {SCHEMA!r}")])
     # The common case, in C: no lone surrogate anywhere (UTF-8 cannot encode one), and no
     # NUL (JSON writes it as \u0000; a backslash before it would be written doubled).
-    text = json.dumps(payload, ensure_ascii=False)
+    try:
+        text = json.dumps(payload, ensure_ascii=False)
+    except (TypeError, ValueError):  # a caller's dict with values JSON cannot hold: the walks
+        cleaned, replaced = without_lone_surrogates(payload)
+        return cleaned, replaced, True
     nul = "\\u0000" in text
     try:
         text.encode("utf-8")
