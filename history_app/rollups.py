@@ -32,7 +32,9 @@ def day_of(when: datetime) -> date:
 
 
 def contributions(runs: Iterable[tuple[datetime, str, Iterable[tuple[str, bool]]]], sign: int = 1) -> Deltas:
-    """What runs add to the daily counts: each given as (when, status, [(tool, failed)])."""
+    """What runs add to the daily counts: each given as (when, status, [(tool, failed)]).
+    A call failed when its error is not empty (as ``Run.tool_error_count`` counts it):
+    records and stored rows must say the same, or a rewrite takes off what was never added."""
     deltas: Deltas = defaultdict(lambda: [0, 0, 0, 0])
     for when, status, calls in runs:
         day = day_of(when)
@@ -69,7 +71,7 @@ def stored_contributions(run_pks: list[int], sign: int = -1) -> Deltas:
     for run_id, tool, failed in models.ToolCall.objects.filter(run_id__in=run_pks).values_list(
         "run_id", "tool", "error"
     ):
-        calls[run_id].append((tool, failed is not None))
+        calls[run_id].append((tool, bool(failed)))
     rows = models.Run.objects.filter(pk__in=run_pks).values_list("pk", "started_at", "received_at", "status")
     return contributions(
         ((started or received, status, calls[pk]) for pk, started, received, status in rows), sign

@@ -170,7 +170,7 @@ def test_a_batch_mixing_new_updated_duplicate_refused_and_team_runs(ingest):
 def _check_rollups() -> None:
     calls: dict[int, list] = defaultdict(list)
     for run_id, tool, error in models.ToolCall.objects.values_list("run_id", "tool", "error"):
-        calls[run_id].append((tool, error is not None))
+        calls[run_id].append((tool, bool(error)))
     expected = {
         key: values
         for key, values in rollups.contributions(
@@ -392,3 +392,30 @@ def test_one_pass_takes_a_callers_dict_that_json_cannot_hold():
     (run,) = formats.parse(dict(payload))
     assert fast == ingestion.prepare_run(run)
     assert fast.input == "a\ufffdb \ufffd" and fast.redactions == {"lone_surrogate": 1}
+
+
+@pytest.mark.parametrize("error", ["", None, "boom"])
+def test_an_empty_tool_error_is_counted_the_same_when_added_and_taken_off(ingest, error):
+    """Found from outside: "" was no error when a run was added and an error when it was
+    taken off (an update, a prune, redact_history), so the daily count went below zero and
+    hid a real failure."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from history_app import stats
+
+    def run(run_id, session, days_ago, tool_error, **fields):
+        started = (timezone.now() - timedelta(days=days_ago)).isoformat()
+        calls = [{"tool": "search", "params": {}, "error": tool_error}]
+        return native(
+            run_id, session, started_at=started, iterations=[{"index": 1, "tool_calls": calls}], **fields
+        )
+
+    ingest([run("r1", "s-old", 10, error), run("r2", "s-new", 1, "real failure")])
+    ingest([run("r1", "s-old", 10, error, input="changed")])
+    _check_rollups()
+    retention.prune_sessions(session_ids=[models.Session.objects.get(session_id="s-old").pk])
+    _check_rollups()
+    assert stats.stats(days=30)["tools"] == [{"tool": "search", "calls": 1, "errors": 1}]
+    assert not models.DailyStat.objects.filter(errors__lt=0).exists()

@@ -28,7 +28,7 @@ def _fill(apps, schema_editor):
         for run_id, tool, error in ToolCall.objects.filter(run_id__in=[row[0] for row in rows]).values_list(
             "run_id", "tool", "error"
         ):
-            calls[run_id].append((tool, error is not None))
+            calls[run_id].append((tool, bool(error)))
         rollups.apply(
             rollups.contributions((started or received, status, calls[pk]) for pk, started, received, status in rows)
         )
