@@ -129,27 +129,34 @@ def sessions_page(
     """Sessions matching ``filters``, newest activity first unless sorted otherwise."""
     filters = filters or SessionFilters()
     field, descending = SESSION_SORTS[filters.sort]
-    if filters.q and connection.vendor == "sqlite" and search.is_broad(filters.q):
-        return _broad_search_page(filters, field=field, after=after, limit=limit, descending=descending)
+    if filters.q and connection.vendor == "sqlite" and search.terms(filters.q):
+        page = _broad_search_page(filters, field=field, after=after, limit=limit, descending=descending)
+        if page is not None:
+            return page
     queryset = filters.apply(models.Session.objects.all())
     return keyset_page(queryset, field=field, after=after, limit=limit, descending=descending)
 
 
-# A broad search (SQLite) looks for matches among this many sessions in list order first,
-# then four times as many, and so on up to ``BROAD_CANDIDATES_MAX``; past it, the matches
-# are gathered from the whole index instead.
+# A search (SQLite) looks for matches among this many sessions in list order first, then
+# four times as many, and so on up to ``BROAD_CANDIDATES_MAX``. When fewer than one
+# candidate in ``NARROW_RATIO`` matches, the search is narrow: its matches are gathered
+# from the whole index instead (they are few).
 BROAD_CANDIDATES = 200
 BROAD_CANDIDATES_MAX = 20_000
+NARROW_RATIO = 20
 
 
 def _broad_search_page(
     filters: SessionFilters, *, field: str, after: str | None, limit: int, descending: bool
-) -> Page:
-    """The sessions list for a search that most recent runs match: found among the next
-    sessions in list order (``search.sessions_with_matches``) rather than by reading every
-    match in the index (half a million for a common word at a million runs). When the first
-    ``n`` candidates hold more than ``limit`` matching sessions, the page is exactly the
-    first ``limit`` of them, as the whole list would give it."""
+) -> Page | None:
+    """The sessions list for a broad search (SQLite): found among the next sessions in
+    list order (``search.matching_runs_in``) rather than by reading every match in the
+    index (half a million for a common word at a million runs). When the first ``n``
+    candidates hold more than ``limit`` matching sessions, the page is exactly the first
+    ``limit`` of them, as the whole list would give it. None for a narrow search (few
+    candidates match): the caller gathers its matches. No sample decides first: on
+    SQLite each read of a common prefix term costs tens of milliseconds at a million runs,
+    and the first round is the sample."""
     base = filters.apply(models.Session.objects.all(), searching=False)
     wanted = BROAD_CANDIDATES
     while wanted <= BROAD_CANDIDATES_MAX:
@@ -169,14 +176,10 @@ def _broad_search_page(
                 limit=limit,
                 descending=descending,
             )
+        if len(matched) * NARROW_RATIO < len(candidates.items):
+            return None
         wanted *= 4
-    return keyset_page(
-        filters.apply(models.Session.objects.all()),
-        field=field,
-        after=after,
-        limit=limit,
-        descending=descending,
-    )
+    return None
 
 
 def search_hits(

@@ -280,24 +280,18 @@ def matching_run_pks(query: str) -> RawSQL | None:
 
 
 def is_broad(query: str) -> bool:
-    """Whether many recent runs match ``query``: at least ``BROAD_HITS`` of the newest
-    ``SAMPLE_RUNS`` (one bounded read of the index)."""
+    """PostgreSQL: whether many recent runs match ``query``, at least ``BROAD_HITS`` of the
+    newest ``SAMPLE_RUNS`` (one bounded read of the index). SQLite needs no sample: its
+    sessions list tries the next sessions in list order first (``listing``)."""
     parsed = terms(query)
     if not parsed:
         return False
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                "SELECT count(*) FROM (SELECT tsv FROM history_app_runsearch ORDER BY run_id DESC "
-                f"LIMIT {SAMPLE_RUNS}) AS recent WHERE tsv @@ to_tsquery('simple'::regconfig, %s)",
-                [_tsquery(parsed)],
-            )
-        else:
-            cursor.execute(
-                "SELECT count(*) FROM history_run_fts WHERE history_run_fts MATCH %s "
-                "AND rowid > (SELECT coalesce(max(id), 0) FROM history_app_run) - %s",
-                [_fts5_query(parsed), SAMPLE_RUNS],
-            )
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT tsv FROM history_app_runsearch ORDER BY run_id DESC "
+            f"LIMIT {SAMPLE_RUNS}) AS recent WHERE tsv @@ to_tsquery('simple'::regconfig, %s)",
+            [_tsquery(parsed)],
+        )
         (hits,) = cursor.fetchone()
     return hits >= BROAD_HITS
 

@@ -294,21 +294,22 @@ def test_the_migrations_carry_existing_data_into_the_index_and_rollups():
 
 @pytest.mark.parametrize("sort", ["recent", "oldest", "runs", "failures"])
 @pytest.mark.parametrize(("first", "most"), [(2, 10_000), (2, 8), (200, 20_000)])
-def test_a_broad_search_lists_what_gathering_every_match_lists(ingest, monkeypatch, sort, first, most):
+@pytest.mark.parametrize("word", ["common", "other", "single"])
+def test_a_broad_search_lists_what_gathering_every_match_lists(ingest, monkeypatch, sort, first, most, word):
     """The broad plan (SQLite: candidates in list order, a range read of the index) gives
     the same pages, cursor after cursor, as filtering by every match; also after growing
-    its candidates several times, and after giving up on them."""
+    its candidates several times, after giving up on them, and for a narrow word."""
     from history_app import listing
 
     rng = random.Random(sort)
     body = []
     for n in range(90):
-        word = "common" if rng.random() < 0.7 else "other"
+        kind = "common" if rng.random() < 0.7 else "other"
+        text = f"{kind} {n}" + (" solitary" if n == 17 else "")
         status = rng.choice(["completed", "failed"])
-        body.append(native(f"r{n}", f"s{rng.randrange(30)}", input=f"{word} {n}", status=status,
+        body.append(native(f"r{n}", f"s{rng.randrange(30)}", input=text, status=status,
                            started_at=f"2026-11-{1 + rng.randrange(28):02d}T{rng.randrange(24):02d}:00:00Z"))  # fmt: skip
     assert ingest(body).status_code == 200
-    monkeypatch.setattr(search, "BROAD_HITS", 1)
     monkeypatch.setattr(listing, "BROAD_CANDIDATES", first)
     monkeypatch.setattr(listing, "BROAD_CANDIDATES_MAX", most)
 
@@ -321,8 +322,9 @@ def test_a_broad_search_lists_what_gathering_every_match_lists(ingest, monkeypat
                 return seen
             after = page.next_cursor
 
-    filters = listing.SessionFilters(q="common", sort=sort)
-    assert search.is_broad("common")
+    # The words in 70% and 30% of the runs, and one in a single run (narrow: gathered).
+    body_words = {"common": "common", "other": "other", "single": "solitary"}
+    filters = listing.SessionFilters(q=body_words[word], sort=sort)
     expected = []
     after = None
     while True:  # the plan that reads every match
@@ -334,7 +336,9 @@ def test_a_broad_search_lists_what_gathering_every_match_lists(ingest, monkeypat
             break
         after = page.next_cursor
     having = set(
-        models.Run.objects.filter(input__startswith="common").values_list("session__session_id", flat=True)
+        models.Run.objects.filter(input__contains=body_words[word]).values_list(
+            "session__session_id", flat=True
+        )
     )
     assert set(expected) == having and len(expected) == len(having)
     assert walk(filters) == expected
