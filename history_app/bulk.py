@@ -10,6 +10,7 @@ all of it happened while every other writer waited. The values come from the row
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import SimpleNamespace
@@ -58,21 +59,30 @@ def new_run(run: Run, digest: str, source_format: str) -> NewRun:
     )
 
 
+def _adapter(f: db_models.Field) -> Any:
+    """How a field's value goes to this database as Django sends it (times and JSON), or
+    None when it goes as it is."""
+    ops = connection.ops
+    if isinstance(f, db_models.DateTimeField):
+        return ops.adapt_datetimefield_value
+    if isinstance(f, db_models.JSONField):
+        return lambda value: ops.adapt_json_value(value, f.encoder)
+    return None
+
+
+def _adapted(adapters: list[Any], values: list[Any]) -> list[Any]:
+    return [
+        value if adapt is None or value is None else adapt(value)
+        for adapt, value in zip(adapters, values, strict=True)
+    ]
+
+
 class _Table:
-    """A model's table for raw inserts: its columns (not the primary key) and how each
-    value is adapted (times and JSON as Django adapts them for this database)."""
+    """A model's table for raw inserts: its columns (not the primary key)."""
 
     def __init__(self, model: type[db_models.Model]) -> None:
         self.model = model
         self.fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-
-    def _adapter(self, f: db_models.Field) -> Any:
-        ops = connection.ops
-        if isinstance(f, db_models.DateTimeField):
-            return ops.adapt_datetimefield_value
-        if isinstance(f, db_models.JSONField):
-            return lambda value: ops.adapt_json_value(value, f.encoder)
-        return None
 
     def insert(self, rows: list[dict[str, Any]]) -> None:
         """Insert ``rows`` (attname -> value; a missing value takes the field's default)
@@ -82,15 +92,11 @@ class _Table:
         if not rows:
             return
         qn = connection.ops.quote_name
-        adapters = [self._adapter(f) for f in self.fields]
-        attnames = [f.attname for f in self.fields]
-        params = []
-        for row in rows:
-            values = []
-            for f, attname, adapt in zip(self.fields, attnames, adapters, strict=True):
-                value = row[attname] if attname in row else f.get_default()
-                values.append(adapt(value) if adapt is not None and value is not None else value)
-            params.append(values)
+        adapters = [_adapter(f) for f in self.fields]
+        params = [
+            _adapted(adapters, [row[f.attname] if f.attname in row else f.get_default() for f in self.fields])
+            for row in rows
+        ]
         sql = (
             f"INSERT INTO {qn(self.model._meta.db_table)} ({', '.join(qn(f.column) for f in self.fields)}) "
             f"VALUES ({', '.join(['%s'] * len(self.fields))})"
@@ -99,13 +105,9 @@ class _Table:
             cursor.executemany(sql, params)
 
 
-_tables: dict[type, _Table] = {}
-
-
+@functools.cache
 def _table(model: type[db_models.Model]) -> _Table:
-    if model not in _tables:
-        _tables[model] = _Table(model)
-    return _tables[model]
+    return _Table(model)
 
 
 def insert_runs(runs: list[NewRun], session_pks: list[int], now: datetime) -> list[int]:
@@ -154,18 +156,11 @@ def update_sessions(sessions: list[models.Session], fields: list[str]) -> None:
     qn = connection.ops.quote_name
     meta = models.Session._meta
     chosen = [meta.get_field(name) for name in fields]
-    table = _table(models.Session)
-    adapters = [table._adapter(f) for f in chosen]
+    adapters = [_adapter(f) for f in chosen]
     sql = (
         f"UPDATE {qn(meta.db_table)} SET {', '.join(f'{qn(f.column)} = %s' for f in chosen)} "
         f"WHERE {qn(meta.pk.column)} = %s"
     )
-    params = []
-    for session in sessions:
-        values = []
-        for f, adapt in zip(chosen, adapters, strict=True):
-            value = getattr(session, f.attname)
-            values.append(adapt(value) if adapt is not None and value is not None else value)
-        params.append((*values, session.pk))
+    params = [(*_adapted(adapters, [getattr(s, f.attname) for f in chosen]), s.pk) for s in sessions]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)

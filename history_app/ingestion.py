@@ -416,9 +416,16 @@ def _is_plain(run: Run) -> bool:
     return (
         not run.parent_run_id
         and not provenance.run_fingerprints(run)
-        and not run.member_interactions
-        and not any(call.tool.startswith("delegate") for it in run.iterations for call in it.tool_calls)
+        and not _hands_out_tasks(run)
         and not any(provenance.is_linked_here(context) for context in run.injected_contexts)
+    )
+
+
+def _hands_out_tasks(run: Run) -> bool:
+    """Whether ``run`` hands members their tasks (interactions or delegations): a team run
+    whose arrival can settle its members' blocks (``_settle_members``)."""
+    return bool(run.member_interactions) or any(
+        call.tool.startswith("delegate") for it in run.iterations for call in it.tool_calls
     )
 
 
@@ -550,7 +557,7 @@ def _update_receipt(receipt: models.IngestReceipt, **fields: Any) -> None:
 
 def ingest_run(*, run: Run, source_format: str = "", digest: str | None = None) -> str:
     """Store one already-redacted run; returns "created", "updated" or "duplicate".
-    Its answer's HTML is rendered when the run is first shown (``present.output_html``)."""
+    Its answer's HTML is rendered when the run is first shown (``transcripts.answer_html``)."""
     digest = digest or content_hash(run)
     try:
         return _ingest_run(run, digest, source_format)
@@ -632,9 +639,7 @@ def _settle_members(team: Run) -> None:
     stored with (members of its session, under the session lock this transaction holds):
     each such member run is rewritten with the exact blocks (its content hash kept, so the
     same member run sent again is still a duplicate)."""
-    if not team.member_interactions and not any(
-        call.tool.startswith("delegate") for it in team.iterations for call in it.tool_calls
-    ):
+    if not _hands_out_tasks(team):
         return
     waiting = mapper.transcript_queryset().filter(
         parent_run_id=team.run_id,
