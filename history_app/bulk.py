@@ -33,6 +33,8 @@ class NewRun:
     tool_calls: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     interactions: list[dict[str, Any]] = field(default_factory=list)
     contexts: list[dict[str, Any]] = field(default_factory=list)
+    # (position of the iteration, None for the run's own, the call's values)
+    model_calls: list[tuple[int | None, dict[str, Any]]] = field(default_factory=list)
     document: str = ""
 
 
@@ -54,6 +56,10 @@ def new_run(run: Run, digest: str, source_format: str) -> NewRun:
         ],
         contexts=[
             mapper.context_values(position, context) for position, context in enumerate(run.injected_contexts)
+        ],
+        model_calls=[
+            (place, mapper.model_call_values(position, call))
+            for position, (place, call) in enumerate(mapper.model_call_places(run))
         ],
         document=search.document_for(run),
     )
@@ -137,6 +143,13 @@ def insert_runs(runs: list[NewRun], session_pks: list[int], now: datetime) -> li
             dict(values, run_id=pk, iteration_id=iteration_keys[pk, n])
             for new, pk in zip(runs, pks, strict=True)
             for n, values in new.tool_calls
+        ]
+    )
+    _table(models.ModelCall).insert(
+        [
+            dict(values, run_id=pk, iteration_id=None if n is None else iteration_keys[pk, n])
+            for new, pk in zip(runs, pks, strict=True)
+            for n, values in new.model_calls
         ]
     )
     _table(models.MemberInteraction).insert(

@@ -21,12 +21,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Count, Exists, Max, Min, OuterRef, Q
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import bulk, mapper, models, provenance, rollups, search
-from .agent_history import blocks, formats
+from . import bulk, mapper, models, pricing, provenance, rollups, search
+from .agent_history import blocks, formats, usage
 from .agent_history.records import (
     LONE_SURROGATE,
     SCHEMA,
@@ -122,6 +122,22 @@ def prepare_native(payload: dict[str, Any], *, redactor: Redactor, report: list[
     prepared = Run.from_dict(cleaned, max_depth=settings.HISTORY_MAX_DEPTH, structure_checked=True)
     mapper.make_times_aware(prepared)
     return prepared
+
+
+def complete_model_calls(run: Run) -> list[dict[str, Any]]:
+    """A prepared run's model calls as they are stored, in place: those its older fields
+    describe (run-level metrics), each message linked to the injected context it carries,
+    at most ``HISTORY_MAX_CALL_MESSAGES`` messages a call, and a price estimated where the
+    client reported none. Returns the receipt's note of messages left out, if any."""
+    usage.derive_model_calls(run)
+    usage.link_messages(run)
+    omitted = usage.cap_messages(run, settings.HISTORY_MAX_CALL_MESSAGES)
+    pricing.price_run(run)
+    if not omitted:
+        return []
+    return [
+        {"run_id": run.run_id, "path": "$.model_calls[*].messages", "rules": {"omitted_messages": omitted}}
+    ]
 
 
 def _checked_native(payload: dict[str, Any]) -> tuple[dict[str, Any], int, bool]:
@@ -258,6 +274,7 @@ def _prepare_item(
             return None
         result.run_id, result.session_id = run.run_id, run.session_id
         result.changed_fields.extend({"run_id": run.run_id, **entry} for entry in report)
+        result.changed_fields.extend(complete_model_calls(run))
         return _Pending(result, [run], [content_hash(run)], source_format or "native")
     try:
         detected, runs = formats.parse_detected(item, format=format, max_depth=settings.HISTORY_MAX_DEPTH)
@@ -276,6 +293,7 @@ def _prepare_item(
             result.errors.extend({"path": path, "message": message} for path, message in exc.errors)
             continue
         result.changed_fields.extend({"run_id": run.run_id, **entry} for entry in report)
+        result.changed_fields.extend(complete_model_calls(prepared[-1]))
     if result.errors or not prepared:
         return None
     return _Pending(result, prepared, [content_hash(run) for run in prepared], source_format or detected)
@@ -493,7 +511,18 @@ def _write_new_runs(items: list[_Pending], sessions: dict[str, models.Session]) 
 
 
 # What ``_add_to_session`` reads of a run.
-_COUNTED = ("status", "started_at", "ended_at", "agent_name", "framework", "user_id")
+_COUNTED = (
+    "status",
+    "started_at",
+    "ended_at",
+    "agent_name",
+    "framework",
+    "user_id",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "duration_ms",
+)
 
 
 RECEIPT_COUNT_KEYS = ("created", "updated", "duplicate", "rejected")
@@ -580,7 +609,7 @@ def _ingest_run(
     run = _settled_by_team_run(run)
     old_session_id = None
     previous = None
-    counted: rollups.Deltas = {}
+    counted = rollups.Deltas()
     if existing is None:
         row = models.Run(run_id=run.run_id)
         status = "created"
@@ -666,6 +695,7 @@ def delete_children(row: models.Run) -> None:
     """Delete a run's iterations, tool calls, interactions, contexts and provenance rows
     (before rewriting them)."""
     for queryset in (
+        row.model_calls.all(),
         row.tool_calls.all(),
         row.iterations.all(),
         row.member_interactions.all(),
@@ -723,6 +753,19 @@ def _write_children_of(
         for row, run in pairs
         for position, mi in enumerate(run.member_interactions)
     )
+    by_position = {}
+    for row, run in pairs:
+        for position in range(len(run.iterations)):
+            by_position[row.pk, position] = iteration_rows[len(by_position)]
+    models.ModelCall.objects.bulk_create(
+        models.ModelCall(
+            run=row,
+            iteration=None if place is None else by_position[row.pk, place],
+            **mapper.model_call_values(position, call),
+        )
+        for row, run in pairs
+        for position, (place, call) in enumerate(mapper.model_call_places(run))
+    )
     contexts = [
         [mapper.context_row(row, position, context) for position, context in enumerate(run.injected_contexts)]
         for row, run in pairs
@@ -739,6 +782,11 @@ def _refresh_session(session: models.Session) -> None:
         failed=Count("id", filter=Q(status="failed")),
         first=Min("started_at"),
         last=Max(Coalesce("ended_at", "started_at", "received_at")),
+        input_tokens=Sum("input_tokens"),
+        output_tokens=Sum("output_tokens"),
+        cost=Sum("cost"),
+        timed=Count("duration_ms"),
+        duration=Sum("duration_ms"),
     )
     latest = (
         runs.order_by(Coalesce("started_at", "received_at").desc(), "-id")
@@ -749,6 +797,9 @@ def _refresh_session(session: models.Session) -> None:
     session.failed_count = stats["failed"]
     session.first_started_at = stats["first"]
     session.last_activity_at = stats["last"] or timezone.now()
+    session.input_tokens, session.output_tokens = stats["input_tokens"] or 0, stats["output_tokens"] or 0
+    session.cost = stats["cost"]
+    session.timed_runs, session.duration_total_ms = stats["timed"], stats["duration"] or 0
     if latest is not None:
         session.last_status = latest.status
         session.agent_name = latest.agent_name
@@ -767,6 +818,11 @@ SESSION_COUNTERS = [
     "agent_name",
     "framework",
     "user_id",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "timed_runs",
+    "duration_total_ms",
     "updated_at",
 ]
 
@@ -777,6 +833,14 @@ def _add_to_session(session: models.Session, rows: list[models.Run], *, save: bo
     first = session.run_count == 0
     session.run_count += len(rows)
     session.failed_count += sum(row.status == "failed" for row in rows)
+    session.input_tokens += sum(row.input_tokens for row in rows)
+    session.output_tokens += sum(row.output_tokens for row in rows)
+    costs = [row.cost for row in rows if row.cost is not None]
+    if costs:
+        session.cost = (session.cost or 0) + sum(costs)
+    timed = [row.duration_ms for row in rows if row.duration_ms is not None]
+    session.timed_runs += len(timed)
+    session.duration_total_ms += sum(timed)
     starts = [row.started_at for row in rows if row.started_at is not None]
     if starts and (session.first_started_at is None or min(starts) < session.first_started_at):
         session.first_started_at = min(starts)

@@ -40,6 +40,8 @@ def make_times_aware(run: records.Run) -> None:
         iteration.started_at, iteration.ended_at = aware(iteration.started_at), aware(iteration.ended_at)
         for call in iteration.tool_calls:
             call.started_at, call.ended_at = aware(call.started_at), aware(call.ended_at)
+    for call in run.all_model_calls():
+        call.started_at, call.ended_at = aware(call.started_at), aware(call.ended_at)
 
 
 # -- record -> rows (times already aware: see make_times_aware) -------------------------
@@ -59,6 +61,13 @@ def fill_run(row: models.Run, run: records.Run) -> None:
     row.tool_call_count = sum(len(it.tool_calls) for it in run.iterations)
     row.tool_error_count = sum(1 for it in run.iterations for call in it.tool_calls if call.error)
     row.metrics, row.metadata, row.redactions = run.metrics, run.metadata, run.redactions
+    calls = run.all_model_calls()
+    row.model_call_count = len(calls)
+    row.input_tokens = sum(call.input_tokens or 0 for call in calls)
+    row.output_tokens = sum(call.output_tokens or 0 for call in calls)
+    costs = [call.cost for call in calls if call.cost is not None]
+    row.cost = sum(costs) if costs else None
+    row.unpriced_calls = sum(1 for call in calls if call.cost is None and call.total_tokens is not None)
 
 
 def iteration_values(position: int, it: records.Iteration) -> dict[str, Any]:
@@ -94,6 +103,37 @@ def tool_call_row(
     row: models.Run, iteration: models.Iteration, position: int, call: records.ToolCall
 ) -> models.ToolCall:
     return models.ToolCall(run=row, iteration=iteration, **tool_call_values(position, call))
+
+
+def model_call_values(position: int, call: records.ModelCall) -> dict[str, Any]:
+    return {
+        "position": position,
+        "model": call.model[:255],
+        "provider": call.provider[:255],
+        "messages_json": json.dumps([records._plain(m) for m in call.messages], ensure_ascii=False),
+        "message_count": len(call.messages),
+        "output": call.output,
+        "finish_reason": call.finish_reason[:64],
+        "input_tokens": call.input_tokens,
+        "output_tokens": call.output_tokens,
+        "cached_tokens": call.cached_tokens,
+        "reasoning_tokens": call.reasoning_tokens,
+        "cost": call.cost,
+        "cost_source": call.cost_source,
+        "price_source": call.price_source[:255],
+        "started_at": call.started_at,
+        "ended_at": call.ended_at,
+        "duration_ms": call.duration_ms,
+        "metadata": call.metadata,
+    }
+
+
+def model_call_places(run: records.Run) -> list[tuple[int | None, records.ModelCall]]:
+    """Each model call of ``run`` in position order, with its iteration's position (None
+    for the run's own calls)."""
+    return [(n, call) for n, it in enumerate(run.iterations) for call in it.model_calls] + [
+        (None, call) for call in run.model_calls
+    ]
 
 
 def interaction_values(position: int, mi: records.MemberInteraction) -> dict[str, Any]:
@@ -144,6 +184,7 @@ def transcript_queryset() -> Any:
         ),
         "member_interactions",
         "injected_contexts",
+        Prefetch("model_calls", queryset=models.ModelCall.objects.order_by("position")),
     )
 
 
@@ -159,7 +200,31 @@ def tool_call_record(call: models.ToolCall) -> records.ToolCall:
     )
 
 
-def iteration_record(it: models.Iteration, tool_calls: list[records.ToolCall]) -> records.Iteration:
+def model_call_record(call: models.ModelCall) -> records.ModelCall:
+    return records.ModelCall(
+        model=call.model,
+        provider=call.provider,
+        messages=[records.ModelMessage(**m) for m in call.messages],
+        output=call.output,
+        finish_reason=call.finish_reason,
+        input_tokens=call.input_tokens,
+        output_tokens=call.output_tokens,
+        cached_tokens=call.cached_tokens,
+        reasoning_tokens=call.reasoning_tokens,
+        cost=call.cost,
+        cost_source=call.cost_source,
+        price_source=call.price_source,
+        started_at=call.started_at,
+        ended_at=call.ended_at,
+        metadata=call.metadata,
+    )
+
+
+def iteration_record(
+    it: models.Iteration,
+    tool_calls: list[records.ToolCall],
+    model_calls: list[records.ModelCall] | None = None,
+) -> records.Iteration:
     return records.Iteration(
         index=it.index,
         name=it.name,
@@ -168,6 +233,7 @@ def iteration_record(it: models.Iteration, tool_calls: list[records.ToolCall]) -
         ended_at=it.ended_at,
         metadata=it.metadata,
         tool_calls=tool_calls,
+        model_calls=model_calls or [],
     )
 
 
@@ -192,6 +258,9 @@ def context_record(ctx: models.InjectedContext) -> records.InjectedContext:
 def run_record(run: models.Run, *, children: bool = True) -> records.Run:
     """The stored (redacted) run as a canonical record; with ``children``, from
     ``transcript_queryset``'s prefetches, else with none (the caller adds them)."""
+    calls: dict[int | None, list[records.ModelCall]] = {}
+    for call in run.model_calls.all() if children else ():
+        calls.setdefault(call.iteration_id, []).append(model_call_record(call))
     return records.Run(
         run_id=run.run_id,
         session_id=run.session.session_id,
@@ -209,13 +278,14 @@ def run_record(run: models.Run, *, children: bool = True) -> records.Run:
         started_at=run.started_at,
         ended_at=run.ended_at,
         iterations=[
-            iteration_record(it, [tool_call_record(call) for call in it.tool_calls.all()])
+            iteration_record(it, [tool_call_record(call) for call in it.tool_calls.all()], calls.get(it.pk))
             for it in (run.iterations.all() if children else ())
         ],
         member_interactions=[
             interaction_record(mi) for mi in (run.member_interactions.all() if children else ())
         ],
         injected_contexts=[context_record(ctx) for ctx in (run.injected_contexts.all() if children else ())],
+        model_calls=calls.get(None, []),
         metrics=run.metrics,
         metadata=run.metadata,
         redactions=run.redactions,

@@ -41,6 +41,12 @@ class Session(models.Model):
     # received the run: sessions are listed, and pruned, by this indexed column.
     last_activity_at = models.DateTimeField(db_index=True)
     pinned = models.BooleanField(default=False, help_text="Pinned sessions are never pruned.")
+    # Its runs' model calls, summed (issue #14): the sessions list shows them.
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.FloatField(null=True, blank=True, help_text="US dollars; null while no call has a price.")
+    timed_runs = models.PositiveIntegerField(default=0)
+    duration_total_ms = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -86,6 +92,12 @@ class Run(models.Model):
     iteration_count = models.PositiveIntegerField(default=0)
     tool_call_count = models.PositiveIntegerField(default=0)
     tool_error_count = models.PositiveIntegerField(default=0)
+    # Its model calls, summed (issue #14).
+    model_call_count = models.PositiveIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.FloatField(null=True, blank=True, help_text="US dollars; null while no call has a price.")
+    unpriced_calls = models.PositiveIntegerField(default=0, help_text="Calls with tokens but no price.")
     metrics = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     redactions = models.JSONField(default=dict, blank=True)
@@ -115,6 +127,10 @@ class Run(models.Model):
     @property
     def redaction_total(self) -> int:
         return sum(v for v in self.redactions.values() if isinstance(v, int))
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
 
 class Iteration(models.Model):
@@ -161,6 +177,59 @@ class ToolCall(models.Model):
     @property
     def params(self) -> object:
         return json.loads(self.params_json)
+
+
+class ModelCall(models.Model):
+    """One call to a model (issue #14): in an iteration, or the run's own when it is in
+    none. ``position`` orders all of a run's calls (iterations' first, then the run's); the
+    pages number them from 1."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_calls")
+    iteration = models.ForeignKey(
+        Iteration, null=True, blank=True, on_delete=models.CASCADE, related_name="model_calls"
+    )
+    position = models.PositiveIntegerField()
+    model = models.CharField(max_length=255, blank=True)
+    provider = models.CharField(max_length=255, blank=True)
+    # JSON text, as tool parameters: the messages in the order the model received them.
+    messages_json = models.TextField(default="[]")
+    message_count = models.PositiveIntegerField(default=0)
+    output = models.TextField(null=True, blank=True)
+    finish_reason = models.CharField(max_length=64, blank=True)
+    input_tokens = models.BigIntegerField(null=True, blank=True)
+    output_tokens = models.BigIntegerField(null=True, blank=True)
+    cached_tokens = models.BigIntegerField(null=True, blank=True)
+    reasoning_tokens = models.BigIntegerField(null=True, blank=True)
+    cost = models.FloatField(null=True, blank=True, help_text="US dollars.")
+    cost_source = models.CharField(max_length=16, blank=True)
+    price_source = models.CharField(max_length=255, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.BigIntegerField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "position"], name="modelcall_run_position_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model or 'model'} call {self.position + 1} of {self.run_id}"
+
+    @property
+    def number(self) -> int:
+        return self.position + 1
+
+    @property
+    def messages(self) -> list:
+        return json.loads(self.messages_json)
+
+    @property
+    def total_tokens(self) -> int | None:
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
 
 
 class MemberInteraction(models.Model):
@@ -387,3 +456,48 @@ class DailyStat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.tool or 'runs'}"
+
+
+class DailyUsage(models.Model):
+    """Model calls per day (of their run, as ``DailyStat``), model and agent: calls,
+    tokens and cost, and the calls with tokens but no price (issue #14)."""
+
+    day = models.DateField()
+    model = models.CharField(max_length=255, blank=True)
+    agent = models.CharField(max_length=255, blank=True)
+    calls = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.FloatField(default=0)
+    unpriced = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["day", "model", "agent"], name="dailyusage_day_model_agent_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.model or 'unknown model'} {self.agent}"
+
+
+class DailyLatency(models.Model):
+    """How many runs (``kind`` "run") and model calls ("model") took how long, per day, in
+    buckets a ninth wider each (``rollups.latency_bucket``): the stats page's percentiles
+    over time read a few hundred rows, whatever the number of runs."""
+
+    RUN, MODEL = "run", "model"
+
+    day = models.DateField()
+    kind = models.CharField(max_length=8)
+    bucket = models.IntegerField()
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "kind", "bucket"], name="dailylatency_day_kind_bucket_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.kind} bucket {self.bucket}"

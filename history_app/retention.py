@@ -26,6 +26,7 @@ PRUNE_COUNT_KEYS = (
     "runs",
     "iterations",
     "tool_calls",
+    "model_calls",
     "member_interactions",
     "injected_contexts",
     "search_documents",
@@ -81,6 +82,7 @@ def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, A
     """
     runs = {"run_id__in": run_ids} if run_ids is not None else {"run__session_id__in": session_ids}
     return [
+        ("model_calls", models.ModelCall.objects.filter(**runs)),
         ("tool_calls", models.ToolCall.objects.filter(**runs)),
         ("iterations", models.Iteration.objects.filter(**runs)),
         ("member_interactions", models.MemberInteraction.objects.filter(**runs)),

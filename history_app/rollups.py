@@ -3,7 +3,9 @@
 - ``SessionFacet``: the tools, statuses and agents of each session's runs, and whether any
   failed or had a tool error (the sessions list's filters);
 - ``DailyStat``: runs, failed runs, tool calls and failed calls per day and tool (the stats
-  page).
+  page);
+- ``DailyUsage``: model calls, tokens and cost per day, model and agent; ``DailyLatency``:
+  how many runs and model calls took how long, per day, in buckets (issue #14).
 
 Ingestion adds what it writes; a run rewritten takes off what it held first; pruning takes
 off what it deletes. Every change is an upsert of sums, rows in a fixed order (two writers
@@ -12,6 +14,7 @@ on PostgreSQL then lock them in the same order), inside the writer's transaction
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import date, datetime
@@ -22,8 +25,60 @@ from django.utils import timezone
 
 from . import models
 
-# (day, tool) -> [runs, failed, calls, errors]
-Deltas = dict[tuple[date, str], list[int]]
+
+class Deltas(dict):
+    """(day, tool) -> [runs, failed, calls, errors], with, beside it, ``usage``: (day,
+    model, agent) -> [calls, input tokens, output tokens, cost, unpriced calls], and
+    ``latency``: (day, "run" or "model", bucket) -> count."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.usage: dict[tuple[date, str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0, 0])
+        self.latency: dict[tuple[date, str, int], int] = defaultdict(int)
+
+
+# Latency buckets: each an eighth of an octave wide (about 9 %), so a percentile read from
+# them is within 4.5 % of the exact one.
+_RATIO = 2 ** (1 / 8)
+
+
+def latency_bucket(ms: int) -> int:
+    """The bucket of a duration in milliseconds: 0 for none, else 1 + log base 2^(1/8)."""
+    return 0 if ms <= 0 else 1 + math.floor(math.log(ms) / math.log(_RATIO) + 1e-9)
+
+
+def bucket_value(bucket: int) -> int:
+    """A bucket's duration: the geometric middle of what it holds."""
+    return 0 if bucket <= 0 else round(_RATIO ** (bucket - 1 + 0.5))
+
+
+def bucket_percentile(counts: dict[int, int], fraction: float) -> int | None:
+    """The duration at ``fraction`` of what ``counts`` (bucket -> count) holds."""
+    total = sum(counts.values())
+    if not total:
+        return None
+    rank = min(total - 1, max(0, round(fraction * (total - 1))))
+    seen = 0
+    for bucket in sorted(counts):
+        seen += counts[bucket]
+        if seen > rank:
+            return bucket_value(bucket)
+    return None
+
+
+def _add_usage(deltas: Deltas, day: date, agent: str, calls: Iterable[Any], sign: int) -> None:
+    """Model calls' usage (each with model, input_tokens, output_tokens, cost, duration_ms)."""
+    for call in calls:
+        row = deltas.usage[day, (call.model or "")[:255], agent[:255]]
+        row[0] += sign
+        row[1] += sign * (call.input_tokens or 0)
+        row[2] += sign * (call.output_tokens or 0)
+        row[3] += sign * (call.cost or 0.0)
+        row[4] += sign * (
+            call.cost is None and (call.input_tokens is not None or call.output_tokens is not None)
+        )
+        if call.duration_ms is not None:
+            deltas.latency[day, "model", latency_bucket(call.duration_ms)] += sign
 
 
 def day_of(when: datetime) -> date:
@@ -35,22 +90,23 @@ def contributions(runs: Iterable[tuple[datetime, str, Iterable[tuple[str, bool]]
     """What runs add to the daily counts: each given as (when, status, [(tool, failed)]).
     A call failed when its error is not empty (as ``Run.tool_error_count`` counts it):
     records and stored rows must say the same, or a rewrite takes off what was never added."""
-    deltas: Deltas = defaultdict(lambda: [0, 0, 0, 0])
+    deltas = Deltas()
     for when, status, calls in runs:
         day = day_of(when)
-        row = deltas[day, ""]
+        row = deltas.setdefault((day, ""), [0, 0, 0, 0])
         row[0] += sign
         row[1] += sign * (status == "failed")
         for tool, failed in calls:
-            row = deltas[day, tool]
+            row = deltas.setdefault((day, tool), [0, 0, 0, 0])
             row[2] += sign
             row[3] += sign * bool(failed)
     return deltas
 
 
 def record_contributions(records: Iterable[Any], received_at: datetime, sign: int = 1) -> Deltas:
-    """``contributions`` of canonical records (times already aware)."""
-    return contributions(
+    """``contributions`` of canonical records (times already aware), with their usage."""
+    records = list(records)
+    deltas = contributions(
         (
             (
                 run.started_at or received_at,
@@ -61,6 +117,12 @@ def record_contributions(records: Iterable[Any], received_at: datetime, sign: in
         ),
         sign,
     )
+    for run in records:
+        day = day_of(run.started_at or received_at)
+        _add_usage(deltas, day, run.agent_name or run.team_id or run.workflow_id, run.all_model_calls(), sign)
+        if run.duration_ms is not None:
+            deltas.latency[day, "run", latency_bucket(run.duration_ms)] += sign
+    return deltas
 
 
 def stored_contributions(run_pks: list[int], sign: int = -1) -> Deltas:
@@ -72,24 +134,48 @@ def stored_contributions(run_pks: list[int], sign: int = -1) -> Deltas:
         "run_id", "tool", "error"
     ):
         calls[run_id].append((tool, bool(failed)))
-    rows = models.Run.objects.filter(pk__in=run_pks).values_list("pk", "started_at", "received_at", "status")
-    return contributions(
-        ((started or received, status, calls[pk]) for pk, started, received, status in rows), sign
+    rows = list(
+        models.Run.objects.filter(pk__in=run_pks).values_list(
+            "pk", "started_at", "received_at", "status", "agent_name", "duration_ms"
+        )
     )
+    deltas = contributions(
+        ((started or received, status, calls[pk]) for pk, started, received, status, _, _ in rows), sign
+    )
+    model_calls: dict[int, list[Any]] = defaultdict(list)
+    for call in models.ModelCall.objects.filter(run_id__in=run_pks).only(
+        "run_id", "model", "input_tokens", "output_tokens", "cost", "duration_ms"
+    ):
+        model_calls[call.run_id].append(call)
+    for pk, started, received, _, agent, duration in rows:
+        day = day_of(started or received)
+        _add_usage(deltas, day, agent, model_calls[pk], sign)
+        if duration is not None:
+            deltas.latency[day, "run", latency_bucket(duration)] += sign
+    return deltas
 
 
 def merge(*all_deltas: Deltas) -> Deltas:
-    total: Deltas = defaultdict(lambda: [0, 0, 0, 0])
+    total = Deltas()
     for deltas in all_deltas:
         for key, values in deltas.items():
-            row = total[key]
+            row = total.setdefault(key, [0, 0, 0, 0])
             for n, value in enumerate(values):
                 row[n] += value
+        for key, values in getattr(deltas, "usage", {}).items():
+            row = total.usage[key]
+            for n, value in enumerate(values):
+                row[n] += value
+        for key, count in getattr(deltas, "latency", {}).items():
+            total.latency[key] += count
     return total
 
 
 def apply(deltas: Deltas) -> None:
-    """Add ``deltas`` to ``DailyStat`` (one upsert per row, in key order)."""
+    """Add ``deltas`` to ``DailyStat``, ``DailyUsage`` and ``DailyLatency`` (one upsert per
+    row, in key order)."""
+    _apply_usage(getattr(deltas, "usage", {}))
+    _apply_latency(getattr(deltas, "latency", {}))
     rows = [(day, tool, *values) for (day, tool), values in sorted(deltas.items()) if any(values)]
     if not rows:
         return
@@ -111,6 +197,50 @@ def apply(deltas: Deltas) -> None:
                 f"DELETE FROM {table} WHERE day = %s AND tool = %s AND runs = 0 AND failed = 0 "
                 "AND calls = 0 AND errors = 0",
                 taken,
+            )
+
+
+def _apply_usage(usage: dict[tuple[date, str, str], list[float]]) -> None:
+    rows = [(key, values) for key, values in sorted(usage.items()) if any(values)]
+    if not rows:
+        return
+    table = models.DailyUsage._meta.db_table
+    adapt = connection.ops.adapt_datefield_value
+    sums = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in _USAGE_COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} (day, model, agent, {', '.join(_USAGE_COLUMNS)}) "
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (day, model, agent) DO UPDATE SET {sums}",
+            [(adapt(day), model, agent, *values) for (day, model, agent), values in rows],
+        )
+        taken = [(adapt(day), model, agent) for (day, model, agent), values in rows if min(values) < 0]
+        if taken:
+            cursor.executemany(
+                f"DELETE FROM {table} WHERE day = %s AND model = %s AND agent = %s AND calls = 0 "
+                "AND input_tokens = 0 AND output_tokens = 0 AND unpriced = 0",
+                taken,
+            )
+
+
+_USAGE_COLUMNS = ("calls", "input_tokens", "output_tokens", "cost", "unpriced")
+
+
+def _apply_latency(latency: dict[tuple[date, str, int], int]) -> None:
+    rows = [(key, count) for key, count in sorted(latency.items()) if count]
+    if not rows:
+        return
+    table = models.DailyLatency._meta.db_table
+    adapt = connection.ops.adapt_datefield_value
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} (day, kind, bucket, count) VALUES (%s, %s, %s, %s) "
+            f"ON CONFLICT (day, kind, bucket) DO UPDATE SET count = {table}.count + excluded.count",
+            [(adapt(day), kind, bucket, count) for (day, kind, bucket), count in rows],
+        )
+        taken = [(adapt(day), kind, bucket) for (day, kind, bucket), count in rows if count < 0]
+        if taken:
+            cursor.executemany(
+                f"DELETE FROM {table} WHERE day = %s AND kind = %s AND bucket = %s AND count = 0", taken
             )
 
 

@@ -258,6 +258,9 @@ HISTORY_MAX_FIELD_CHARS = env_int("HISTORY_MAX_FIELD_CHARS", 256 * 1024, minimum
 HISTORY_MARKDOWN_BUDGET_MS = env_int("HISTORY_MARKDOWN_BUDGET_MS", 500, minimum=0)
 # Levels of objects/arrays in an ingested item (400 above). Capped well below Python's
 # recursion limit, which the code that copies, redacts and shows values relies on.
+# Messages kept per model call (the first ten and the most recent): each call of a loop
+# receives every message before it. How many a call left out is stored with it.
+HISTORY_MAX_CALL_MESSAGES = env_int("HISTORY_MAX_CALL_MESSAGES", 100, minimum=20, maximum=10_000)
 HISTORY_MAX_DEPTH = env_int("HISTORY_MAX_DEPTH", 64, minimum=8, maximum=200)
 HISTORY_PAGE_SIZE = env_int("HISTORY_PAGE_SIZE", 50, minimum=1)
 HISTORY_IDLE_GAP_SECONDS = env_int("HISTORY_IDLE_GAP_SECONDS", 300, minimum=1)

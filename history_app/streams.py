@@ -64,6 +64,10 @@ def _tool_call_dict(call: models.ToolCall) -> dict[str, Any]:
     return _as_dict(record, params=record.params)
 
 
+def _model_call_dict(call: models.ModelCall) -> dict[str, Any]:
+    return _as_dict(mapper.model_call_record(call), metadata=call.metadata)
+
+
 class RunReader:
     """The runs of a queryset, in ``RUN_ORDER``, with all their children."""
 
@@ -79,6 +83,9 @@ class RunReader:
         self.calls = _Children(children(models.ToolCall, "iteration__position", "position"), "iteration_id")
         self.interactions = _Children(children(models.MemberInteraction, "position"), "run_id")
         self.contexts = _Children(children(models.InjectedContext, "position"), "run_id")
+        self.model_calls = _Children(children(models.ModelCall, "position"), "run_id")
+        # The model calls of the run being read, by iteration key (None: the run's own).
+        self._calls_of: dict[int | None, list[models.ModelCall]] = {}
 
     def shells(self) -> Iterator[tuple[models.Run, records.Run]]:
         """Each run with its member interactions and contexts; iterations come from
@@ -87,6 +94,10 @@ class RunReader:
             record = mapper.run_record(run, children=False)
             record.member_interactions = [mapper.interaction_record(m) for m in self.interactions.of(run.pk)]
             record.injected_contexts = [mapper.context_record(c) for c in self.contexts.of(run.pk)]
+            self._calls_of = {}
+            for call in self.model_calls.of(run.pk):
+                self._calls_of.setdefault(call.iteration_id, []).append(call)
+            record.model_calls = [mapper.model_call_record(c) for c in self._calls_of.get(None, [])]
             yield run, record
 
     def iterations_of(self, run: models.Run) -> Iterator[tuple[models.Iteration, Iterator[models.ToolCall]]]:
@@ -106,6 +117,7 @@ class RunReader:
             yield _as_dict(
                 record,
                 iterations=Lazy(self._iteration_dicts(run)),
+                model_calls=[_model_call_dict(c) for c in self._calls_of.get(None, [])],
                 injected_contexts=[_as_dict(c, settings=c.settings) for c in record.injected_contexts],
                 metrics=record.metrics,
                 metadata=record.metadata,
@@ -117,12 +129,17 @@ class RunReader:
                 mapper.iteration_record(iteration, []),
                 metadata=iteration.metadata,
                 tool_calls=Lazy(map(_tool_call_dict, calls)),
+                model_calls=[_model_call_dict(c) for c in self._calls_of.get(iteration.pk, [])],
             )
 
     def iteration_records(self, run: models.Run) -> Iterator[records.Iteration]:
         """A run's iterations as records, one at a time."""
         for it, calls in self.iterations_of(run):
-            yield mapper.iteration_record(it, [mapper.tool_call_record(c) for c in calls])
+            yield mapper.iteration_record(
+                it,
+                [mapper.tool_call_record(c) for c in calls],
+                [mapper.model_call_record(c) for c in self._calls_of.get(it.pk, [])],
+            )
 
 
 def run_markdown(reader: RunReader) -> Iterator[str]:

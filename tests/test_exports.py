@@ -80,10 +80,10 @@ def test_session_export_query_count_does_not_grow(alice_client, ingest, django_a
         for i in range(20)
     ]
     ingest(runs)
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         alice_client.get("/sessions/big/export.html").getvalue()
     ingest([{**r, "run_id": f"x{r['run_id']}"} for r in runs])
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         alice_client.get("/sessions/big/export.json").getvalue()
 
 

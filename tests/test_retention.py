@@ -65,7 +65,7 @@ def test_dry_run_reports_exact_counts_and_deletes_nothing(sessions):
     before = counts()
     output = run_command("--older-than", "30", "--dry-run")
     assert output.strip() == (
-        "Would remove: 2 sessions, 4 runs, 4 iterations, 8 tool calls, 4 member interactions, "
+        "Would remove: 2 sessions, 4 runs, 4 iterations, 8 tool calls, 0 model calls, 4 member interactions, "
         "4 injected contexts, 4 search documents."
     )
     assert counts() == before

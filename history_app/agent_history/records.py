@@ -31,6 +31,15 @@ CONTEXT_KINDS = (
     "instructions",
     "custom",
 )
+# What a message a model received was, where known (``ModelMessage.part``): the agent's
+# instructions, history replayed from earlier runs, other injected context, the new input,
+# or this run's own earlier turns (answers and tool results of the loop so far).
+MESSAGE_PARTS = ("instructions", "history", "context", "input", "run")
+# How a call's cost is known: as the model client reported it, or estimated on the server
+# from its tokens and a price list (``price_source`` names which).
+COST_SOURCES = ("reported", "estimated")
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens")
+MAX_TOKENS = 2**63 - 1
 MAX_ID_LENGTH = 255
 # Levels of objects and arrays an item may hold, the item itself being the first. Deeper
 # values exhaust Python's recursion limit in the code that copies, redacts and shows them.
@@ -70,11 +79,62 @@ class ToolCall:
 
 
 @dataclass
+class ModelMessage:
+    """One message a model call received, in the order it received them."""
+
+    role: str
+    content: str = ""
+    # One of MESSAGE_PARTS, or "" where unknown.
+    part: str = ""
+    # The position (0-based) in the run's ``injected_contexts`` of the context this
+    # message carries, where known: pages link the message to the inspector.
+    context: int | None = None
+
+
+@dataclass
+class ModelCall:
+    """One call to a model: what it received, what it answered, its tokens and cost."""
+
+    model: str = ""
+    provider: str = ""
+    messages: list[ModelMessage] = field(default_factory=list)
+    output: str | None = None
+    finish_reason: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    # In US dollars; None when no price is known (never a made-up figure).
+    cost: float | None = None
+    cost_source: str = ""  # one of COST_SOURCES, or "" without a cost
+    price_source: str = ""  # who reported or priced it ("genai-prices 0.0.40", "autourgos")
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return round((_aware(self.ended_at) - _aware(self.started_at)).total_seconds() * 1000)
+
+    @property
+    def total_tokens(self) -> int | None:
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+
+@dataclass
 class Iteration:
     index: int
     name: str = ""
     thought: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    model_calls: list[ModelCall] = field(default_factory=list)
     started_at: datetime | None = None
     ended_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -125,6 +185,9 @@ class Run:
     iterations: list[Iteration] = field(default_factory=list)
     member_interactions: list[MemberInteraction] = field(default_factory=list)
     injected_contexts: list[InjectedContext] = field(default_factory=list)
+    # Model calls not placed in an iteration (an agent without iterations; the totals a
+    # run reported for all its calls, ``metadata["aggregate"]``, when it gave no more).
+    model_calls: list[ModelCall] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     redactions: dict[str, int] = field(default_factory=dict)
@@ -138,6 +201,10 @@ class Run:
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    def all_model_calls(self) -> list[ModelCall]:
+        """Every model call of the run in order: each iteration's, then the run's own."""
+        return [call for it in self.iterations for call in it.model_calls] + list(self.model_calls)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"schema": SCHEMA}
@@ -488,6 +555,70 @@ def _read_tool_call(data: Any, path: str, errors: list[tuple[str, str]]) -> Tool
     )
 
 
+def _read_message(data: Any, path: str, errors: list[tuple[str, str]]) -> ModelMessage | None:
+    r = _obj(data, path, errors)
+    if r is None:
+        return None
+    position = data.get("context")
+    if position is not None and not is_index(position):
+        r.fail("context", INDEX_RANGE)
+        position = None
+    part = data.get("part")
+    return ModelMessage(
+        role=r.text("role") or "",
+        content=r.text("content") or "",
+        part=r.choice("part", MESSAGE_PARTS, "") if part not in (None, "") else "",
+        context=position,
+    )
+
+
+def _count(r: _Reader, key: str) -> int | None:
+    value = r.data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+        r.fail(key, "must be a whole number of tokens, 0 or more")
+        return None
+    return value
+
+
+def _read_model_call(data: Any, path: str, errors: list[tuple[str, str]]) -> ModelCall | None:
+    r = _obj(data, path, errors)
+    if r is None:
+        return None
+    cost = data.get("cost")
+    if cost is not None and (
+        isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0
+    ):
+        r.fail("cost", "must be a number, 0 or more (US dollars)")
+        cost = None
+    source = data.get("cost_source")
+    messages = [_read_message(item, p, errors) for p, item in r.items("messages")]
+    return ModelCall(
+        model=r.text("model") or "",
+        provider=r.text("provider") or "",
+        messages=[m for m in messages if m is not None],
+        output=r.text("output", None),
+        finish_reason=r.text("finish_reason") or "",
+        input_tokens=_count(r, "input_tokens"),
+        output_tokens=_count(r, "output_tokens"),
+        cached_tokens=_count(r, "cached_tokens"),
+        reasoning_tokens=_count(r, "reasoning_tokens"),
+        cost=None if cost is None else float(cost),
+        cost_source=(
+            ""
+            if cost is None
+            else r.choice("cost_source", COST_SOURCES, "reported")
+            if source not in (None, "")
+            else "reported"
+        ),
+        price_source=r.text("price_source") or "",
+        started_at=r.time("started_at"),
+        ended_at=r.time("ended_at"),
+        metadata=r.mapping("metadata"),
+    )
+
+
 def _read_iteration(data: Any, path: str, errors: list[tuple[str, str]], position: int) -> Iteration | None:
     r = _obj(data, path, errors)
     if r is None:
@@ -497,11 +628,13 @@ def _read_iteration(data: Any, path: str, errors: list[tuple[str, str]], positio
         r.fail("index", INDEX_RANGE)
         index = position
     calls = [_read_tool_call(item, p, errors) for p, item in r.items("tool_calls")]
+    model_calls = [_read_model_call(item, p, errors) for p, item in r.items("model_calls")]
     return Iteration(
         index=index,
         name=r.text("name") or "",
         thought=r.text("thought", None),
         tool_calls=[c for c in calls if c is not None],
+        model_calls=[c for c in model_calls if c is not None],
         started_at=r.time("started_at"),
         ended_at=r.time("ended_at"),
         metadata=r.mapping("metadata"),
@@ -543,6 +676,16 @@ def _read_context(data: Any, path: str, errors: list[tuple[str, str]]) -> Inject
     )
 
 
+def _check_message_links(
+    call: ModelCall | None, path: str, contexts: int, errors: list[tuple[str, str]]
+) -> None:
+    for m, message in enumerate(call.messages if call else ()):
+        if message.context is not None and message.context >= contexts:
+            errors.append(
+                (f"{path}.messages[{m}].context", f"names no injected context (the run has {contexts})")
+            )
+
+
 def _read_run(data: Any, path: str, errors: list[tuple[str, str]]) -> Run | None:
     r = _obj(data, path, errors)
     if r is None:
@@ -550,10 +693,16 @@ def _read_run(data: Any, path: str, errors: list[tuple[str, str]]) -> Run | None
     iterations = [_read_iteration(item, p, errors, i) for i, (p, item) in enumerate(r.items("iterations"))]
     interactions = [_read_interaction(item, p, errors) for p, item in r.items("member_interactions")]
     contexts = [_read_context(item, p, errors) for p, item in r.items("injected_contexts")]
+    model_calls = [_read_model_call(item, p, errors) for p, item in r.items("model_calls")]
     redactions = r.mapping("redactions")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in redactions.values()):
         r.fail("redactions", "must map rule names to counts")
         redactions = {}
+    for c, call in enumerate(model_calls):
+        _check_message_links(call, f"{path}.model_calls[{c}]", len(contexts), errors)
+    for i, iteration in enumerate(iterations):
+        for c, call in enumerate(iteration.model_calls if iteration else ()):
+            _check_message_links(call, f"{path}.iterations[{i}].model_calls[{c}]", len(contexts), errors)
     known = {f.name for f in fields(Run)} | {"schema"}
     metadata = dict(r.mapping("metadata"))
     # Unknown fields are kept, never dropped silently.
@@ -579,6 +728,7 @@ def _read_run(data: Any, path: str, errors: list[tuple[str, str]]) -> Run | None
         iterations=[i for i in iterations if i is not None],
         member_interactions=[i for i in interactions if i is not None],
         injected_contexts=[c for c in contexts if c is not None],
+        model_calls=[c for c in model_calls if c is not None],
         metrics=r.mapping("metrics"),
         metadata=metadata,
         redactions=dict(redactions),

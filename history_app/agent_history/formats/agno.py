@@ -20,11 +20,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .. import blocks, context
+from .. import blocks, context, usage
 from ..records import (
     InjectedContext,
     Iteration,
     MemberInteraction,
+    ModelCall,
     RecordError,
     Run,
     ToolCall,
@@ -185,10 +186,12 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
         return call
 
     iterations: list[Iteration] = []
-    for m, message in enumerate(payload.get("messages") or []):
+    messages = payload.get("messages") or []
+    for m, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("from_history") or message.get("role") != "assistant":
             continue
         iteration = Iteration(index=len(iterations) + 1, thought=value_text(message.get("content")) or None)
+        iteration.model_calls.append(_model_call(payload, messages[:m], message))
         for k, raw in enumerate(message.get("tool_calls") or []):
             function = raw.get("function") or {}
             call_id = raw.get("id")
@@ -217,6 +220,61 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
             )
         )
     return iterations, executions
+
+
+def _part(message: dict[str, Any], seen_input: bool) -> str:
+    """What a message an agno model call received was (``ModelMessage.part``)."""
+    if message.get("from_history"):
+        return "history"
+    role = message.get("role")
+    if role in ("system", "developer"):
+        return "instructions"
+    if role == "user" and not seen_input:
+        return "input"
+    return "run"
+
+
+def _model_call(payload: dict[str, Any], before: list[Any], answer: dict[str, Any]) -> ModelCall:
+    """The model call that answered with ``answer``: it received every message before it
+    (agno sends the whole list each turn), its tokens are the answer's ``metrics``."""
+    metrics = answer.get("metrics") if isinstance(answer.get("metrics"), dict) else {}
+    received = []
+    seen_input = False
+    for message in before:
+        if not isinstance(message, dict):
+            continue
+        part = _part(message, seen_input)
+        seen_input = seen_input or part == "input"
+        content = message.get("content")
+        if content is None and message.get("tool_calls"):
+            content = message["tool_calls"]
+        received.append(usage.message(message.get("role"), content, part))
+    call = usage.call_from_usage(
+        metrics,
+        model=value_text(payload.get("model")) or "",
+        provider=value_text(payload.get("model_provider")) or "",
+        messages=received,
+        output=value_text(answer.get("content")),
+    )
+    if answer.get("tool_calls"):
+        call.finish_reason = "tool_calls"
+    ended = _safe_time(answer.get("created_at"))
+    duration = usage.number(metrics.get("duration"))
+    if ended is not None:
+        call.ended_at = ended
+        if duration is not None:
+            call.started_at = ended - timedelta(seconds=duration)
+    ttft = usage.number(metrics.get("time_to_first_token"))
+    if ttft is not None:
+        call.metadata["time_to_first_token_ms"] = round(ttft * 1000, 3)
+    return call
+
+
+def _safe_time(value: Any) -> datetime | None:
+    try:
+        return _time(value)
+    except ValueError:
+        return None
 
 
 def replay_text(messages: list[dict[str, Any]]) -> str:
