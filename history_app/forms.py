@@ -151,6 +151,12 @@ class SliceForm(QueryForm):
         self.fields["start"] = WholeNumberField(low=0, high=high, default=0)
 
 
+class ModelCallForm(QueryForm):
+    """A model call's page: ``full`` is the message shown whole (counted from 0)."""
+
+    full = WholeNumberField(low=0, high=2**31 - 1, blank_is_default=True)
+
+
 class StatsForm(QueryForm):
     days = WholeNumberField(low=1, high=365, default=30)
 

@@ -255,6 +255,10 @@ def session_summary(session: models.Session) -> dict[str, Any]:
         "first_started_at": _iso(session.first_started_at),
         "last_activity_at": _iso(session.last_activity_at),
         "pinned": session.pinned,
+        "input_tokens": session.input_tokens,
+        "output_tokens": session.output_tokens,
+        "cost": session.cost,
+        "mean_duration_ms": session.mean_duration_ms,
     }
 
 
@@ -275,6 +279,11 @@ def run_summary(run: models.Run) -> dict[str, Any]:
         "iteration_count": run.iteration_count,
         "tool_call_count": run.tool_call_count,
         "tool_error_count": run.tool_error_count,
+        "model_call_count": run.model_call_count,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "cost": run.cost,
+        "unpriced_calls": run.unpriced_calls,
         "redactions": run.redactions,
     }
 

@@ -65,6 +65,15 @@ class Session(models.Model):
     def get_absolute_url(self) -> str:
         return reverse("history_app:session_detail", args=[self.session_id])
 
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def mean_duration_ms(self) -> int | None:
+        """The mean duration of its runs that have one."""
+        return round(self.duration_total_ms / self.timed_runs) if self.timed_runs else None
+
 
 class Run(models.Model):
     run_id = models.CharField(max_length=255, unique=True)

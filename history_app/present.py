@@ -239,7 +239,9 @@ def waterfall_svg(run: Any, parts: list[tuple[Any, list[Any]]]) -> SafeString | 
 # -- bar charts for the stats page ---------------------------------------------------------
 
 
-def bar_chart_svg(points: list[tuple[str, float]], *, label: str, unit: str = "") -> SafeString:
+def bar_chart_svg(
+    points: list[tuple[str, float]], *, label: str, unit: str = "", prefix: str = ""
+) -> SafeString:
     """A vertical bar chart of (label, value) points; the accessible table sits beside it."""
     width, height, left, bottom, top = 1000, 220, 48, 28, 14
     if not points:
@@ -254,7 +256,8 @@ def bar_chart_svg(points: list[tuple[str, float]], *, label: str, unit: str = ""
         out.append(f'<line class="wf-grid" x1="{left}" y1="{y:.1f}" x2="{width - 8}" y2="{y:.1f}"/>')
         shown = f"{value:.0f}" if peak >= 10 else f"{value:.2g}"
         out.append(
-            f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{shown}{escape(unit)}</text>'
+            f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{escape(prefix)}{shown}{escape(unit)}</text>"
         )
     every = max(1, len(points) // 10)
     for n, (name, value) in enumerate(points):
@@ -263,12 +266,60 @@ def bar_chart_svg(points: list[tuple[str, float]], *, label: str, unit: str = ""
         y = top + plot_h - h
         out.append(
             f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{step * 0.7:.1f}" height="{max(h, 0):.1f}">'
-            f"<title>{escape(name)}: {value:g}{escape(unit)}</title></rect>"
+            f"<title>{escape(name)}: {escape(prefix)}{value:g}{escape(unit)}</title></rect>"
         )
         if n % every == 0:
             out.append(
                 f'<text class="wf-axis" x="{x + step * 0.35:.1f}" y="{height - 8}" text-anchor="middle">'
                 f"{escape(name[-5:])}</text>"
+            )
+    out.append("</svg>")
+    return mark_safe("".join(out))
+
+
+def line_chart_svg(
+    points: list[tuple[str, dict[str, float | None]]], *, series: list[str], label: str, unit: str = ""
+) -> SafeString:
+    """Lines, one per name in ``series``, over (label, {name: value or None}) points; a
+    day without a value breaks its line. The accessible table sits beside it."""
+    width, height, left, bottom, top = 1000, 220, 56, 28, 14
+    values = [v for _, point in points for v in point.values() if v is not None]
+    if not points or not values:
+        return mark_safe("")
+    peak = max(values) or 1
+    plot_w, plot_h = width - left - 8, height - top - bottom
+    step = plot_w / len(points)
+    out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">']
+    for i in range(3):
+        value = peak * i / 2
+        y = top + plot_h - plot_h * i / 2
+        out.append(f'<line class="wf-grid" x1="{left}" y1="{y:.1f}" x2="{width - 8}" y2="{y:.1f}"/>')
+        out.append(
+            f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{value:.0f}{escape(unit)}</text>'
+        )
+    for k, name in enumerate(series):
+        runs: list[list[str]] = [[]]
+        for n, (day, point) in enumerate(points):
+            value = point.get(name)
+            if value is None:
+                runs.append([])
+                continue
+            x = left + n * step + step / 2
+            y = top + plot_h - plot_h * value / peak
+            runs[-1].append(f"{x:.1f},{y:.1f}")
+            out.append(
+                f'<circle class="line-{k}" cx="{x:.1f}" cy="{y:.1f}" r="3">'
+                f"<title>{escape(day)} {escape(name)}: {value:g}{escape(unit)}</title></circle>"
+            )
+        for run in runs:
+            if len(run) > 1:
+                out.append(f'<polyline class="line-{k}" fill="none" points="{" ".join(run)}"/>')
+    every = max(1, len(points) // 10)
+    for n, (day, _) in enumerate(points):
+        if n % every == 0:
+            x = left + n * step + step / 2
+            out.append(
+                f'<text class="wf-axis" x="{x:.1f}" y="{height - 8}" text-anchor="middle">{escape(day[-5:])}</text>'
             )
     out.append("</svg>")
     return mark_safe("".join(out))

@@ -268,6 +268,10 @@ HISTORY_IDLE_GAP_SECONDS = env_int("HISTORY_IDLE_GAP_SECONDS", 300, minimum=1)
 # HISTORY_RUN_PAGE_TOOL_CALLS tool calls of each and its first HISTORY_RUN_PAGE_CONTEXTS
 # injected contexts; "show more" loads the next slice of each.
 HISTORY_RUN_PAGE_ITERATIONS = env_int("HISTORY_RUN_PAGE_ITERATIONS", 20, minimum=1)
+# Model calls listed on a run page at a time (each call's messages are on its own page),
+# and the characters of a message a call's page shows before "show all".
+HISTORY_RUN_PAGE_MODEL_CALLS = env_int("HISTORY_RUN_PAGE_MODEL_CALLS", 50, minimum=1)
+HISTORY_MESSAGE_PREVIEW_CHARS = env_int("HISTORY_MESSAGE_PREVIEW_CHARS", 20_000, minimum=100)
 HISTORY_RUN_PAGE_TOOL_CALLS = env_int("HISTORY_RUN_PAGE_TOOL_CALLS", 20, minimum=1)
 HISTORY_RUN_PAGE_CONTEXTS = env_int("HISTORY_RUN_PAGE_CONTEXTS", 20, minimum=1)
 # A session page shows at most this many items of each list nested in a run's row (a team

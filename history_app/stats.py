@@ -10,7 +10,7 @@ from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import models
+from . import models, rollups
 from .mapper import day_start
 
 
@@ -60,7 +60,9 @@ def stats(*, days: int) -> dict[str, Any]:
         .annotate(count=Count("id"), latest=Max("run_id"))
         .order_by("-count", "error")[:10]
     )
+    usage = _usage(days=days, today=today, since=since)
     return {
+        **usage,
         "days": days,
         "since": since.date(),
         "series": series,
@@ -72,4 +74,62 @@ def stats(*, days: int) -> dict[str, Any]:
         "timed": timed,
         "tools": list(tools),
         "errors": list(errors),
+    }
+
+
+def _usage(*, days: int, today: Any, since: Any) -> dict[str, Any]:
+    """Model calls, tokens and cost per day, per model and per agent, and the p50 and p95
+    latency of runs and model calls per day (issue #14): four reads of the daily rollups
+    (a row per day, model and agent; a row per day, kind and latency bucket)."""
+    usage = models.DailyUsage.objects.filter(day__gte=since.date())
+    sums = {
+        "calls": Sum("calls"),
+        "input_tokens": Sum("input_tokens"),
+        "output_tokens": Sum("output_tokens"),
+        "cost": Sum("cost"),
+        "unpriced": Sum("unpriced"),
+    }
+    by_day = {row["day"]: row for row in usage.values("day").annotate(**sums).order_by()}
+    latency: dict[tuple[Any, str], dict[int, int]] = {}
+    for day, kind, bucket, count in (
+        models.DailyLatency.objects.filter(day__gte=since.date())
+        .values_list("day", "kind", "bucket", "count")
+        .order_by()
+    ):
+        if count > 0:
+            latency.setdefault((day, kind), {})[bucket] = count
+    series = []
+    window: dict[str, dict[int, int]] = {"run": {}, "model": {}}
+    for n in range(days):
+        day = today - timedelta(days=days - 1 - n)
+        row = by_day.get(day) or {}
+        point = {
+            "day": day,
+            "calls": row.get("calls") or 0,
+            "input_tokens": row.get("input_tokens") or 0,
+            "output_tokens": row.get("output_tokens") or 0,
+            "cost": row.get("cost") or 0.0,
+        }
+        for kind in ("run", "model"):
+            counts = latency.get((day, kind), {})
+            point[f"{kind}_p50"] = rollups.bucket_percentile(counts, 0.5)
+            point[f"{kind}_p95"] = rollups.bucket_percentile(counts, 0.95)
+            for bucket, count in counts.items():
+                window[kind][bucket] = window[kind].get(bucket, 0) + count
+        series.append(point)
+
+    def top(field: str) -> list[dict[str, Any]]:
+        rows = usage.values(field).annotate(**sums).order_by("-cost", "-input_tokens", field)[:10]
+        return [{**row, "name": row[field]} for row in rows]
+
+    return {
+        "usage_series": series,
+        "usage_total": {
+            key: sum(p[key] for p in series) for key in ("calls", "input_tokens", "output_tokens", "cost")
+        },
+        "unpriced": sum((row.get("unpriced") or 0) for row in by_day.values()),
+        "per_model": top("model"),
+        "per_agent": top("agent"),
+        "model_p50": rollups.bucket_percentile(window["model"], 0.5),
+        "model_p95": rollups.bucket_percentile(window["model"], 0.95),
     }

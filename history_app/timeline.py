@@ -95,7 +95,16 @@ def session_timeline(*, session: models.Session, idle_gap_ms: int, nested: int =
         if run.run_id in seen:  # a cycle in parent ids: show each run once
             return
         seen.add(run.run_id)
-        tokens = {k: v for k in TOKEN_KEYS if isinstance(v := (run.metrics or {}).get(k), int)}
+        # From its model calls (issue #14); a run without them shows none.
+        tokens = (
+            {
+                "input_tokens": run.input_tokens,
+                "output_tokens": run.output_tokens,
+                "total_tokens": run.input_tokens + run.output_tokens,
+            }
+            if run.model_call_count
+            else {}
+        )
         run_steps, steps_total = steps.get(run.pk, (None, 0))
         run_interactions, interactions_total = interactions.get(run.pk, (None, 0))
         rows.append(
@@ -143,4 +152,5 @@ def session_timeline(*, session: models.Session, idle_gap_ms: int, nested: int =
             "failed": sum(1 for run in runs if run.status == "failed"),
         },
         "tokens": {k: v for k, v in totals.items() if v},
+        "cost": session.cost,
     }

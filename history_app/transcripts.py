@@ -53,6 +53,15 @@ class IterationSlice:
     more_from: int | None  # position of the first iteration not shown, if any
     # Iteration name -> the contexts sent at that step (only names in this slice).
     step_contexts: dict[str, StepContexts] = field(default_factory=dict)
+    # Iteration key -> its model calls (without their messages), the first few of each.
+    model_calls: dict[int, list[models.ModelCall]] = field(default_factory=dict)
+
+
+@dataclass
+class ModelCallSlice:
+    calls: list[models.ModelCall]  # without their messages, output and metadata
+    more_from: int | None
+    total: int
 
 
 @dataclass
@@ -107,7 +116,41 @@ def iteration_slice(*, run: models.Run, start: int = 0) -> IterationSlice:
         calls.setdefault(call.iteration_id, []).append(call)
     parts = [CallSlice(it, *_split(calls.get(it.pk, []), call_limit)) for it in iterations]
     names = {it.name for it in iterations if it.name}
-    return IterationSlice(parts, more_from, _step_contexts(run, names))
+    model_calls: dict[int, list[models.ModelCall]] = {}
+    if run.model_call_count:
+        rows = _listed_calls(models.ModelCall.objects.filter(iteration__in=iterations))
+        for call in rows.order_by("position")[: call_limit * len(iterations)]:
+            model_calls.setdefault(call.iteration_id, []).append(call)
+    return IterationSlice(parts, more_from, _step_contexts(run, names), model_calls)
+
+
+def _listed_calls(queryset: QuerySet) -> QuerySet:
+    """Model calls as lists show them: not their messages, answer or metadata."""
+    return queryset.defer("messages_json", "output", "metadata").annotate(is_total=KT("metadata__aggregate"))
+
+
+def model_call_slice(*, run: models.Run, start: int = 0) -> ModelCallSlice:
+    """The run's model calls from position ``start`` (one query; none when it has none)."""
+    if not run.model_call_count:
+        return ModelCallSlice([], None, 0)
+    limit = settings.HISTORY_RUN_PAGE_MODEL_CALLS
+    rows = _listed_calls(models.ModelCall.objects.filter(run=run, position__gte=start))
+    rows = rows.select_related("iteration").defer("iteration__thought", "iteration__metadata")
+    rows = rows.order_by("position")
+    calls, more_from = _split(list(rows[: limit + 1]), limit)
+    return ModelCallSlice(calls, more_from, run.model_call_count)
+
+
+def get_model_call(run: models.Run, number: int) -> models.ModelCall:
+    """The run's ``number``-th model call (counted from 1), with its iteration."""
+    call = (
+        models.ModelCall.objects.select_related("iteration").filter(run=run, position=number - 1).first()
+        if 1 <= number <= MAX_START
+        else None
+    )
+    if call is None:
+        raise Http404("No such model call")
+    return call
 
 
 def _step_contexts(run: models.Run, names: set[str]) -> dict[str, StepContexts]:
@@ -158,3 +201,17 @@ def call_slice(*, iteration: models.Iteration, start: int) -> CallSlice:
     limit = settings.HISTORY_RUN_PAGE_TOOL_CALLS
     rows = models.ToolCall.objects.filter(iteration=iteration, position__gte=start).order_by("position")
     return CallSlice(iteration, *_split(list(rows[: limit + 1]), limit))
+
+
+def cost_sources(run: models.Run) -> list[dict[str, str]]:
+    """Where the run's costs came from: each (provider, reported or estimated, price list)
+    once, at most five (one query; none without a cost)."""
+    if run.cost is None:
+        return []
+    rows = (
+        models.ModelCall.objects.filter(run=run, cost__isnull=False)
+        .order_by()
+        .values("provider", "cost_source", "price_source")
+        .distinct()
+    )
+    return list(rows[:5])

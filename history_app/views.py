@@ -23,7 +23,7 @@ from django.views.decorators.vary import vary_on_headers
 from . import inspector, listing, models, paging, present, streams, transcripts
 from .agent_history import jsonstream
 from .agent_history.jsonstream import Lazy
-from .forms import SliceForm, StatsForm
+from .forms import ModelCallForm, SliceForm, StatsForm
 from .rendering import render_markdown
 from .stats import stats as stats_numbers
 from .timeline import session_timeline
@@ -138,6 +138,8 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "contexts": transcripts.context_slice(run=run),
         "output_html": transcripts.answer_html(run),
         "slice": iterations,
+        "model_calls": transcripts.model_call_slice(run=run),
+        "cost_sources": transcripts.cost_sources(run),
         "waterfall": present.waterfall_svg(run, [(p.iteration, p.calls) for p in iterations.parts]),
     }
     return render(request, _template(request, "run_detail", "transcript"), context)
@@ -190,6 +192,40 @@ def run_contexts(request: HttpRequest, run_id: str) -> HttpResponse:
     run = transcripts.get_run(run_id)
     build = lambda start: transcripts.context_slice(run=run, start=start)  # noqa: E731
     return _slice_response(request, run, build, "contexts", "contexts", "context-items")
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def run_model_calls(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The next model calls of a run, from position ``start``."""
+    run = transcripts.get_run(run_id)
+    build = lambda start: transcripts.model_call_slice(run=run, start=start)  # noqa: E731
+    return _slice_response(request, run, build, "model_calls", "model-calls", "model-call-rows")
+
+
+@require_GET
+@login_required
+def model_call_detail(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
+    """One model call: what it received (each message marked as instructions, history,
+    injected context, new input or the run's own turns, linked to the inspector where it
+    carries an injected context), what it answered, its tokens, cost and timing. Each
+    message shows its first ``HISTORY_MESSAGE_PREVIEW_CHARS`` characters; ``?full=N``
+    shows message N whole."""
+    run = transcripts.get_run(run_id)
+    call = transcripts.get_model_call(run, number)
+    try:
+        full = ModelCallForm.read(request.GET)["full"]
+    except paging.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    limit = settings.HISTORY_MESSAGE_PREVIEW_CHARS
+    messages = []
+    for n, message in enumerate(call.messages):
+        content = message.get("content") or ""
+        shown = content if n == full or len(content) <= limit else content[:limit]
+        messages.append({**message, "number": n, "shown": shown, "hidden": len(content) - len(shown)})
+    context = {"run": run, "session": run.session, "call": call, "messages": messages}
+    return render(request, "history_app/model_call.html", context)
 
 
 @require_GET
@@ -311,6 +347,34 @@ def stats(request: HttpRequest) -> HttpResponse:
         "failure_chart": present.bar_chart_svg(
             rates, label=f"Failure rate per day, last {data['days']} days", unit="%"
         ),
+        "cost_chart": present.bar_chart_svg(
+            [(p["day"].isoformat(), round(p["cost"], 6)) for p in data["usage_series"]],
+            label=f"Model cost per day in US dollars, last {data['days']} days",
+            prefix="$",
+        ),
+        "tokens_chart": present.bar_chart_svg(
+            [(p["day"].isoformat(), p["input_tokens"] + p["output_tokens"]) for p in data["usage_series"]],
+            label=f"Tokens per day (input and output), last {data['days']} days",
+        ),
+        "latency_chart": present.line_chart_svg(
+            [
+                (p["day"].isoformat(), {name: p[key] for name, key in LATENCY_LINES})
+                for p in data["usage_series"]
+            ],
+            series=[name for name, _ in LATENCY_LINES],
+            label=f"Latency p50 and p95 per day in milliseconds, last {data['days']} days",
+            unit=" ms",
+        ),
+        "latency_lines": LATENCY_LINES,
         "day_choices": (7, 30, 90, 365),
     }
     return render(request, "history_app/stats.html", context)
+
+
+# The latency chart's lines: (legend, key of a day's numbers).
+LATENCY_LINES = [
+    ("run p50", "run_p50"),
+    ("run p95", "run_p95"),
+    ("model call p50", "model_p50"),
+    ("model call p95", "model_p95"),
+]

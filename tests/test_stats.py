@@ -49,11 +49,15 @@ def test_totals_percentiles_and_failure_rate(alice_client, history):
 def test_charts_and_their_tables(alice_client, history):
     page = alice_client.get("/stats/?days=7").content.decode()
     charts = re.findall(r'<svg class="chart" viewBox="0 0 1000 220".*?</svg>', page, re.S)
-    assert len(charts) == 2 and all(chart.count("<rect ") == 7 for chart in charts)
+    # Runs, failure rate, and latency over time (these runs report no model calls: no
+    # cost or tokens chart).
+    runs_chart, failure_chart, latency_chart = charts
+    assert all(chart.count("<rect ") == 7 for chart in (runs_chart, failure_chart))
     today = timezone.now().date().isoformat()
-    assert f"<title>{today}: 10</title>" in charts[0]
+    assert f"<title>{today}: 10</title>" in runs_chart
     three_ago = (timezone.now().date() - timedelta(days=3)).isoformat()
-    assert f"<title>{three_ago}: 100%</title>" in charts[1]
+    assert f"<title>{three_ago}: 100%</title>" in failure_chart
+    assert "Latency p50 and p95" in latency_chart and "No model calls in this period." in page
     assert f'<tr><td>{today}</td><td class="num">10</td><td class="num">0</td>' in page
 
 
@@ -87,9 +91,10 @@ def test_empty_stats(alice_client):
 def test_stats_query_count_does_not_grow(alice_client, ingest, django_assert_num_queries):
     ingest([run(f"a{i}", i % 5, tools=("t",)) for i in range(5)])
     # session + user, runs per day (kept at ingestion), the durations (one read for both
-    # percentiles), tools per day (kept at ingestion), errors.
-    with django_assert_num_queries(6):
+    # percentiles), tools per day (kept at ingestion), errors; model usage per day, per
+    # model and per agent, and latency buckets per day (kept at ingestion).
+    with django_assert_num_queries(10):
         alice_client.get("/stats/")
     ingest([run(f"b{i}", i % 20, tools=("t", "u"), status="failed", error=f"e{i % 3}") for i in range(80)])
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(10):
         alice_client.get("/stats/")

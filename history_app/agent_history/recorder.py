@@ -25,12 +25,13 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from . import jsonstream
+from . import usage as usage_
 from .formats import autourgos
 from .formats.autourgos import (  # noqa: F401 (re-exported)
     AUTOURGOS_MAX_CHARS,
@@ -38,7 +39,7 @@ from .formats.autourgos import (  # noqa: F401 (re-exported)
     iter_autourgos_markdown,
     render_autourgos_markdown,
 )
-from .records import InjectedContext, Iteration, Run, ToolCall
+from .records import InjectedContext, Iteration, ModelCall, ModelMessage, Run, ToolCall
 from .redact import Redactor
 from .text import SOURCE_REDACTED, thought_text  # noqa: F401 (SOURCE_REDACTED re-exported)
 
@@ -181,6 +182,55 @@ def file_paths(file_path: str | None, folder: str | None, stem: str) -> tuple[Pa
 LLM_USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens", "total_cost", "latency_ms")
 
 
+def _model_name(source: Any) -> str:
+    """A model's name as a client or its response carries it (``model``, ``model_name``)."""
+    for key in ("model", "model_name", "model_id"):
+        value = source.get(key) if isinstance(source, Mapping) else getattr(source, key, None)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _finish_reason(raw: Any) -> str:
+    """Why the model stopped, as an OpenAI- or Anthropic-style response says it."""
+    if isinstance(raw, Mapping):
+        value = raw.get("finish_reason") or raw.get("stop_reason")
+        choices = raw.get("choices")
+    else:
+        value = getattr(raw, "finish_reason", None) or getattr(raw, "stop_reason", None)
+        choices = getattr(raw, "choices", None)
+    if not value and isinstance(choices, list | tuple) and choices:
+        first = choices[0]
+        value = first.get("finish_reason") if isinstance(first, Mapping) else getattr(first, "finish_reason", None)
+    return value[:64] if isinstance(value, str) else ""
+
+
+_ROLE_PARTS = {"system": "instructions", "developer": "instructions", "assistant": "run", "tool": "run"}
+
+
+def _messages(messages: Any) -> list[ModelMessage]:
+    """Messages a client was called with, as records: role/content dicts (or objects), or
+    a bare prompt (one user message). The first user message is the new input."""
+    if messages is None:
+        return []
+    if isinstance(messages, str):
+        return [ModelMessage(role="user", content=messages, part="input")]
+    found = []
+    seen_input = False
+    for message in messages if isinstance(messages, list | tuple) else [messages]:
+        if isinstance(message, Mapping):
+            role, content = message.get("role"), message.get("content")
+        else:
+            role, content = getattr(message, "role", None), getattr(message, "content", message)
+        role = str(role or "user")
+        part = _ROLE_PARTS.get(role, "")
+        if role == "user":
+            part = "run" if seen_input else "input"
+            seen_input = True
+        found.append(usage_.message(role, content, part))
+    return found
+
+
 def _number(value: Any) -> int | float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -296,6 +346,9 @@ class _State:
         self.arrivals: dict[int, list[list[Any]]] = {}
         self.pending: list[tuple[Iteration, str, str, list[Any]]] = []
         self.raw_names: dict[int, Any] = {}  # tool names that were not strings, as given
+        # The next model call's messages and start, from on_llm_start or the wrapped client.
+        self.llm_messages: Any = None
+        self.llm_started: datetime | None = None
         self.agent_name: Any = run.agent_name
         self.written = 0  # iterations already in the Markdown file
         self.final: Any = None
@@ -325,6 +378,7 @@ class _State:
 CALLBACKS = (
     "on_agent_start",
     "on_iteration_start",
+    "on_llm_start",
     "on_llm_end",
     "on_parse_error",
     "on_agent_pause",
@@ -372,6 +426,7 @@ class AgentHistoryMiddleware:
         *,
         session_id: str | None = None,
         redactor: Redactor | None = None,
+        capture_prompts: bool = False,
     ):
         self.file_path = file_path
         self.folder = folder
@@ -380,6 +435,7 @@ class AgentHistoryMiddleware:
         self.include_observations = include_observations
         self.include_final = include_final
         self.sinks = list(sinks)
+        self.capture_prompts = capture_prompts
         self.session_id = session_id or f"session-{uuid.uuid4()}"
         self.redactor = redactor or Redactor()
         self.values = autourgos.FileValues(self.redactor, max_chars=AUTOURGOS_MAX_CHARS)
@@ -433,6 +489,8 @@ class AgentHistoryMiddleware:
             with self._lock:
                 self._by_agent[id(agent)] = state
         _current_run.set(run)
+        if self.capture_prompts:
+            self._wrap_model_client(agent)
         self.last_files = (md_path, json_path)
         # The header is written first, as autourgos-history does: the file exists (and
         # grows an iteration at a time) while the agent works; by the writer thread.
@@ -446,6 +504,17 @@ class AgentHistoryMiddleware:
             self._flush_iterations(state)
             state.run.iterations.append(Iteration(index=int(iteration), started_at=_now()))
 
+    def on_llm_start(self, messages: Any = None, agent: Any = None, **kwargs: Any) -> None:
+        """A model is called with ``messages`` (a list of role/content dicts, or a prompt).
+        autourgos-agent 3.11 fires no such hook; other agents (and ``capture_prompts``) do."""
+        state = self._find(agent)
+        if state is None:
+            return
+        if messages is None:
+            messages = kwargs.get("prompts", kwargs.get("prompt"))
+        with state.lock:
+            state.llm_messages, state.llm_started = messages, _now()
+
     def on_llm_end(self, response: Any, agent: Any = None, **kwargs: Any) -> None:
         state = self._find(agent)
         if state is None:
@@ -454,6 +523,7 @@ class AgentHistoryMiddleware:
             iteration = state.iteration()
             self._keep_usage(state.run, iteration, kwargs)
             iteration.ended_at = _now()
+            iteration.model_calls.append(self._model_call(state, response, kwargs, iteration.ended_at))
             if response is None:
                 return  # native tool calling: no text this turn; the thought stays unset
             # The thought is read from it by the writer, off the agent's thread.
@@ -567,7 +637,6 @@ class AgentHistoryMiddleware:
         run.metrics["llm_calls"] = run.metrics.get("llm_calls", 0) + 1
         if not usage:
             return
-        iteration.metadata.setdefault("llm", []).append(usage)
         for key in LLM_USAGE_KEYS:
             if key in usage:
                 run.metrics[key] = run.metrics.get(key, 0) + usage[key]
@@ -578,6 +647,69 @@ class AgentHistoryMiddleware:
         for key in ("provider", "model"):
             if key in usage:
                 run.metrics[key] = usage[key]
+
+    def _model_call(self, state: _State, response: Any, kwargs: Mapping[str, Any], ended: datetime) -> ModelCall:
+        """The model call ``on_llm_end`` reports: its text, what the client reported
+        (``_extract_llm_metadata``: provider_used, tokens, total_cost, latency_ms; ``raw``,
+        the client's own response), and the messages ``on_llm_start`` gave, if any."""
+        raw = kwargs.get("raw")
+        call = usage_.call_from_usage(kwargs)
+        call.model = call.model or _model_name(raw) or _model_name(getattr(state.agent, "llm", None))
+        call.output = response if isinstance(response, str) or response is None else str(response)
+        call.finish_reason = _finish_reason(raw) or ("tool_calls" if response is None else "")
+        if call.cost is not None:
+            call.price_source = f"reported by {call.provider or 'the model client'}"
+        latency = _number(kwargs.get("latency_ms"))
+        call.ended_at = ended
+        if state.llm_started is not None:
+            call.started_at = state.llm_started
+        elif latency is not None:
+            call.started_at = datetime.fromtimestamp(ended.timestamp() - latency / 1000, ended.tzinfo)
+        call.messages = _messages(state.llm_messages)
+        state.llm_messages = state.llm_started = None
+        return call
+
+    def _wrap_model_client(self, agent: Any) -> None:
+        """``capture_prompts``: wrap the agent's model client (``agent.llm``'s invoke,
+        ainvoke, invoke_with_tools, ainvoke_with_tools) so each call's messages are kept
+        (autourgos-agent passes them to no hook). Once per client and middleware."""
+        llm = getattr(agent, "llm", None)
+        if llm is None:
+            return
+        marker = f"_agent_history_wrapped_{id(self)}"
+        if getattr(llm, marker, False):
+            return
+        for name in ("invoke", "ainvoke", "invoke_with_tools", "ainvoke_with_tools"):
+            original = getattr(llm, name, None)
+            if callable(original):
+                try:
+                    setattr(llm, name, self._capturing(original, agent))
+                except (AttributeError, TypeError):  # a client that takes no attributes
+                    logger.warning("agent history: cannot capture prompts of %r", type(llm).__name__)
+                    return
+        with suppress(AttributeError, TypeError):
+            setattr(llm, marker, True)
+
+    def _capturing(self, original: Callable[..., Any], agent: Any) -> Callable[..., Any]:
+        def note(messages: Any) -> None:
+            try:
+                self.on_llm_start(messages, agent=agent)
+            except Exception:  # noqa: BLE001 — recording must never break the agent
+                logger.exception("agent history: could not keep a prompt")
+
+        if inspect.iscoroutinefunction(original):
+
+            async def acaptured(messages: Any, *args: Any, **kwargs: Any) -> Any:
+                note(messages)
+                return await original(messages, *args, **kwargs)
+
+            return acaptured
+
+        def captured(messages: Any, *args: Any, **kwargs: Any) -> Any:
+            note(messages)
+            return original(messages, *args, **kwargs)
+
+        return captured
 
     def _finish_tool(
         self, agent: Any, name: str, *, result: Any = None, error: str | None = None, raw_name: Any = None

@@ -70,3 +70,28 @@ def folded(text: str | None) -> str:
 @register.filter
 def linebreaks_count(text: str | None) -> int:
     return (text or "").count("\n") + 1 if text else 0
+
+
+@register.filter
+def money(cost: float | None) -> str:
+    """A cost in US dollars: "$0.0075", "$12.40"; "no price" when none is known."""
+    if cost is None:
+        return "no price"
+    if cost == 0:
+        return "$0"
+    if cost < 1:
+        text = f"{cost:.6f}".rstrip("0")
+        return f"${text}" if text != "0." else "<$0.000001"
+    return f"${cost:,.2f}"
+
+
+@register.filter
+def part_label(part: str) -> str:
+    """What a message a model received was, in words."""
+    return {
+        "instructions": "instructions",
+        "history": "history",
+        "context": "injected context",
+        "input": "new input",
+        "run": "this run so far",
+    }.get(part, "")
