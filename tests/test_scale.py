@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 from django.db import connection
@@ -184,6 +184,7 @@ def _check_rollups() -> None:
         if any((s.runs, s.failed, s.calls, s.errors))
     }
     assert stored == expected
+    _check_usage()
     facets = set(models.SessionFacet.objects.values_list("session_id", "facet", "value"))
     truth = {(s, "tool", t) for s, t in models.ToolCall.objects.values_list("run__session_id", "tool")}
     for session, status, names, errors in (
@@ -202,6 +203,40 @@ def _check_rollups() -> None:
     assert facets == truth
 
 
+def _check_usage() -> None:
+    """Daily usage and latency, and each session's sums, as a recount from the rows says."""
+    usage: dict[tuple, list] = defaultdict(lambda: [0, 0, 0, 0.0, 0])
+    latency: Counter = Counter()
+    for run in models.Run.objects.all():
+        day = rollups.day_of(run.started_at or run.received_at)
+        if run.duration_ms is not None:
+            latency[day, "run", rollups.latency_bucket(run.duration_ms)] += 1
+        for call in run.model_calls.all():
+            row = usage[day, call.model, run.agent_name]
+            row[0] += 1
+            row[1] += call.input_tokens or 0
+            row[2] += call.output_tokens or 0
+            row[3] += call.cost or 0.0
+            row[4] += call.cost is None
+            if call.duration_ms is not None:
+                latency[day, "model", rollups.latency_bucket(call.duration_ms)] += 1
+    stored = {
+        (u.day, u.model, u.agent): [u.calls, u.input_tokens, u.output_tokens, round(u.cost, 9), u.unpriced]
+        for u in models.DailyUsage.objects.all()
+    }
+    assert stored == {key: [*values[:3], round(values[3], 9), values[4]] for key, values in usage.items()}
+    kept = {(d.day, d.kind, d.bucket): d.count for d in models.DailyLatency.objects.all()}
+    assert kept == dict(latency)
+    for session in models.Session.objects.all():
+        runs = list(session.runs.all())
+        assert session.input_tokens == sum(r.input_tokens for r in runs)
+        assert session.output_tokens == sum(r.output_tokens for r in runs)
+        costs = [r.cost for r in runs if r.cost is not None]
+        assert session.cost == (pytest.approx(sum(costs)) if costs else None)
+        timed = [r.duration_ms for r in runs if r.duration_ms is not None]
+        assert (session.timed_runs, session.duration_total_ms) == (len(timed), sum(timed))
+
+
 def _found(word: str) -> set[int]:
     """Run keys whose indexed words include ``word``, read from the index itself (not through
     the runs, which would hide a stale entry)."""
@@ -212,14 +247,19 @@ def _found(word: str) -> set[int]:
 
 
 def _run(n: int, session: str, marker: str, tools: list[str], status: str = "completed") -> dict:
+    size = len(marker) + len(tools)  # varies with the step: rewrites change the usage
     return native(
         f"r{n}",
         session,
         status=status,
+        agent_name=f"agent{size % 2}",
         started_at=f"2026-11-{1 + n % 28:02d}T10:00:00Z",
+        ended_at=f"2026-11-{1 + n % 28:02d}T10:00:{size:02d}Z",
         input=f"question {marker}",
         iterations=[
-            {"index": 1, "thought": f"think {marker}", "tool_calls": [{"tool": t, "params": {}, "error": "x" if i % 2 else None} for i, t in enumerate(tools)]}
+            {"index": 1, "thought": f"think {marker}", "tool_calls": [{"tool": t, "params": {}, "error": "x" if i % 2 else None} for i, t in enumerate(tools)],
+             "model_calls": [{"model": ("gpt-4o", "unknown-model")[size % 2], "input_tokens": 100 * size, "output_tokens": size,
+                              "started_at": "2026-11-01T10:00:00Z", "ended_at": f"2026-11-01T10:00:00.{size:03d}Z"}] * (1 + size % 2)}
         ],
     )  # fmt: skip
 

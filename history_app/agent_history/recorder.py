@@ -201,7 +201,11 @@ def _finish_reason(raw: Any) -> str:
         choices = getattr(raw, "choices", None)
     if not value and isinstance(choices, list | tuple) and choices:
         first = choices[0]
-        value = first.get("finish_reason") if isinstance(first, Mapping) else getattr(first, "finish_reason", None)
+        value = (
+            first.get("finish_reason")
+            if isinstance(first, Mapping)
+            else getattr(first, "finish_reason", None)
+        )
     return value[:64] if isinstance(value, str) else ""
 
 
@@ -648,7 +652,9 @@ class AgentHistoryMiddleware:
             if key in usage:
                 run.metrics[key] = usage[key]
 
-    def _model_call(self, state: _State, response: Any, kwargs: Mapping[str, Any], ended: datetime) -> ModelCall:
+    def _model_call(
+        self, state: _State, response: Any, kwargs: Mapping[str, Any], ended: datetime
+    ) -> ModelCall:
         """The model call ``on_llm_end`` reports: its text, what the client reported
         (``_extract_llm_metadata``: provider_used, tokens, total_cost, latency_ms; ``raw``,
         the client's own response), and the messages ``on_llm_start`` gave, if any."""
@@ -661,7 +667,9 @@ class AgentHistoryMiddleware:
             call.price_source = f"reported by {call.provider or 'the model client'}"
         latency = _number(kwargs.get("latency_ms"))
         call.ended_at = ended
-        if state.llm_started is not None:
+        if latency is not None:
+            call.metadata["reported_latency_ms"] = latency
+        if state.llm_started is not None:  # measured here: the call's own start
             call.started_at = state.llm_started
         elif latency is not None:
             call.started_at = datetime.fromtimestamp(ended.timestamp() - latency / 1000, ended.tzinfo)

@@ -126,10 +126,14 @@ def derive_model_calls(run: Run) -> Run:
 def link_messages(run: Run) -> Run:
     """Note, on each message not yet linked, the injected context it carries, in place: a
     message whose text holds a context's text (a history block in a system prompt or a
-    user message), or a replayed history message that is part of a history context."""
+    user message), or a replayed history message that is part of a history context (or,
+    where the run has one history context only, any replayed message: agno replays a
+    tool request as the request, which the context's text leaves out)."""
     contexts = [(n, c.text, c.kind) for n, c in enumerate(run.injected_contexts) if c.text.strip()]
     if not contexts:
         return run
+    histories = [n for n, _, kind in contexts if kind.endswith("history")]
+    only_history = histories[0] if len(histories) == 1 else None
     for call in run.all_model_calls():
         for message in call.messages:
             if message.context is not None or not message.content.strip():
@@ -142,6 +146,9 @@ def link_messages(run: Run) -> Run:
                     if not message.part:
                         message.part = "history" if kind.endswith("history") else "context"
                     break
+            else:
+                if message.part == "history" and only_history is not None:
+                    message.context = only_history
     return run
 
 
