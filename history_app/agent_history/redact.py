@@ -1329,19 +1329,35 @@ class Redactor:
 
     def redact_with_counts(self, obj: Any) -> tuple[Any, Counter[str]]:
         counts: Counter[str] = Counter()
-        return self._walk(obj, counts), counts
+        return self._walk(obj, counts, {}), counts
 
     def redact_with_report(self, obj: Any, path: str = "$") -> tuple[Any, Counter[str], list[dict[str, Any]]]:
         """Like ``redact_with_counts``, plus which fields changed and by which rules:
         ``[{"path": "$.iterations[0].thought", "rules": {"openai": 1}}]`` (never the values)."""
         counts: Counter[str] = Counter()
         fields: list[dict[str, Any]] = []
-        return self._walk_report(obj, counts, path, fields), counts, fields
+        return self._walk_report(obj, counts, path, fields, {}), counts, fields
 
-    def _walk_report(self, obj: Any, counts: Counter[str], path: str, fields: list[dict[str, Any]]) -> Any:
-        if isinstance(obj, str):
+    def _memo_text(self, text: str, memo: dict[str, tuple[str, Counter[str]]]) -> tuple[str, Counter[str]]:
+        """``text`` redacted, and the rules that fired, computed once per walk for each
+        text: a model call's messages repeat the run's input, thoughts and observations,
+        and roles and names repeat everywhere."""
+        found = memo.get(text)
+        if found is None:
             local: Counter[str] = Counter()
-            cleaned = self.redact_text(obj, local)
+            found = memo[text] = (self.redact_text(text, local), local)
+        return found
+
+    def _walk_report(
+        self,
+        obj: Any,
+        counts: Counter[str],
+        path: str,
+        fields: list[dict[str, Any]],
+        memo: dict[str, tuple[str, Counter[str]]],
+    ) -> Any:
+        if isinstance(obj, str):
+            cleaned, local = self._memo_text(obj, memo)
             if local:
                 fields.append({"path": path, "rules": dict(local)})
                 counts.update(local)
@@ -1365,10 +1381,10 @@ class Redactor:
                     fields.append({"path": child, "rules": {_NAME_VALUE_RULE: 1}})
                     out[new_key] = _NAME_VALUE_MARKER
                 else:
-                    out[new_key] = self._walk_report(value, counts, child, fields)
+                    out[new_key] = self._walk_report(value, counts, child, fields, memo)
             return out
         if isinstance(obj, list | tuple):
-            return [self._walk_report(v, counts, f"{path}[{i}]", fields) for i, v in enumerate(obj)]
+            return [self._walk_report(v, counts, f"{path}[{i}]", fields, memo) for i, v in enumerate(obj)]
         return obj
 
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
@@ -1506,11 +1522,14 @@ class Redactor:
 
     # -- internals ---------------------------------------------------------------
 
-    def _walk(self, obj: Any, counts: Counter[str]) -> Any:
+    def _walk(self, obj: Any, counts: Counter[str], memo: dict[str, tuple[str, Counter[str]]]) -> Any:
         # Exact type checks first: this runs once per value of a large transcript.
         kind = type(obj)
         if kind is str:
-            return self.redact_text(obj, counts)
+            cleaned, local = self._memo_text(obj, memo)
+            if local:
+                counts.update(local)
+            return cleaned
         if kind is dict or isinstance(obj, dict):
             out: dict[Any, Any] = {}
             named_secret = not obj.keys().isdisjoint(_VALUE_FIELDS) and self._names_a_secret(obj)
@@ -1530,10 +1549,10 @@ class Redactor:
                         counts[_NAME_VALUE_RULE] += 1
                         out[new_key] = _NAME_VALUE_MARKER
                         continue
-                out[new_key] = self._walk(value, counts)
+                out[new_key] = self._walk(value, counts, memo)
             return out
         if kind is list or kind is tuple or isinstance(obj, list | tuple):
-            return [self._walk(v, counts) for v in obj]
+            return [self._walk(v, counts, memo) for v in obj]
         if isinstance(obj, str):
             return self.redact_text(str(obj), counts)
         return obj

@@ -670,7 +670,12 @@ def db_task(task: str, prefix: str) -> None:
         [s.session_id, s.run_count, s.actual]
         for s in models.Session.objects.filter(session_id__startswith=prefix).annotate(actual=Count("runs"))
     ]
-    print(json.dumps({"run_ids": run_ids, "sessions": sessions, "tool_calls": tool_calls}))
+    model_calls = models.ModelCall.objects.filter(run__run_id__startswith=prefix).count()
+    print(
+        json.dumps(
+            {"run_ids": run_ids, "sessions": sessions, "tool_calls": tool_calls, "model_calls": model_calls}
+        )
+    )
 
 
 def chosen_configs(text: str) -> list[str]:

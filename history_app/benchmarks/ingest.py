@@ -7,7 +7,8 @@ For each configuration it starts gunicorn (``--workers``) on a fresh SQLite file
 PostgreSQL (``BENCH_DATABASE_URL``: its history tables are EMPTIED; without it the
 PostgreSQL configuration is skipped), then ``--clients`` client processes post the runs
 of the standard shape (``shape.py``: 5 iterations, 10 tool calls, ~11k characters of
-text; 10 runs a session) as JSON arrays of ``--batch`` runs, their bodies encoded before
+text; 10 runs a session; with ``--shape model-calls``, the default since issue #14, also
+5 model calls made of the same texts, ~23k characters in all) as JSON arrays of ``--batch`` runs, their bodies encoded before
 the clock starts. It prints runs/s from the first request to the last answer, checks what
 was stored (every run, every tool call), and measures raw ``sqlite3`` on the same rows,
 100 runs a transaction, without and with the FTS5 search document (``raw_sqlite.py``), so
@@ -34,10 +35,10 @@ from .hostile import Server, _servers, stop_all
 CONFIGS = {"sqlite": "gunicorn-sqlite-url", "pg": "gunicorn-pg"}
 
 
-def runs_for(prefix: str, count: int) -> list[dict]:
+def runs_for(prefix: str, count: int, *, model_calls: bool = True) -> list[dict]:
     runs = []
     for i in range(count):
-        run = shape.run_dict(i)
+        run = shape.run_dict(i, model_calls=model_calls)
         run["run_id"] = f"{prefix}{run['run_id']}"
         run["session_id"] = f"{prefix}{run['session_id']}"
         runs.append(run)
@@ -90,6 +91,7 @@ def endpoint(name: str, runs: list[dict], *, workers: int, clients: int, batch: 
         "runs/s": len(runs) / elapsed,
         "stored": len(stored["run_ids"]),
         "tool_calls": stored["tool_calls"],
+        "model_calls": stored["model_calls"],
         "answered": sum(n for _, _, n, _ in results),
         "retries": sum(r for _, _, _, r in results),
     }
@@ -104,7 +106,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--shape", choices=("model-calls", "plain"), default="model-calls")
     args = parser.parse_args()
+    with_calls = args.shape == "model-calls"
     atexit.register(stop_all)
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     if "pg" in names and not os.environ.get("BENCH_DATABASE_URL"):
@@ -113,12 +117,12 @@ def main() -> None:
         )
         names.remove("pg")
     workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
-    base = shape.run_dict
-    plain_runs = [base(i) for i in range(args.runs)]
+    plain_runs = [shape.run_dict(i, model_calls=with_calls) for i in range(args.runs)]
     raw = raw_sqlite.measure(plain_runs)
     raw_fts = raw_sqlite.measure(plain_runs, fts=True)
     print(
-        f"{args.runs} runs of the standard shape ({shape.text_chars(plain_runs[0])} characters of text), "
+        f"{args.runs} runs of the standard shape{' with 5 model calls' if with_calls else ''} "
+        f"({shape.text_chars(plain_runs[0])} characters of text), "
         f"arrays of {args.batch}, {args.clients} clients, gunicorn -w {args.workers}, "
         f"{os.cpu_count()} cores"
     )
@@ -127,17 +131,22 @@ def main() -> None:
     for name in names:
         result = endpoint(
             name,
-            runs_for(f"bench-{name}-{int(time.time())}-", args.runs),
+            runs_for(f"bench-{name}-{int(time.time())}-", args.runs, model_calls=with_calls),
             workers=args.workers,
             clients=args.clients,
             batch=args.batch,
             workdir=workdir,
         )
-        ok = result["stored"] == args.runs and result["tool_calls"] == 10 * args.runs
+        ok = (
+            result["stored"] == args.runs
+            and result["tool_calls"] == 10 * args.runs
+            and result["model_calls"] == (5 * args.runs if with_calls else 0)
+        )
         print(
             f"  our endpoint, {name:10}                    {result['runs/s']:8.0f} runs/s  "
             f"(raw + FTS5 / ours = {raw_fts / result['runs/s']:.1f}x; stored {result['stored']} runs, "
-            f"{result['tool_calls']} tool calls: {'all' if ok else 'NOT ALL'}; {result['retries']} retries)"
+            f"{result['tool_calls']} tool calls, {result['model_calls']} model calls: "
+            f"{'all' if ok else 'NOT ALL'}; {result['retries']} retries)"
         )
 
 

@@ -1,5 +1,5 @@
 """Raw sqlite3 baseline (a copy of ``../shared/bench/raw_sqlite.py``, so a fresh clone has it): the same run shape, 1 run row + 5 iteration rows + 10 tool-call rows
-(text columns), 100 runs per transaction, WAL, synchronous=NORMAL, into a fresh file.
+(text columns), and, for runs that carry them, a row per model call (its messages as JSON), 100 runs per transaction, WAL, synchronous=NORMAL, into a fresh file.
 Input: already-parsed run dicts (the same ones the HTTP client sends); params are
 json.dumps'ed as the service stores them. Returns runs/s.
 
@@ -23,7 +23,11 @@ CREATE TABLE iterations (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFEREN
 CREATE TABLE tool_calls (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id),
   iteration_id INTEGER NOT NULL REFERENCES iterations(id), tool TEXT, params TEXT, result TEXT,
   started_at TEXT, ended_at TEXT);
+CREATE TABLE model_calls (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id),
+  iteration_id INTEGER REFERENCES iterations(id), model TEXT, messages TEXT, output TEXT,
+  input_tokens INTEGER, output_tokens INTEGER, started_at TEXT, ended_at TEXT);
 CREATE INDEX runs_session ON runs(session_id);
+CREATE INDEX mc_run ON model_calls(run_id);
 CREATE INDEX it_run ON iterations(run_id);
 CREATE INDEX tc_run ON tool_calls(run_id);
 """
@@ -87,6 +91,22 @@ def raw_insert(runs: list[dict], path: str, per_tx: int = 100, fts: bool = False
                             c["result"],
                             c["started_at"],
                             c["ended_at"],
+                        ),
+                    )
+                for m in it.get("model_calls", ()):  # issue #14's shape: the same rows as ours
+                    cur.execute(
+                        "INSERT INTO model_calls (run_id, iteration_id, model, messages, output, input_tokens,"
+                        " output_tokens, started_at, ended_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                        (
+                            run_pk,
+                            it_pk,
+                            m["model"],
+                            json.dumps(m["messages"], ensure_ascii=False),
+                            m["output"],
+                            m["input_tokens"],
+                            m["output_tokens"],
+                            m["started_at"],
+                            m["ended_at"],
                         ),
                     )
             if fts:

@@ -8,6 +8,12 @@ Searchable markers: the common word "workflow" is put in the thought of every ot
 the rare word "zebrafish" in the input of one run in 1,000. One run in 20 is failed (with
 an error). With ``contexts=True`` one run in 500 carries a workflow_history injected
 context (only used for the 100k page fill, so the inspector page has something to open).
+
+With ``model_calls=True`` (issue #14) each iteration also holds the model call that wrote
+its thought, made of the same texts: it received a fixed system prompt, the run's input
+and the previous iteration's thought and tool results, and answered the thought (model
+gpt-4o-mini, tokens a quarter of the characters, 80-190 ms before the first tool call).
+About 21k characters of text a run in all.
 """
 
 from __future__ import annotations
@@ -73,7 +79,44 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(words)[:n]
 
 
-def run_dict(i: int, *, contexts: bool = False, t0: datetime = BASE) -> dict:
+SYSTEM_PROMPT = (
+    "You are a careful research agent. Think step by step, call one or two tools per step, "
+    "and answer in Markdown once the observations settle the question. Never invent facts."
+)
+
+
+def _model_calls(i: int, run: dict) -> None:
+    """Each iteration's model call, from the run's own texts (a separate seed: the texts of
+    the run stay those of the standard shape)."""
+    rng = random.Random(i * 104729 + 7)
+    previous: list[dict] = []
+    for it in run["iterations"]:
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT, "part": "instructions"},
+            {"role": "user", "content": run["input"], "part": "input"},
+            *previous,
+        ]
+        start = datetime.fromisoformat(it["started_at"])
+        it["model_calls"] = [
+            {
+                "model": "gpt-4o-mini",
+                "provider": "openai",
+                "messages": messages,
+                "output": it["thought"],
+                "finish_reason": "tool_calls",
+                "input_tokens": sum(len(m["content"]) for m in messages) // 4,
+                "output_tokens": len(it["thought"]) // 4,
+                "started_at": it["started_at"],
+                "ended_at": (start + timedelta(milliseconds=rng.randint(80, 190))).isoformat(),
+            }
+        ]
+        previous = [
+            {"role": "assistant", "content": it["thought"], "part": "run"},
+            *({"role": "tool", "content": c["result"], "part": "run"} for c in it["tool_calls"]),
+        ]
+
+
+def run_dict(i: int, *, contexts: bool = False, t0: datetime = BASE, model_calls: bool = False) -> dict:
     """Run number ``i`` (0-based) of the shape, as a native agent-history/v1 record."""
     rng = random.Random(i * 7919 + 13)
     session = i // 10
@@ -146,6 +189,8 @@ def run_dict(i: int, *, contexts: bool = False, t0: datetime = BASE) -> dict:
         "iterations": iterations,
         "metrics": {"input_tokens": rng.randint(1000, 9000), "output_tokens": rng.randint(100, 900)},
     }
+    if model_calls:
+        _model_calls(i, run)
     if contexts and i % 500 == 499 and i % 10 != 0:
         # History of the earlier runs of the same session, in render_workflow_history's layout.
         entries = [run_dict(j) for j in range(session * 10, i)]
@@ -178,6 +223,8 @@ def text_chars(run: dict) -> int:
         n += len(it["thought"])
         for c in it["tool_calls"]:
             n += len(c["tool"]) + len(json.dumps(c["params"])) + len(c["result"])
+        for call in it.get("model_calls", ()):
+            n += sum(len(m["content"]) for m in call["messages"]) + len(call["output"] or "")
     return n
 
 
