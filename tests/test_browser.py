@@ -353,3 +353,42 @@ def test_show_more_loads_the_next_contexts_in_place(browser_page, live_server, d
     assert items.count() == 45 and page.locator("text=Show more contexts").count() == 0
     assert items.last.locator("a").get_attribute("href") == "/runs/ctx-run/context/44/"
     assert page.problems == []
+
+
+def test_model_calls_from_run_to_call_to_inspector_and_stats(browser_page, live_server, django_user_model):
+    """agno's real run output: open the run, the first model call of an iteration, see what
+    it received marked by part, follow a history message to the inspector; more model
+    calls load in place; the stats page draws cost and tokens."""
+    payload = json.loads(
+        (Path(__file__).parent / "fixtures/agno/run_outputs/agent_sess-agent-travel_run3.json").read_text()
+    )
+    calls = [
+        {"model": "gpt-4o", "input_tokens": 1000, "output_tokens": 500, "messages": [{"role": "user", "content": f"q{n}"}]}
+        for n in range(60)
+    ]  # fmt: skip
+    ingestion.ingest_items(items=[payload, {**native("many-calls", "many"), "model_calls": calls}])
+    page = browser_page
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/runs/{payload['run_id']}/")
+    assert page.locator(".model-call-line").count() == 2
+    assert page.locator("#model-calls tbody tr").count() == 2
+    page.click(".model-call-line >> text=Model call 1")
+    page.wait_for_selector("h1:has-text('Model call 1')")
+    tags = page.locator(".message .tag.part").all_inner_texts()
+    assert tags[0] == "instructions" and tags[-1] == "new input" and "history" in tags
+    assert page.locator("dd:has-text('the price list does not know this model')").count() == 1
+    page.locator("text=carries an injected context: inspect it").first.click()
+    page.wait_for_url("**/context/0/")
+    assert "user: What's the weather in Tokyo and Kyoto?" in page.content()
+    page.goto(f"{live_server.url}/runs/many-calls/")
+    rows = page.locator("#model-calls tbody tr:not(.more)")
+    assert rows.count() == 50
+    page.click("text=Show more model calls")
+    rows.nth(59).wait_for()  # no wait_for_function: the CSP forbids eval
+    assert urlparse(page.url).path == "/runs/many-calls/" and rows.count() == 60
+    assert page.locator("text=Show more model calls").count() == 0
+    page.goto(f"{live_server.url}/stats/?days=365")
+    assert page.locator("svg[aria-label^='Model cost per day']").count() == 1
+    assert page.locator("#per-model ~ table code:has-text('gpt-4o')").count() == 1
+    shot(page, "model-calls-stats")
+    assert page.problems == []

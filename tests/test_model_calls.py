@@ -510,3 +510,19 @@ def test_middleware_calls_reach_the_pages(live_server, token, tmp_path, alice_cl
     # The start was measured (capture_prompts): the latency is the measured one, the
     # client's own figure kept beside it.
     assert models.ModelCall.objects.filter(metadata__reported_latency_ms=250).count() == 2
+
+
+def test_model_calls_slice_without_javascript_and_in_place(alice_client, ingest, settings):
+    settings.HISTORY_RUN_PAGE_MODEL_CALLS = 5
+    calls = [_call(model=f"model-{n}") for n in range(12)]
+    assert ingest([_run(calls=calls)]).status_code == 200
+    page = alice_client.get("/runs/mc-1/").content.decode()
+    assert page.count('data-label="Model"') == 5 and "(5 of 12 shown)" in page
+    more = alice_client.get("/runs/mc-1/model-calls/?start=5").content.decode()
+    assert "<h1>Calc: more model calls</h1>" in more and "model-5" in more and "model-9" in more
+    assert "model-10" not in more and "(10 of 12 shown)" in more
+    fragment = alice_client.get("/runs/mc-1/model-calls/?start=10", HTTP_HX_REQUEST="true").content.decode()
+    assert "<h1>" not in fragment and fragment.count("<tr>") == 2 and "Show more" not in fragment
+    assert alice_client.get("/runs/mc-1/model-calls/?start=-1").status_code == 400
+    empty = alice_client.get("/runs/mc-1/model-calls/?start=99").content.decode()
+    assert "No more model calls: this run has 12." in empty

@@ -5,7 +5,8 @@
     BENCH_DATABASE_URL=postgres://… python -m history_app.benchmarks.pages --runs … --pg
 
 The database is filled once with runs of the standard shape (``shape.py``, with
-``contexts=True`` so the inspector has pages to open; 10 runs a session, one minute apart,
+``contexts=True`` so the inspector has pages to open, and ``model_calls=True``: 5 model
+calls a run, priced as ingestion prices them; 10 runs a session, one minute apart,
 the last one ending now: a million runs start a million minutes ago) and reused by later
 runs of the benchmark (a SQLite file outside the work tree; on PostgreSQL the
 ``BENCH_DATABASE_URL`` database, whose history tables are EMPTIED when it holds a different
@@ -60,7 +61,7 @@ def _fast_text() -> object:
 def _batch(args: tuple[int, int, object]) -> tuple[list, dict, object, list]:
     """A batch's rows, built in the producer process: (new runs, sessions' rows by id,
     daily counts, (session id, tool) pairs)."""
-    from history_app import bulk, mapper, rollups
+    from history_app import bulk, mapper, pricing, rollups
     from history_app.agent_history.records import Run
 
     from . import shape
@@ -68,15 +69,16 @@ def _batch(args: tuple[int, int, object]) -> tuple[list, dict, object, list]:
     start, end, t0 = args
     records = []
     for i in range(start, end):
-        record = Run.from_dict(shape.run_dict(i, contexts=True, t0=t0))
+        record = Run.from_dict(shape.run_dict(i, contexts=True, t0=t0, model_calls=True))
         mapper.make_times_aware(record)
+        pricing.price_run(record)
         records.append(record)
     groups: dict[str, list] = {}
     for record in records:
         groups.setdefault(record.session_id, []).append(record)
     new = [bulk.new_run(record, f"fill-{record.run_id}", "native") for record in records]
     # Received when written; the shape's runs all have a start, which is what is counted.
-    deltas = dict(rollups.record_contributions(records, records[0].started_at))
+    deltas = rollups.record_contributions(records, records[0].started_at)
     facets = sorted({(r.session_id, *facet) for r in records for facet in rollups.facets_of(r)})
     return new, {sid: _session(sid, group) for sid, group in groups.items()}, deltas, facets
 
@@ -152,6 +154,11 @@ def _session(session_id: str, runs: list):
         last_status=latest.status,
         first_started_at=min(r.started_at for r in runs),
         last_activity_at=max(r.ended_at or r.started_at for r in runs),
+        input_tokens=sum(c.input_tokens or 0 for r in runs for c in r.all_model_calls()),
+        output_tokens=sum(c.output_tokens or 0 for r in runs for c in r.all_model_calls()),
+        cost=sum(c.cost or 0 for r in runs for c in r.all_model_calls()),
+        timed_runs=sum(r.duration_ms is not None for r in runs),
+        duration_total_ms=sum(r.duration_ms or 0 for r in runs),
     )
 
 
@@ -195,6 +202,8 @@ def pages(runs: int) -> list[tuple[str, str]]:
         ("session", f"/sessions/{session}/"),
         ("api session", f"/api/v1/sessions/{session}"),
         ("run", f"/runs/{middle}/"),
+        ("run: model calls slice", f"/runs/{middle}/model-calls/?start=0"),
+        ("model call", f"/runs/{middle}/model-calls/3/"),
         ("api run", f"/api/v1/runs/{middle}"),
         ("inspector", f"/runs/run-{inspected:07d}/context/0/"),
         ("stats 30 days", "/stats/"),
@@ -277,7 +286,7 @@ def main() -> None:
     print(f"{args.runs:,} runs of the standard shape on {connection.vendor}, {os.cpu_count()} cores")
     rate = fill(args.runs)
     print(f"  fill: {'reused' if not rate else f'{rate:,.0f} runs/s'}")
-    sample = [shape.run_dict(i) for i in range(2000)]
+    sample = [shape.run_dict(i, model_calls=True) for i in range(2000)]
     raw_sqlite.measure(sample)
     raw = raw_sqlite.measure.last_size / len(sample)
     ours = size_per_run(args.runs)

@@ -51,6 +51,7 @@ def empty_history_tables() -> None:
         models.ContextEntry,
         models.RunFingerprint,
         models.RunSearch,
+        models.ModelCall,
         models.ToolCall,
         models.Iteration,
         models.MemberInteraction,
@@ -58,6 +59,8 @@ def empty_history_tables() -> None:
         models.Run,
         models.SessionFacet,
         models.DailyStat,
+        models.DailyUsage,
+        models.DailyLatency,
         models.Session,
     ):
         model.objects.all()._raw_delete(model.objects.db)
