@@ -526,3 +526,15 @@ def test_model_calls_slice_without_javascript_and_in_place(alice_client, ingest,
     assert alice_client.get("/runs/mc-1/model-calls/?start=-1").status_code == 400
     empty = alice_client.get("/runs/mc-1/model-calls/?start=99").content.decode()
     assert "No more model calls: this run has 12." in empty
+
+
+def test_the_offline_session_export_shows_model_calls(alice_client, ingest):
+    assert ingest([_run(run_calls=[_call(model="mystery-model")])]).status_code == 200
+    html = b"".join(alice_client.get("/sessions/mc-s/export.html").streaming_content).decode()
+    assert (
+        "<dt>Cost</dt><dd>$0.0075</dd>" in html and "<dt>Tokens (in / out)</dt><dd>2,000 / 1,000</dd>" in html
+    )
+    assert html.count('<details class="model-call">') == 2
+    assert "Model call · gpt-4o · 1,000 in / 500 out · $0.0075 (estimated)" in html
+    assert "Model call · mystery-model · 1,000 in / 500 out · no price" in html
+    assert '<span class="tag">new input</span>' in html
