@@ -137,6 +137,16 @@ def test_import_agno_stores_everything_once_with_provenance():
     assert contexts["team_history"].source_run_ids == ["c7a9f27c-3ca9-4aef-962c-0d917cefd7d1"]
     assert contexts["member_interactions"].source_run_ids == ["bcd7e747-1e84-4dc2-97cb-f1f6df76cafe"]
 
+    # Every assistant message of a run is a model call with its tokens; the writer's first
+    # call received the blocks in its user message, linked to both contexts it carries.
+    assert models.ModelCall.objects.filter(input_tokens__isnull=False).count() >= 30
+    first_call = writer.model_calls.order_by("position").first()
+    received = first_call.messages
+    (user,) = [m for m in received if m["part"] == "input"]
+    positions = {c.position for c in writer.injected_contexts.all()}
+    assert user["content"] == sent and user["context"] in positions
+    assert writer.input_tokens == sum(c.input_tokens or 0 for c in writer.model_calls.all()) > 0
+
     # The planted secrets are gone.
     dump = database_dump()
     assert "sk-FAKE1234567890abcdef" not in dump and "FAKE-eyJhbGciOi.not-a-real-token" not in dump
