@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.urls import reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
@@ -148,7 +149,7 @@ def highlight_json_text(text: str) -> SafeString:
 @dataclass
 class Bar:
     label: str
-    kind: str  # "run", "iteration", "tool", "error"
+    kind: str  # "run", "iteration", "model", "tool", "error"
     start: datetime
     end: datetime | None
     href: str = ""
@@ -163,9 +164,12 @@ def _ms(delta: float) -> str:
     return f"{ms / 60_000:.1f} min"
 
 
-def waterfall_bars(run: Any, parts: list[tuple[Any, list[Any]]]) -> list[Bar]:
-    """The run, the iterations shown and their tool calls shown, where they carry start
-    times: at most ``MAX_WATERFALL_BARS`` bars."""
+def waterfall_bars(
+    run: Any, parts: list[tuple[Any, list[Any]]], model_calls: dict[int, list[Any]] | None = None
+) -> list[Bar]:
+    """The run, the iterations shown, their model calls (``model_calls``: by iteration
+    key) and their tool calls shown, where they carry start times: at most
+    ``MAX_WATERFALL_BARS`` bars."""
     bars = []
     if run.started_at:
         bars.append(Bar(run.agent_name or "run", "run", run.started_at, run.ended_at))
@@ -181,6 +185,17 @@ def waterfall_bars(run: Any, parts: list[tuple[Any, list[Any]]]) -> list[Bar]:
                     f"#iteration-{iteration.index}",
                 )
             )
+        for model_call in (model_calls or {}).get(iteration.pk, ()):
+            if model_call.started_at:
+                bars.append(
+                    Bar(
+                        f"{model_call.model or 'model'} call {model_call.number}",
+                        "model",
+                        model_call.started_at,
+                        model_call.ended_at,
+                        reverse("history_app:model_call_detail", args=[run.run_id, model_call.number]),
+                    )
+                )
         for call in calls:
             if call.started_at:
                 kind = "error" if call.error else "tool"
@@ -190,10 +205,12 @@ def waterfall_bars(run: Any, parts: list[tuple[Any, list[Any]]]) -> list[Bar]:
     return bars[:MAX_WATERFALL_BARS]
 
 
-def waterfall_svg(run: Any, parts: list[tuple[Any, list[Any]]]) -> SafeString | None:
-    """The timing of what the page shows as an SVG waterfall, or None when no iteration or
-    tool call is timed."""
-    bars = waterfall_bars(run, parts)
+def waterfall_svg(
+    run: Any, parts: list[tuple[Any, list[Any]]], model_calls: dict[int, list[Any]] | None = None
+) -> SafeString | None:
+    """The timing of what the page shows as an SVG waterfall, or None when no iteration,
+    model call or tool call is timed."""
+    bars = waterfall_bars(run, parts, model_calls)
     if all(bar.kind == "run" for bar in bars):
         return None
     t0 = min(b.start for b in bars)
@@ -222,7 +239,7 @@ def waterfall_svg(run: Any, parts: list[tuple[Any, list[Any]]]) -> SafeString | 
         w = max(plot_w * length / span, 2)
         label = escape(bar.label if len(bar.label) <= 34 else bar.label[:33] + "…")
         tip = escape(f"{bar.label}: starts at {_ms(start)}, lasts {_ms(length) if bar.end else 'unknown'}")
-        indent = {"run": 0, "iteration": 8, "tool": 20, "error": 20}[bar.kind]
+        indent = {"run": 0, "iteration": 8, "model": 20, "tool": 20, "error": 20}[bar.kind]
         rect = (
             f'<rect class="wf-{bar.kind}" x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" rx="2">'
             f"<title>{tip}</title></rect>"

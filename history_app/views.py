@@ -140,7 +140,9 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "slice": iterations,
         "model_calls": transcripts.model_call_slice(run=run),
         "cost_sources": transcripts.cost_sources(run),
-        "waterfall": present.waterfall_svg(run, [(p.iteration, p.calls) for p in iterations.parts]),
+        "waterfall": present.waterfall_svg(
+            run, [(p.iteration, p.calls) for p in iterations.parts], iterations.model_calls
+        ),
     }
     return render(request, _template(request, "run_detail", "transcript"), context)
 

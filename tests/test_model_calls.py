@@ -538,3 +538,19 @@ def test_the_offline_session_export_shows_model_calls(alice_client, ingest):
     assert "Model call · gpt-4o · 1,000 in / 500 out · $0.0075 (estimated)" in html
     assert "Model call · mystery-model · 1,000 in / 500 out · no price" in html
     assert '<span class="tag">new input</span>' in html
+
+
+def test_the_waterfall_draws_model_calls_linked_to_their_page(alice_client, ingest):
+    payload = _run()
+    payload["iterations"][0].update(started_at="2026-11-20T10:00:00Z", ended_at="2026-11-20T10:00:02Z")
+    assert ingest([payload]).status_code == 200
+    page = alice_client.get("/runs/mc-1/").content.decode()
+    (bar,) = re.findall(
+        r'<a href="/runs/mc-1/model-calls/1/"><text[^>]*>gpt-4o call 1</text><rect class="wf-model"[^>]*><title>([^<]+)</title>',
+        page,
+    )
+    assert (
+        bar == "gpt-4o call 1: starts at 0 ms, lasts 1.2 s"
+        or bar == "gpt-4o call 1: starts at 0 ms, lasts 1.3 s"
+    )
+    assert '<span class="key wf-model"></span> model call' in page
