@@ -126,12 +126,12 @@ def prepare_native(payload: dict[str, Any], *, redactor: Redactor, report: list[
 
 def complete_model_calls(run: Run) -> list[dict[str, Any]]:
     """A prepared run's model calls as they are stored, in place: those its older fields
-    describe (run-level metrics), each message linked to the injected context it carries,
-    at most ``HISTORY_MAX_CALL_MESSAGES`` messages a call, and a price estimated where the
-    client reported none. Returns the receipt's note of messages left out, if any."""
+    describe (run-level metrics), at most ``HISTORY_MAX_CALL_MESSAGES`` messages a call,
+    each message linked to the injected context it carries, and a price estimated where
+    the client reported none. Returns the receipt's note of messages left out, if any."""
     usage.derive_model_calls(run)
-    usage.link_messages(run)
     omitted = usage.cap_messages(run, settings.HISTORY_MAX_CALL_MESSAGES)
+    usage.link_messages(run)
     pricing.price_run(run)
     if not omitted:
         return []

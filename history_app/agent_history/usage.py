@@ -20,6 +20,9 @@ from .text import value_text
 # (``metadata["omitted_messages"]``), never dropped silently.
 MAX_CALL_MESSAGES = 100
 HEAD_MESSAGES = 10
+# How many characters of messages ``link_messages`` may scan (a message's length times the
+# contexts it is compared with): a few tens of milliseconds. Beyond, messages stay unlinked.
+LINK_BUDGET_CHARS = 50_000_000
 
 # The names token counts and costs go by in run-level metrics (agno, OpenAI-style clients,
 # the autourgos middleware before model calls were records).
@@ -134,10 +137,14 @@ def link_messages(run: Run) -> Run:
         return run
     histories = [n for n, _, kind in contexts if kind.endswith("history")]
     only_history = histories[0] if len(histories) == 1 else None
+    budget = LINK_BUDGET_CHARS
     for call in run.all_model_calls():
         for message in call.messages:
             if message.context is not None or not message.content.strip():
                 continue
+            budget -= len(message.content) * len(contexts)
+            if budget < 0:  # a hostile run of thousands of calls and contexts: stop here
+                return run
             for n, text, kind in contexts:
                 if text in message.content or (
                     message.part == "history" and kind.endswith("history") and message.content in text
