@@ -73,6 +73,9 @@ def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, prog
             report: list[dict[str, Any]] = []
             try:
                 prepared = ingestion.prepare_run(mapper.run_record(row), redactor=redactor, report=report)
+                # As ingestion completes it now (a call stored unpriced is priced, say), so
+                # the run sent again is a duplicate.
+                ingestion.complete_model_calls(prepared)
             except (RecordError, RecursionError):
                 result.skipped.append(row.run_id)
                 continue
@@ -108,6 +111,10 @@ def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str | None, str
             )
             if list(current) != [read_hash]:
                 continue  # re-sent or deleted meanwhile: ingestion applied the current rules
+            # The rollups hold copies of names (tools, agents): taken off as they were
+            # stored (before the row is saved with its redacted agent name) and added back
+            # as they are now.
+            counted = rollups.stored_contributions([row.pk])
             row.save()
             # Contexts whose sources the server found are linked again from their
             # redacted text (sources the agent reported are kept).
@@ -115,9 +122,6 @@ def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str | None, str
             for position, context in enumerate(prepared.injected_contexts):
                 if position in previous.linked_positions:
                     context.source_run_ids = []
-            # The rollups hold copies of names (tools, agents): taken off as they were and
-            # added back as they are now.
-            counted = rollups.stored_contributions([row.pk])
             ingestion.delete_children(row)
             ((_, contexts),) = ingestion._write_children_of([(row, prepared)])
             provenance.link_run(row, contexts, previous=previous)

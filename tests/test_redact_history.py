@@ -40,6 +40,7 @@ def raw_items() -> list[dict]:
                 user_id=entry["secret"][:200] if i % 7 == 0 else "alice",
                 input=f"use {entry['secret']}",
                 output=f"**Answer** with {text}",
+                agent_name=entry["secret"][:200] if i % 11 == 3 else "agent",
                 iterations=[
                     {
                         "thought": text,
@@ -48,6 +49,15 @@ def raw_items() -> list[dict]:
                                 "tool": "fetch",
                                 "params": {entry["secret"]: {"v": entry["secret"]}},
                                 "result": text,
+                            }
+                        ],
+                        "model_calls": [
+                            {
+                                "model": "gpt-4o",
+                                "messages": [{"role": "user", "content": f"use {entry['secret']}"}],
+                                "output": text,
+                                "input_tokens": 10,
+                                "output_tokens": 2,
                             }
                         ],
                     }
@@ -136,6 +146,13 @@ def test_redact_history_removes_what_older_rules_kept_and_a_resend_stays_duplica
         page = alice_client.get(run.get_absolute_url()).content.decode()
         assert leaks(page) == []
     assert not models.Run.objects.filter(pk__in=search.matching_run_pks("FAKEkvAsKey99")).exists()
+    # The daily usage per agent follows the agents' redacted names, with the same sums.
+    usage = {a: c for a, c in models.DailyUsage.objects.values_list("agent", "calls") if c}
+    expected: dict[str, int] = {}
+    for agent, calls in models.Run.objects.values_list("agent_name", "model_call_count"):
+        if calls:
+            expected[agent] = expected.get(agent, 0) + calls
+    assert usage == expected and sum(usage.values()) == len(items) - 1
 
     again = redact_history()
     assert f"Changed: 0 of {len(items)} runs, 0 of {len(sessions)} sessions, 0 of 1 receipts." in again
