@@ -256,16 +256,13 @@ def waterfall_svg(
 # -- bar charts for the stats page ---------------------------------------------------------
 
 
-def bar_chart_svg(
-    points: list[tuple[str, float]], *, label: str, unit: str = "", prefix: str = ""
-) -> SafeString:
-    """A vertical bar chart of (label, value) points; the accessible table sits beside it."""
-    width, height, left, bottom, top = 1000, 220, 48, 28, 14
-    if not points:
-        return mark_safe("")
-    peak = max(value for _, value in points) or 1
-    plot_w, plot_h = width - left - 8, height - top - bottom
-    step = plot_w / len(points)
+# The stats charts' frame: width, height, left margin, top margin, plot width and height.
+_CHART = (1000, 220, 56, 14, 1000 - 56 - 8, 220 - 14 - 28)
+
+
+def _chart_frame(label: str, peak: float, unit: str, prefix: str = "") -> list[str]:
+    """A chart's opening tag, its three grid lines and their values."""
+    width, height, left, top, _, plot_h = _CHART
     out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">']
     for i in range(3):
         value = peak * i / 2
@@ -276,6 +273,19 @@ def bar_chart_svg(
             f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
             f"{escape(prefix)}{shown}{escape(unit)}</text>"
         )
+    return out
+
+
+def bar_chart_svg(
+    points: list[tuple[str, float]], *, label: str, unit: str = "", prefix: str = ""
+) -> SafeString:
+    """A vertical bar chart of (label, value) points; the accessible table sits beside it."""
+    if not points:
+        return mark_safe("")
+    peak = max(value for _, value in points) or 1
+    width, height, left, top, plot_w, plot_h = _CHART
+    step = plot_w / len(points)
+    out = _chart_frame(label, peak, unit, prefix)
     every = max(1, len(points) // 10)
     for n, (name, value) in enumerate(points):
         h = plot_h * value / peak
@@ -299,21 +309,13 @@ def line_chart_svg(
 ) -> SafeString:
     """Lines, one per name in ``series``, over (label, {name: value or None}) points; a
     day without a value breaks its line. The accessible table sits beside it."""
-    width, height, left, bottom, top = 1000, 220, 56, 28, 14
     values = [v for _, point in points for v in point.values() if v is not None]
     if not points or not values:
         return mark_safe("")
     peak = max(values) or 1
-    plot_w, plot_h = width - left - 8, height - top - bottom
+    width, height, left, top, plot_w, plot_h = _CHART
     step = plot_w / len(points)
-    out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">']
-    for i in range(3):
-        value = peak * i / 2
-        y = top + plot_h - plot_h * i / 2
-        out.append(f'<line class="wf-grid" x1="{left}" y1="{y:.1f}" x2="{width - 8}" y2="{y:.1f}"/>')
-        out.append(
-            f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{value:.0f}{escape(unit)}</text>'
-        )
+    out = _chart_frame(label, peak, unit)
     for k, name in enumerate(series):
         runs: list[list[str]] = [[]]
         for n, (day, point) in enumerate(points):

@@ -179,73 +179,52 @@ def merge(*all_deltas: Deltas) -> Deltas:
 def apply(deltas: Deltas) -> None:
     """Add ``deltas`` to ``DailyStat``, ``DailyUsage`` and ``DailyLatency`` (one upsert per
     row, in key order)."""
-    _apply_usage(getattr(deltas, "usage", {}))
-    _apply_latency(getattr(deltas, "latency", {}))
-    rows = [(day, tool, *values) for (day, tool), values in sorted(deltas.items()) if any(values)]
+    _upsert(models.DailyStat, ("day", "tool"), ("runs", "failed", "calls", "errors"), deltas.items())
+    _upsert(
+        models.DailyUsage,
+        ("day", "model", "agent"),
+        ("calls", "input_tokens", "output_tokens", "cost", "unpriced"),
+        getattr(deltas, "usage", {}).items(),
+        # A float sum taken back down may keep a residue: a row is empty when its counts are.
+        counts=("calls", "input_tokens", "output_tokens", "unpriced"),
+    )
+    _upsert(
+        models.DailyLatency,
+        ("day", "kind", "bucket"),
+        ("count",),
+        ((key, [count]) for key, count in getattr(deltas, "latency", {}).items()),
+    )
+
+
+def _upsert(
+    model: Any,
+    keys: tuple[str, ...],
+    columns: tuple[str, ...],
+    items: Iterable[tuple[tuple[Any, ...], list[Any]]],
+    *,
+    counts: tuple[str, ...] | None = None,
+) -> None:
+    """Add each (key, values) to ``model``'s row of that key (the key's first part a day),
+    in key order. A row brought down to nothing goes: it would keep a name no run has any
+    more (a tool or agent name redact_history has since redacted, a pruned model)."""
+    rows = [(key, values) for key, values in sorted(items) if any(values)]
     if not rows:
         return
-    table = models.DailyStat._meta.db_table
+    table = model._meta.db_table
     adapt = connection.ops.adapt_datefield_value
+    sums = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in columns)
+    marks = ", ".join(["%s"] * (len(keys) + len(columns)))
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"INSERT INTO {table} (day, tool, runs, failed, calls, errors) VALUES (%s, %s, %s, %s, %s, %s) "
-            f"ON CONFLICT (day, tool) DO UPDATE SET runs = {table}.runs + excluded.runs, "
-            f"failed = {table}.failed + excluded.failed, calls = {table}.calls + excluded.calls, "
-            f"errors = {table}.errors + excluded.errors",
-            [(adapt(day), tool, *values) for day, tool, *values in rows],
+            f"INSERT INTO {table} ({', '.join(keys + columns)}) VALUES ({marks}) "
+            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sums}",
+            [(adapt(key[0]), *key[1:], *values) for key, values in rows],
         )
-        # A row brought down to nothing goes: it would keep a name no run has any more
-        # (a tool name redact_history has since redacted, a pruned tool).
-        taken = [(adapt(day), tool) for day, tool, *values in rows if min(values) < 0]
+        taken = [(adapt(key[0]), *key[1:]) for key, values in rows if min(values) < 0]
         if taken:
+            empty = " AND ".join(f"{c} = 0" for c in counts or columns)
             cursor.executemany(
-                f"DELETE FROM {table} WHERE day = %s AND tool = %s AND runs = 0 AND failed = 0 "
-                "AND calls = 0 AND errors = 0",
-                taken,
-            )
-
-
-def _apply_usage(usage: dict[tuple[date, str, str], list[float]]) -> None:
-    rows = [(key, values) for key, values in sorted(usage.items()) if any(values)]
-    if not rows:
-        return
-    table = models.DailyUsage._meta.db_table
-    adapt = connection.ops.adapt_datefield_value
-    sums = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in _USAGE_COLUMNS)
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"INSERT INTO {table} (day, model, agent, {', '.join(_USAGE_COLUMNS)}) "
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (day, model, agent) DO UPDATE SET {sums}",
-            [(adapt(day), model, agent, *values) for (day, model, agent), values in rows],
-        )
-        taken = [(adapt(day), model, agent) for (day, model, agent), values in rows if min(values) < 0]
-        if taken:
-            cursor.executemany(
-                f"DELETE FROM {table} WHERE day = %s AND model = %s AND agent = %s AND calls = 0 "
-                "AND input_tokens = 0 AND output_tokens = 0 AND unpriced = 0",
-                taken,
-            )
-
-
-_USAGE_COLUMNS = ("calls", "input_tokens", "output_tokens", "cost", "unpriced")
-
-
-def _apply_latency(latency: dict[tuple[date, str, int], int]) -> None:
-    rows = [(key, count) for key, count in sorted(latency.items()) if count]
-    if not rows:
-        return
-    table = models.DailyLatency._meta.db_table
-    adapt = connection.ops.adapt_datefield_value
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"INSERT INTO {table} (day, kind, bucket, count) VALUES (%s, %s, %s, %s) "
-            f"ON CONFLICT (day, kind, bucket) DO UPDATE SET count = {table}.count + excluded.count",
-            [(adapt(day), kind, bucket, count) for (day, kind, bucket), count in rows],
-        )
-        taken = [(adapt(day), kind, bucket) for (day, kind, bucket), count in rows if count < 0]
-        if taken:
-            cursor.executemany(
-                f"DELETE FROM {table} WHERE day = %s AND kind = %s AND bucket = %s AND count = 0", taken
+                f"DELETE FROM {table} WHERE {' AND '.join(f'{k} = %s' for k in keys)} AND {empty}", taken
             )
 
 

@@ -114,9 +114,7 @@ class ModelCall:
 
     @property
     def duration_ms(self) -> int | None:
-        if self.started_at is None or self.ended_at is None:
-            return None
-        return round((_aware(self.ended_at) - _aware(self.started_at)).total_seconds() * 1000)
+        return _duration_ms(self.started_at, self.ended_at)
 
     @property
     def total_tokens(self) -> int | None:
@@ -194,9 +192,7 @@ class Run:
 
     @property
     def duration_ms(self) -> int | None:
-        if self.started_at is None or self.ended_at is None:
-            return None
-        return round((_aware(self.ended_at) - _aware(self.started_at)).total_seconds() * 1000)
+        return _duration_ms(self.started_at, self.ended_at)
 
     @property
     def is_finished(self) -> bool:
@@ -257,6 +253,12 @@ def _plain(obj: Any) -> Any:
 
 def _aware(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _duration_ms(started: datetime | None, ended: datetime | None) -> int | None:
+    if started is None or ended is None:
+        return None
+    return round((_aware(ended) - _aware(started)).total_seconds() * 1000)
 
 
 def _children(value: Any, path: str) -> list[tuple[str, Any]]:
