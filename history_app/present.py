@@ -260,18 +260,19 @@ def waterfall_svg(
 _CHART = (1000, 220, 56, 14, 1000 - 56 - 8, 220 - 14 - 28)
 
 
-def _chart_frame(label: str, peak: float, unit: str, prefix: str = "") -> list[str]:
-    """A chart's opening tag, its three grid lines and their values."""
+def _chart_frame(label: str, peak: float, unit: str, prefix: str = "", shown: Any = None) -> list[str]:
+    """A chart's opening tag, its three grid lines and their values (``shown`` writes a
+    value, unit included)."""
     width, height, left, top, _, plot_h = _CHART
     out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">']
     for i in range(3):
         value = peak * i / 2
         y = top + plot_h - plot_h * i / 2
         out.append(f'<line class="wf-grid" x1="{left}" y1="{y:.1f}" x2="{width - 8}" y2="{y:.1f}"/>')
-        shown = f"{value:.0f}" if peak >= 10 else f"{value:.2g}"
+        text = shown(value) if shown else f"{value:.0f}{unit}" if peak >= 10 else f"{value:.2g}{unit}"
         out.append(
             f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
-            f"{escape(prefix)}{shown}{escape(unit)}</text>"
+            f"{escape(prefix)}{escape(text)}</text>"
         )
     return out
 
@@ -305,17 +306,23 @@ def bar_chart_svg(
 
 
 def line_chart_svg(
-    points: list[tuple[str, dict[str, float | None]]], *, series: list[str], label: str, unit: str = ""
+    points: list[tuple[str, dict[str, float | None]]],
+    *,
+    series: list[str],
+    label: str,
+    milliseconds: bool = False,
 ) -> SafeString:
     """Lines, one per name in ``series``, over (label, {name: value or None}) points; a
-    day without a value breaks its line. The accessible table sits beside it."""
+    day without a value breaks its line (values in milliseconds written as durations). The
+    accessible table sits beside it."""
     values = [v for _, point in points for v in point.values() if v is not None]
     if not points or not values:
         return mark_safe("")
     peak = max(values) or 1
     width, height, left, top, plot_w, plot_h = _CHART
     step = plot_w / len(points)
-    out = _chart_frame(label, peak, unit)
+    shown = (lambda ms: _ms(ms / 1000)) if milliseconds else None  # noqa: E731
+    out = _chart_frame(label, peak, "", shown=shown)
     for k, name in enumerate(series):
         runs: list[list[str]] = [[]]
         for n, (day, point) in enumerate(points):
@@ -328,7 +335,8 @@ def line_chart_svg(
             runs[-1].append(f"{x:.1f},{y:.1f}")
             out.append(
                 f'<circle class="line-{k}" cx="{x:.1f}" cy="{y:.1f}" r="3">'
-                f"<title>{escape(day)} {escape(name)}: {value:g}{escape(unit)}</title></circle>"
+                f"<title>{escape(day)} {escape(name)}: {escape(shown(value) if shown else f'{value:g}')}"
+                "</title></circle>"
             )
         for run in runs:
             if len(run) > 1:

@@ -358,25 +358,21 @@ def stats(request: HttpRequest) -> HttpResponse:
             [(p["day"].isoformat(), p["input_tokens"] + p["output_tokens"]) for p in data["usage_series"]],
             label=f"Tokens per day (input and output), last {data['days']} days",
         ),
-        "latency_chart": present.line_chart_svg(
-            [
-                (p["day"].isoformat(), {name: p[key] for name, key in LATENCY_LINES})
-                for p in data["usage_series"]
-            ],
-            series=[name for name, _ in LATENCY_LINES],
-            label=f"Latency p50 and p95 per day in milliseconds, last {data['days']} days",
-            unit=" ms",
-        ),
-        "latency_lines": LATENCY_LINES,
+        "duration_chart": _latency_chart(data, "run", "Run duration"),
+        "latency_chart": _latency_chart(data, "model", "Model-call latency"),
         "day_choices": (7, 30, 90, 365),
     }
     return render(request, "history_app/stats.html", context)
 
 
-# The latency chart's lines: (legend, key of a day's numbers).
-LATENCY_LINES = [
-    ("run p50", "run_p50"),
-    ("run p95", "run_p95"),
-    ("model call p50", "model_p50"),
-    ("model call p95", "model_p95"),
-]
+def _latency_chart(data: dict[str, Any], kind: str, title: str) -> Any:
+    """p50 and p95 per day of run durations or model-call latency, as lines."""
+    return present.line_chart_svg(
+        [
+            (p["day"].isoformat(), {"p50": p[f"{kind}_p50"], "p95": p[f"{kind}_p95"]})
+            for p in data["usage_series"]
+        ],
+        series=["p50", "p95"],
+        label=f"{title} p50 and p95 per day, last {data['days']} days",
+        milliseconds=True,
+    )

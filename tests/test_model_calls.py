@@ -295,7 +295,10 @@ def test_stats_show_cost_tokens_per_model_and_agent_and_latency(alice_client, in
     assert ("gpt-4o", "2", "$0.015") in per_model and ("mystery", "1", "no price") in per_model
     assert re.search(r'\?agent=Calc">Calc</a></td><td class="num">2</td>', page)
     assert "Cost per day" in page and 'aria-label="Model cost per day' in page
-    assert 'aria-label="Latency p50 and p95' in page
+    assert (
+        'aria-label="Run duration p50 and p95' in page
+        and 'aria-label="Model-call latency p50 and p95' in page
+    )
     # Model-call latency 100, 200, 300 ms: the median within a bucket's width of 200 ms.
     assert (
         190

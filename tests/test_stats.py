@@ -57,7 +57,9 @@ def test_charts_and_their_tables(alice_client, history):
     assert f"<title>{today}: 10</title>" in runs_chart
     three_ago = (timezone.now().date() - timedelta(days=3)).isoformat()
     assert f"<title>{three_ago}: 100%</title>" in failure_chart
-    assert "Latency p50 and p95" in latency_chart and "No model calls in this period." in page
+    assert "Run duration p50 and p95" in latency_chart and "No model calls in this period." in page
+    # Today's 10 runs of 1 to 10 s: the median (5 or 6 s) within a bucket's width.
+    assert re.search(rf"<title>{today} p50: (4\.[89]|5\.\d|6\.[0-3]) s</title>", latency_chart)
     assert f'<tr><td>{today}</td><td class="num">10</td><td class="num">0</td>' in page
 
 

@@ -80,7 +80,9 @@ def money(cost: float | None) -> str:
     if cost == 0:
         return "$0"
     if cost < 1:
-        text = f"{cost:.6f}".rstrip("0")
+        # Six decimals below a cent (model calls cost fractions of one), four above.
+        text = f"{cost:.6f}" if cost < 0.01 else f"{cost:.4f}"
+        text = text.rstrip("0")
         return f"${text}" if text != "0." else "<$0.000001"
     return f"${cost:,.2f}"
 
