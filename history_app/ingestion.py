@@ -391,12 +391,13 @@ def _write_batch(pending: list[_Pending]) -> list[tuple[str, list[dict[str, str]
                 _write_new_runs([pending[n] for n in bulk], sessions)
             for n in bulk:
                 outcomes[n] = ("created", [])
-        except DatabaseError as exc:
-            if is_transient(exc):
+        except (DatabaseError, OverflowError) as exc:
+            if isinstance(exc, DatabaseError) and is_transient(exc):
                 raise
             # Another writer stored one of these run ids since the lookup (PostgreSQL), or
-            # the database refused one of the runs: the items go one by one below, each
-            # in its own savepoint, so only the one refused is.
+            # the database refused one of the runs (or its driver a value, as SQLite's a
+            # number past 64 bits): the items go one by one below, each in its own
+            # savepoint, so only the one refused is.
             pass
     for n, item in enumerate(pending):
         if outcomes[n] is None:
@@ -418,8 +419,8 @@ def _write_one(item: _Pending) -> tuple[str, list[dict[str, str]]]:
                 ingest_run(run=run, source_format=item.source_format, digest=digest)
                 for run, digest in zip(item.runs, item.digests, strict=True)
             ]
-    except DatabaseError as exc:
-        if is_transient(exc):
+    except (DatabaseError, OverflowError) as exc:
+        if isinstance(exc, DatabaseError) and is_transient(exc):
             raise  # the batch is rolled back and sent again
         logger.exception("run %s could not be stored", item.result.run_id)
         return "rejected", [{"path": "$", "message": "the database refused this run"}]

@@ -72,8 +72,16 @@ def test_record_round_trip_and_properties():
         ({"output_tokens": 1.5}, "output_tokens", "whole number of tokens"),
         ({"cached_tokens": "12"}, "cached_tokens", "whole number of tokens"),
         ({"reasoning_tokens": True}, "reasoning_tokens", "whole number of tokens"),
-        ({"cost": -0.1}, "cost", "0 or more"),
-        ({"cost": "cheap"}, "cost", "0 or more"),
+        ({"cost": -0.1}, "cost", "from 0 to 1,000,000"),
+        ({"cost": "cheap"}, "cost", "from 0 to 1,000,000"),
+        ({"cost": 1e308}, "cost", "from 0 to 1,000,000"),
+        ({"input_tokens": 2**32 + 1}, "input_tokens", "from 0 to 4294967296"),
+        ({"output_tokens": 2**63 - 1}, "output_tokens", "whole number of tokens"),
+        ({"ended_at": "2026-11-20T09:59:59Z"}, "ended_at", "must not be before started_at"),
+        ({"metadata": {"aggregate": "yes"}}, "metadata.aggregate", "must be true"),
+        ({"metadata": {"calls": [1]}}, "metadata.calls", "integer from 0"),
+        ({"metadata": {"omitted_messages": "lots"}}, "metadata.omitted_messages", "integer from 0"),
+        ({"model": True}, "model", "must be a string, not boolean"),
         ({"cost": 1, "cost_source": "guessed"}, "cost_source", "one of reported, estimated"),
         ({"messages": [{"role": "user", "part": "secret"}]}, "messages[0].part", "one of instructions"),
         ({"messages": [{"role": "user", "context": 3}]}, "messages[0].context", "names no injected context"),
@@ -557,3 +565,80 @@ def test_the_waterfall_draws_model_calls_linked_to_their_page(alice_client, inge
         or bar == "gpt-4o call 1: starts at 0 ms, lasts 1.3 s"
     )
     assert '<span class="key wf-model"></span> model call' in page
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"metrics": {"input_tokens": 2**70, "output_tokens": 5}},
+        {"metrics": {"input_tokens": 1e300}},
+        {"metrics": {"input_tokens": [2**62, 2**62, 2**62]}},
+        {"metrics": {"total_cost": 1e308}},
+        {"metrics": {"input_tokens": float("nan")}},
+        {
+            "iterations": [
+                {
+                    "ended_at": "0001-01-02T00:00:01Z",
+                    "metadata": {"llm": [{"prompt_tokens": 2**70, "latency_ms": 1e15}]},
+                }
+            ]
+        },
+        {
+            "iterations": [
+                {
+                    "ended_at": "0001-01-02T00:00:01Z",
+                    "metadata": {"llm": [{"input_tokens": 5, "latency_ms": 1e15}]},
+                }
+            ]
+        },
+    ],
+)
+def test_usage_figures_out_of_bounds_stay_in_metrics_and_never_fail(ingest, fields):
+    """Run-level figures become a call only where they are sane; the rest is kept as sent."""
+    payload = native("odd", "odd-s", **fields)
+    if "nan" in json.dumps(fields, allow_nan=True).lower():
+        response = ingest(json.dumps([payload], allow_nan=True))
+        assert response.status_code == 400  # JSON readers refuse NaN: a clear error, as before
+        return
+    response = ingest([payload])
+    assert response.status_code == 200, response.content
+    run = models.Run.objects.get()
+    for call in run.model_calls.all():
+        for value in (call.input_tokens, call.output_tokens):
+            assert value is None or 0 <= value <= records.MAX_TOKENS
+        assert call.cost is None or call.cost <= records.MAX_COST
+    session = models.Session.objects.get()
+    assert session.input_tokens <= records.MAX_TOKENS
+
+
+def test_agno_calls_keep_a_bounded_number_of_messages():
+    """Each of agno's calls received every message before it: 3,000 turns would list 4.5
+    million. A call keeps the first ten and the most recent (100 in all), the run 20,000."""
+    turns = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    turns += [{"role": "assistant", "content": f"a{n}", "metrics": {"input_tokens": 10}} for n in range(3000)]
+    (run,) = agno.parse({"run_id": "long", "session_id": "s", "messages": turns, "created_at": 1795992236})
+    calls = run.all_model_calls()
+    assert len(calls) == 3000
+    kept = [len(c.messages) for c in calls]
+    assert max(kept) == usage.MAX_CALL_MESSAGES and sum(kept) <= agno.RUN_MESSAGES_BUDGET
+    last_kept = calls[150]
+    assert [m.content for m in last_kept.messages[:3]] == ["sys", "go", "a0"]
+    assert last_kept.messages[-1].content == "a149" and last_kept.metadata["omitted_messages"] == 152 - 100
+    assert calls[-1].messages == [] and calls[-1].metadata["omitted_messages"] == 3001
+    assert [m.part for m in calls[1].messages] == ["instructions", "input", "run"]
+
+
+def test_money_is_written_sanely():
+    from history_app.templatetags.history_tags import money
+
+    assert [money(v) for v in (None, 0, 1e-9, -2.78e-16, 0.0075, 0.25751, 0.9999999, 1, 123456.789)] == [
+        "no price",
+        "$0",
+        "<$0.000001",
+        "$0",
+        "$0.0075",
+        "$0.2575",
+        "$1.00",
+        "$1.00",
+        "$123,456.79",
+    ]

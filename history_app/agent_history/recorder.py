@@ -665,14 +665,14 @@ class AgentHistoryMiddleware:
         call.finish_reason = _finish_reason(raw) or ("tool_calls" if response is None else "")
         if call.cost is not None:
             call.price_source = f"reported by {call.provider or 'the model client'}"
-        latency = _number(kwargs.get("latency_ms"))
+        latency = usage_.number(kwargs.get("latency_ms"), usage_.MAX_SECONDS * 1000)
         call.ended_at = ended
         if latency is not None:
             call.metadata["reported_latency_ms"] = latency
         if state.llm_started is not None:  # measured here: the call's own start
             call.started_at = state.llm_started
         elif latency is not None:
-            call.started_at = datetime.fromtimestamp(ended.timestamp() - latency / 1000, ended.tzinfo)
+            call.started_at = usage_.start_before(ended, latency / 1000)
         call.messages = _messages(state.llm_messages)
         state.llm_messages = state.llm_started = None
         return call

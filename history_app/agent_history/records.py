@@ -39,7 +39,13 @@ MESSAGE_PARTS = ("instructions", "history", "context", "input", "run")
 # from its tokens and a price list (``price_source`` names which).
 COST_SOURCES = ("reported", "estimated")
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens")
-MAX_TOKENS = 2**63 - 1
+# Bounds on one call, far above any real one (a million-token context costs dollars), so
+# that no sum of them (a run's, a session's, a day's) can overflow a 64-bit column or a
+# float: 2**31 calls at the bound would be needed.
+MAX_TOKENS = 2**32
+MAX_COST = 1_000_000.0
+# What the server writes into a call's metadata, checked when a client sends them.
+CALL_FLAGS = {"aggregate": "true", "calls": "count", "omitted_messages": "count"}
 MAX_ID_LENGTH = 255
 # Levels of objects and arrays an item may hold, the item itself being the first. Deeper
 # values exhaust Python's recursion limit in the code that copies, redacts and shows them.
@@ -443,7 +449,7 @@ class _Reader:
         if isinstance(value, dict | list):
             # Structured answers (a dict from a JSON-mode model, say) are kept, as JSON.
             return value_text(value, indent=2)
-        self.fail(key, f"must be a string, not {type(value).__name__}")
+        self.fail(key, f"must be a string, not {json_type(value)}")
         return default
 
     def ident(self, key: str, *, required: bool = False) -> Any:
@@ -579,7 +585,7 @@ def _count(r: _Reader, key: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
-        r.fail(key, "must be a whole number of tokens, 0 or more")
+        r.fail(key, f"must be a whole number of tokens from 0 to {MAX_TOKENS}")
         return None
     return value
 
@@ -590,12 +596,24 @@ def _read_model_call(data: Any, path: str, errors: list[tuple[str, str]]) -> Mod
         return None
     cost = data.get("cost")
     if cost is not None and (
-        isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0
+        isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost <= MAX_COST
     ):
-        r.fail("cost", "must be a number, 0 or more (US dollars)")
+        r.fail("cost", f"must be a number of US dollars from 0 to {MAX_COST:,.0f}")
         cost = None
     source = data.get("cost_source")
     messages = [_read_message(item, p, errors) for p, item in r.items("messages")]
+    metadata = r.mapping("metadata")
+    for flag, kind in CALL_FLAGS.items():
+        value = metadata.get(flag)
+        if value is None:
+            continue
+        if kind == "true" and value is not True:
+            errors.append((f"{path}.metadata.{flag}", "must be true (the call holds a run's totals)"))
+        elif kind == "count" and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INDEX):
+            errors.append((f"{path}.metadata.{flag}", INDEX_RANGE))
+    started, ended = r.time("started_at"), r.time("ended_at")
+    if started is not None and ended is not None and _aware(ended) < _aware(started):
+        r.fail("ended_at", "must not be before started_at")
     return ModelCall(
         model=r.text("model") or "",
         provider=r.text("provider") or "",
@@ -615,9 +633,9 @@ def _read_model_call(data: Any, path: str, errors: list[tuple[str, str]]) -> Mod
             else "reported"
         ),
         price_source=r.text("price_source") or "",
-        started_at=r.time("started_at"),
-        ended_at=r.time("ended_at"),
-        metadata=r.mapping("metadata"),
+        started_at=started,
+        ended_at=ended,
+        metadata=metadata,
     )
 
 

@@ -8,10 +8,10 @@ before redaction), and an agent may run them on its own records.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from .records import ModelCall, ModelMessage, Run
+from .records import MAX_COST, MAX_TOKENS, ModelCall, ModelMessage, Run, check_time_range
 from .text import value_text
 
 # How many messages a model call keeps: the first (the instructions, usually) and the
@@ -33,36 +33,52 @@ _REASONING = ("reasoning_tokens",)
 _COST = ("total_cost", "cost")
 
 
-def number(value: Any) -> int | float | None:
-    """``value`` as a finite number 0 or more; a list of them (agno 1 kept one per message)
-    summed; else None."""
+# The longest duration (seconds) a usage figure may give a call: ten years. Anything longer
+# (or not a number) is no duration.
+MAX_SECONDS = 10 * 365 * 86_400
+
+
+def number(value: Any, limit: float = MAX_SECONDS) -> int | float | None:
+    """``value`` as a number from 0 to ``limit``; a list of them (agno 1 kept one per
+    message) summed; else None: usage figures only become a call's fields when they are
+    sane, and stay in ``metrics`` as they came whatever they are."""
     if isinstance(value, list):
-        parts = [number(v) for v in value]
+        parts = [number(v, limit) for v in value[:10_000]]
         kept = [p for p in parts if p is not None]
-        return sum(kept) if kept else None
+        total = sum(kept) if kept else None
+        return total if total is not None and total <= limit else None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if value != value or value in (float("inf"), float("-inf")) or value < 0:
+    if not 0 <= value <= limit:  # NaN fails both comparisons
         return None
     return value
 
 
-def _first(metrics: Mapping[str, Any], names: tuple[str, ...]) -> int | float | None:
+def start_before(ended: datetime, seconds: float) -> datetime | None:
+    """The start of a call that lasted ``seconds`` and ended at ``ended``, or None when it
+    would fall outside the times every store holds."""
+    try:
+        return check_time_range(ended - timedelta(seconds=seconds))
+    except (OverflowError, ValueError):
+        return None
+
+
+def _first(metrics: Mapping[str, Any], names: tuple[str, ...], limit: float) -> int | float | None:
     for name in names:
-        value = number(metrics.get(name))
+        value = number(metrics.get(name), limit)
         if value is not None:
             return value
     return None
 
 
 def _tokens(metrics: Mapping[str, Any], names: tuple[str, ...]) -> int | None:
-    value = _first(metrics, names)
-    return None if value is None else int(value)
+    value = _first(metrics, names, MAX_TOKENS)
+    return None if value is None or value != int(value) else int(value)
 
 
 def call_from_usage(usage: Mapping[str, Any], **fields: Any) -> ModelCall:
     """A model call from a usage mapping (tokens and cost under their usual names)."""
-    cost = _first(usage, _COST)
+    cost = _first(usage, _COST, MAX_COST)
     model = usage.get("model") if isinstance(usage.get("model"), str) else ""
     provider = next(
         (usage[k] for k in ("provider", "provider_used") if isinstance(usage.get(k), str) and usage[k]), ""
@@ -83,7 +99,10 @@ def call_from_usage(usage: Mapping[str, Any], **fields: Any) -> ModelCall:
 
 
 def has_usage(metrics: Mapping[str, Any]) -> bool:
-    return any(_first(metrics, names) is not None for names in (_INPUT, _OUTPUT, _COST))
+    return any(
+        _first(metrics, names, limit) is not None
+        for names, limit in ((_INPUT, MAX_TOKENS), (_OUTPUT, MAX_TOKENS), (_COST, MAX_COST))
+    )
 
 
 def derive_model_calls(run: Run) -> Run:
@@ -100,11 +119,11 @@ def derive_model_calls(run: Run) -> Run:
         for usage in kept:
             if isinstance(usage, Mapping):
                 call = call_from_usage(usage)
-                latency = number(usage.get("latency_ms"))
+                latency = number(usage.get("latency_ms"), MAX_SECONDS * 1000)
                 if iteration.ended_at is not None:
                     call.ended_at = iteration.ended_at
                     if latency is not None:
-                        call.started_at = iteration.ended_at - timedelta(milliseconds=latency)
+                        call.started_at = start_before(iteration.ended_at, latency / 1000)
                 iteration.model_calls.append(call)
     if run.all_model_calls() or not isinstance(run.metrics, Mapping) or not has_usage(run.metrics):
         return run
@@ -119,9 +138,9 @@ def derive_model_calls(run: Run) -> Run:
             call.model = names.pop()
         if len(providers) == 1 and isinstance(next(iter(providers)), str):
             call.provider = providers.pop()
-    calls = number(metrics.get("llm_calls"))
-    if calls is not None:
-        call.metadata["calls"] = int(calls)
+    calls = metrics.get("llm_calls")
+    if isinstance(calls, int) and not isinstance(calls, bool) and 0 <= calls < 2**31:
+        call.metadata["calls"] = calls
     run.model_calls.append(call)
     return run
 

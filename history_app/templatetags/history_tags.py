@@ -77,13 +77,15 @@ def money(cost: float | None) -> str:
     """A cost in US dollars: "$0.0075", "$12.40"; "no price" when none is known."""
     if cost is None:
         return "no price"
-    if cost == 0:
+    if abs(cost) < 5e-10:  # nothing, or what float sums taken back down leave
         return "$0"
-    if cost < 1:
+    if cost < 0.9999995:
         # Six decimals below a cent (model calls cost fractions of one), four above.
         text = f"{cost:.6f}" if cost < 0.01 else f"{cost:.4f}"
         text = text.rstrip("0")
-        return f"${text}" if text != "0." else "<$0.000001"
+        if text in ("0.", "-0."):
+            return "<$0.000001"
+        return f"${text}" if text != "1." else "$1.00"
     return f"${cost:,.2f}"
 
 

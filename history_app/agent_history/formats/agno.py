@@ -187,11 +187,12 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
 
     iterations: list[Iteration] = []
     messages = payload.get("messages") or []
+    received = _Received(messages)
     for m, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("from_history") or message.get("role") != "assistant":
             continue
         iteration = Iteration(index=len(iterations) + 1, thought=value_text(message.get("content")) or None)
-        iteration.model_calls.append(_model_call(payload, messages[:m], message))
+        iteration.model_calls.append(_model_call(payload, received, m, message))
         for k, raw in enumerate(message.get("tool_calls") or []):
             function = raw.get("function") or {}
             call_id = raw.get("id")
@@ -222,40 +223,75 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
     return iterations, executions
 
 
-def _part(message: dict[str, Any], seen_input: bool) -> str:
+def _part(message: dict[str, Any], is_input: bool) -> str:
     """What a message an agno model call received was (``ModelMessage.part``)."""
     if message.get("from_history"):
         return "history"
-    role = message.get("role")
-    if role in ("system", "developer"):
+    if message.get("role") in ("system", "developer"):
         return "instructions"
-    if role == "user" and not seen_input:
-        return "input"
-    return "run"
+    return "input" if is_input else "run"
 
 
-def _model_call(payload: dict[str, Any], before: list[Any], answer: dict[str, Any]) -> ModelCall:
-    """The model call that answered with ``answer``: it received every message before it
-    (agno sends the whole list each turn), its tokens are the answer's ``metrics``."""
+# Messages the calls of one run keep in all: each call receives every message before it,
+# so a run of thousands of turns would list millions. Past this, a call keeps none (its
+# ``omitted_messages`` says how many it received).
+RUN_MESSAGES_BUDGET = 20_000
+
+
+class _Received:
+    """The messages of a run, read once, handed out a call at a time: at most
+    ``usage.MAX_CALL_MESSAGES`` a call (the first ten and the most recent) and
+    ``RUN_MESSAGES_BUDGET`` for the whole run, without slicing the whole list each time."""
+
+    def __init__(self, messages: list[Any]) -> None:
+        self.messages = messages
+        self.first_input = next(
+            (
+                n
+                for n, m in enumerate(messages)
+                if isinstance(m, dict) and m.get("role") == "user" and not m.get("from_history")
+            ),
+            None,
+        )
+        self.budget = RUN_MESSAGES_BUDGET
+        self.made: dict[int, Any] = {}
+
+    def before(self, end: int) -> tuple[list[Any], int]:
+        """What a call answering message ``end`` received, and how many it left out."""
+        limit = min(usage.MAX_CALL_MESSAGES, self.budget)
+        head = min(usage.HEAD_MESSAGES, limit // 2, end)
+        picked = list(range(head)) + list(range(max(head, end - (limit - head)), end))
+        self.budget -= len(picked)
+        return [self._message(n) for n in picked], end - len(picked)
+
+    def _message(self, n: int) -> Any:
+        if n not in self.made:
+            message = self.messages[n]
+            if not isinstance(message, dict):
+                self.made[n] = usage.message("", value_text(message), "")
+            else:
+                content = message.get("content")
+                if content is None and message.get("tool_calls"):
+                    content = message["tool_calls"]
+                self.made[n] = usage.message(message.get("role"), content, _part(message, n == self.first_input))
+        return self.made[n]
+
+
+def _model_call(payload: dict[str, Any], received: _Received, m: int, answer: dict[str, Any]) -> ModelCall:
+    """The model call that answered with ``answer`` (message ``m``): it received every
+    message before it (agno sends the whole list each turn), its tokens are the answer's
+    ``metrics``."""
     metrics = answer.get("metrics") if isinstance(answer.get("metrics"), dict) else {}
-    received = []
-    seen_input = False
-    for message in before:
-        if not isinstance(message, dict):
-            continue
-        part = _part(message, seen_input)
-        seen_input = seen_input or part == "input"
-        content = message.get("content")
-        if content is None and message.get("tool_calls"):
-            content = message["tool_calls"]
-        received.append(usage.message(message.get("role"), content, part))
+    messages, omitted = received.before(m)
     call = usage.call_from_usage(
         metrics,
         model=value_text(payload.get("model")) or "",
         provider=value_text(payload.get("model_provider")) or "",
-        messages=received,
+        messages=messages,
         output=value_text(answer.get("content")),
     )
+    if omitted:
+        call.metadata["omitted_messages"] = omitted
     if answer.get("tool_calls"):
         call.finish_reason = "tool_calls"
     ended = _safe_time(answer.get("created_at"))
@@ -263,7 +299,7 @@ def _model_call(payload: dict[str, Any], before: list[Any], answer: dict[str, An
     if ended is not None:
         call.ended_at = ended
         if duration is not None:
-            call.started_at = ended - timedelta(seconds=duration)
+            call.started_at = usage.start_before(ended, duration)
     ttft = usage.number(metrics.get("time_to_first_token"))
     if ttft is not None:
         call.metadata["time_to_first_token_ms"] = round(ttft * 1000, 3)
