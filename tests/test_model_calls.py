@@ -642,3 +642,25 @@ def test_money_is_written_sanely():
         "$1.00",
         "$123,456.79",
     ]
+
+
+def test_query_counts_do_not_grow_with_model_calls(alice_client, ingest, django_assert_num_queries):
+    """Pinned: the run page, the call page and the slice read the same number of queries
+    for a run of 2 calls and one of 200 (session and user: 2 of each count)."""
+    small = _run("q-small", calls=[_call(), _call()])
+    big = _run("q-big", calls=[])
+    big["iterations"] = [
+        {"index": n, "model_calls": [_call() for _ in range(10)]} for n in range(20)
+    ]
+    assert ingest([small, big]).status_code == 200
+    for run_id in ("q-small", "q-big"):
+        alice_client.get(f"/runs/{run_id}/")  # its first view keeps the answer's HTML: one more
+        # session + user, the run, iterations, tool calls, the count of contexts, model
+        # calls of the iterations, the list of model calls, where the cost came from.
+        with django_assert_num_queries(9):
+            alice_client.get(f"/runs/{run_id}/")
+        # session + user, the run, the call (with its iteration).
+        with django_assert_num_queries(4):
+            alice_client.get(f"/runs/{run_id}/model-calls/2/")
+        with django_assert_num_queries(4):
+            alice_client.get(f"/runs/{run_id}/model-calls/?start=1")
