@@ -649,9 +649,7 @@ def test_query_counts_do_not_grow_with_model_calls(alice_client, ingest, django_
     for a run of 2 calls and one of 200 (session and user: 2 of each count)."""
     small = _run("q-small", calls=[_call(), _call()])
     big = _run("q-big", calls=[])
-    big["iterations"] = [
-        {"index": n, "model_calls": [_call() for _ in range(10)]} for n in range(20)
-    ]
+    big["iterations"] = [{"index": n, "model_calls": [_call() for _ in range(10)]} for n in range(20)]
     assert ingest([small, big]).status_code == 200
     for run_id in ("q-small", "q-big"):
         alice_client.get(f"/runs/{run_id}/")  # its first view keeps the answer's HTML: one more
@@ -664,3 +662,12 @@ def test_query_counts_do_not_grow_with_model_calls(alice_client, ingest, django_
             alice_client.get(f"/runs/{run_id}/model-calls/2/")
         with django_assert_num_queries(4):
             alice_client.get(f"/runs/{run_id}/model-calls/?start=1")
+
+
+@pytest.mark.parametrize("scenario", ["parallel_tools_async", "native_async_tool_raises"])
+def test_capture_prompts_in_async_runs(tmp_path, scenario):
+    """The agent's async paths (``ainvoke``, ``ainvoke_with_tools``) are captured too."""
+    run = _recorded(scenario, tmp_path, capture_prompts=True)
+    calls = _calls(run)
+    assert calls and all(call["messages"] for call in calls)
+    assert all(sum(m["part"] == "input" for m in call["messages"]) == 1 for call in calls)
