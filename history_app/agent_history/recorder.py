@@ -351,7 +351,7 @@ class _State:
         self.pending: list[tuple[Iteration, str, str, list[Any]]] = []
         self.raw_names: dict[int, Any] = {}  # tool names that were not strings, as given
         # The next model call's messages and start, from on_llm_start or the wrapped client.
-        self.llm_messages: Any = None
+        self.llm_messages: list[ModelMessage] | None = None
         self.llm_started: datetime | None = None
         self.agent_name: Any = run.agent_name
         self.written = 0  # iterations already in the Markdown file
@@ -516,8 +516,10 @@ class AgentHistoryMiddleware:
             return
         if messages is None:
             messages = kwargs.get("prompts", kwargs.get("prompt"))
+        # Read now: an agent may append to the same list after the call.
+        received = _messages(messages)
         with state.lock:
-            state.llm_messages, state.llm_started = messages, _now()
+            state.llm_messages, state.llm_started = received, _now()
 
     def on_llm_end(self, response: Any, agent: Any = None, **kwargs: Any) -> None:
         state = self._find(agent)
@@ -673,7 +675,7 @@ class AgentHistoryMiddleware:
             call.started_at = state.llm_started
         elif latency is not None:
             call.started_at = usage_.start_before(ended, latency / 1000)
-        call.messages = _messages(state.llm_messages)
+        call.messages = state.llm_messages or []
         state.llm_messages = state.llm_started = None
         return call
 
