@@ -473,9 +473,9 @@ def test_on_llm_start_where_an_agent_fires_it(tmp_path):
     agent = object()
     middleware.on_agent_start("hello", agent=agent)
     middleware.on_iteration_start(1, agent=agent)
-    middleware.on_llm_start(
-        [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "hello"}], agent=agent
-    )
+    sent = [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "hello"}]
+    middleware.on_llm_start(sent, agent=agent)
+    sent.append({"role": "assistant", "content": "appended after the call"})  # the agent's loop goes on
     middleware.on_llm_end("hi there", agent=agent, raw={"model": "gpt-4o-mini", "choices": [{"finish_reason": "stop"}]}, input_tokens=12, output_tokens=3)  # fmt: skip
     middleware.on_parse_error(1, raw_response="hi there", agent=agent)
     middleware.on_agent_pause(1, reason="human approval", agent=agent)
