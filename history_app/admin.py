@@ -210,6 +210,24 @@ class ToolCallAdmin(ReadOnlyAdmin):
     raw_id_fields = ["run", "iteration"]
 
 
+@admin.register(models.ModelCall)
+class ModelCallAdmin(ReadOnlyAdmin):
+    list_display = [
+        "run",
+        "position",
+        "model",
+        "provider",
+        "input_tokens",
+        "output_tokens",
+        "cost",
+        "cost_source",
+    ]
+    list_filter = ["cost_source"]
+    search_fields = ["=run__run_id", "=model"]
+    list_select_related = ["run"]
+    raw_id_fields = ["run", "iteration"]
+
+
 @admin.register(models.MemberInteraction)
 class MemberInteractionAdmin(ReadOnlyAdmin):
     list_display = ["member", "run", "member_run_id"]

@@ -671,3 +671,12 @@ def test_capture_prompts_in_async_runs(tmp_path, scenario):
     calls = _calls(run)
     assert calls and all(call["messages"] for call in calls)
     assert all(sum(m["part"] == "input" for m in call["messages"]) == 1 for call in calls)
+
+
+def test_admin_lists_model_calls_read_only(admin_client, ingest):
+    assert ingest([_run()]).status_code == 200
+    page = admin_client.get("/admin/history_app/modelcall/").content.decode()
+    assert "gpt-4o" in page and "estimated" in page
+    call = models.ModelCall.objects.get()
+    assert admin_client.get(f"/admin/history_app/modelcall/{call.pk}/change/").status_code == 200
+    assert admin_client.get("/admin/history_app/modelcall/add/").status_code == 403

@@ -609,7 +609,9 @@ def _read_model_call(data: Any, path: str, errors: list[tuple[str, str]]) -> Mod
             continue
         if kind == "true" and value is not True:
             errors.append((f"{path}.metadata.{flag}", "must be true (the call holds a run's totals)"))
-        elif kind == "count" and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INDEX):
+        elif kind == "count" and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INDEX
+        ):
             errors.append((f"{path}.metadata.{flag}", INDEX_RANGE))
     started, ended = r.time("started_at"), r.time("ended_at")
     if started is not None and ended is not None and _aware(ended) < _aware(started):

@@ -273,7 +273,9 @@ class _Received:
                 content = message.get("content")
                 if content is None and message.get("tool_calls"):
                     content = message["tool_calls"]
-                self.made[n] = usage.message(message.get("role"), content, _part(message, n == self.first_input))
+                self.made[n] = usage.message(
+                    message.get("role"), content, _part(message, n == self.first_input)
+                )
         return self.made[n]
 
 
