@@ -100,3 +100,23 @@ def test_stats_query_count_does_not_grow(alice_client, ingest, django_assert_num
     ingest([run(f"b{i}", i % 20, tools=("t", "u"), status="failed", error=f"e{i % 3}") for i in range(80)])
     with django_assert_num_queries(10):
         alice_client.get("/stats/")
+
+
+def test_a_large_window_reads_its_percentiles_from_the_rollup(
+    alice_client, ingest, monkeypatch, django_assert_num_queries
+):
+    """Past EXACT_DURATIONS timed runs the durations are not read: p50 and p95 come from the
+    latency buckets, within 5 % of the exact figures, and the page marks them."""
+    from history_app import stats as stats_module
+
+    runs = [run(f"w{i}", i % 3, duration_s=1 + i) for i in range(40)]
+    assert ingest(runs).status_code == 200
+    exact = stats_module.stats(days=7)
+    monkeypatch.setattr(stats_module, "EXACT_DURATIONS", 10)
+    rough = stats_module.stats(days=7)
+    assert rough["timed"] == exact["timed"] == 40 and not rough["exact_percentiles"]
+    for key in ("p50", "p95"):
+        assert abs(rough[key] - exact[key]) <= 0.05 * exact[key]
+    with django_assert_num_queries(9):  # one fewer: the durations are not read
+        page = alice_client.get("/stats/?days=7").content.decode()
+    assert 'title="From the latency rollup' in page
