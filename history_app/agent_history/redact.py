@@ -1367,25 +1367,52 @@ class Redactor:
             named_secret = self._names_a_secret(obj)
             for key, value in obj.items():
                 new_key, key_counts, secret = self._key(key) if isinstance(key, str) else (key, (), False)
-                new_key = _distinct(out, new_key)
-                child = f"{path}.{new_key}"
-                if key_counts:
-                    counts.update(dict(key_counts))
-                    fields.append({"path": child, "rules": dict(key_counts), "part": "key"})
-                if secret and _has_content(value):
-                    counts[_SECRET_KEY_RULE] += 1
-                    fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
-                    out[new_key] = _SECRET_KEY_MARKER
-                elif named_secret and key in _VALUE_FIELDS and _has_content(value):
-                    counts[_NAME_VALUE_RULE] += 1
-                    fields.append({"path": child, "rules": {_NAME_VALUE_RULE: 1}})
-                    out[new_key] = _NAME_VALUE_MARKER
-                else:
-                    out[new_key] = self._walk_report(value, counts, child, fields, memo)
+                if new_key in out:
+                    new_key = _distinct(out, new_key)
+                if key_counts or secret or named_secret:
+                    child = f"{path}.{new_key}"
+                    if key_counts:
+                        counts.update(dict(key_counts))
+                        fields.append({"path": child, "rules": dict(key_counts), "part": "key"})
+                    if secret and _has_content(value):
+                        counts[_SECRET_KEY_RULE] += 1
+                        fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
+                        out[new_key] = _SECRET_KEY_MARKER
+                        continue
+                    if named_secret and key in _VALUE_FIELDS and _has_content(value):
+                        counts[_NAME_VALUE_RULE] += 1
+                        fields.append({"path": child, "rules": {_NAME_VALUE_RULE: 1}})
+                        out[new_key] = _NAME_VALUE_MARKER
+                        continue
+                out[new_key] = self._report_child(value, counts, path, new_key, False, fields, memo)
             return out
         if isinstance(obj, list | tuple):
-            return [self._walk_report(v, counts, f"{path}[{i}]", fields, memo) for i, v in enumerate(obj)]
+            return [self._report_child(v, counts, path, i, True, fields, memo) for i, v in enumerate(obj)]
         return obj
+
+    def _report_child(
+        self,
+        value: Any,
+        counts: Counter[str],
+        path: str,
+        key: Any,
+        index: bool,
+        fields: list[dict[str, Any]],
+        memo: dict[str, tuple[str, Counter[str]]],
+    ) -> Any:
+        """``_walk_report`` of a child (a dict's under ``key``, a list's at ``index`` ``key``),
+        whose path is written only when a rule fired or it holds more values: most values
+        of a transcript are plain numbers or texts no rule touches."""
+        kind = type(value)
+        if kind is str:
+            cleaned, local = memo.get(value) or self._memo_text(value, memo)
+            if local:
+                fields.append({"path": _child_path(path, key, index), "rules": dict(local)})
+                counts.update(local)
+            return cleaned
+        if value is None or kind is int or kind is float or kind is bool:
+            return value
+        return self._walk_report(value, counts, _child_path(path, key, index), fields, memo)
 
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
         counts = counts if counts is not None else Counter()
@@ -1556,6 +1583,11 @@ class Redactor:
         if isinstance(obj, str):
             return self.redact_text(str(obj), counts)
         return obj
+
+
+def _child_path(path: str, key: Any, index: bool) -> str:
+    """A report path: ``$.a.b`` under a key, ``$.a[2]`` at a list index."""
+    return f"{path}[{key}]" if index else f"{path}.{key}"
 
 
 def _has_content(value: Any) -> bool:
