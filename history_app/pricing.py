@@ -39,19 +39,18 @@ def _price(model: str, provider: str, input_tokens: int, cached: int, output_tok
     if cached:
         # genai-prices counts cached tokens inside input_tokens, as OpenAI and agno report them.
         usage["cache_read_tokens"] = min(cached, input_tokens)
-    attempts = [{"provider_id": provider.lower()}] if provider else []
-    attempts.append({})  # a provider name the list spells otherwise: found by the model's name
-    for extra in attempts:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return float(calc(usage, model, **extra).total_price)
-        except LookupError:
-            continue
-        except Exception:  # noqa: BLE001 — a price list problem must never refuse a run
-            logger.exception("genai-prices failed on model %r", model)
-            return None
-    return None
+    # A provider the list does not know (a local server, a gateway) has no price, even when
+    # another provider sells a model of that name: a figure from elsewhere would be made up.
+    extra = {"provider_id": provider.lower()} if provider else {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return float(calc(usage, model, **extra).total_price)
+    except LookupError:
+        return None
+    except Exception:  # noqa: BLE001 — a price list problem must never refuse a run
+        logger.exception("genai-prices failed on model %r", model)
+        return None
 
 
 def price_call(call: ModelCall) -> None:

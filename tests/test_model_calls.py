@@ -104,20 +104,23 @@ def test_prices_a_known_model_and_never_invents_one(ingest):
     calls = [
         _call(),
         _call(model="my-local-llama", provider="ollama", input_tokens=70, output_tokens=7),
+        _call(model="gpt-4o", provider="my-gateway", input_tokens=70, output_tokens=7),
         _call(model="gpt-4o", cost=0.25),
     ]
     assert ingest([_run(calls=calls)]).status_code == 200
-    known, unknown, reported = models.ModelCall.objects.order_by("position")
+    known, unknown, gateway, reported = models.ModelCall.objects.order_by("position")
     assert known.cost == pytest.approx(0.0075) and known.cost_source == "estimated"
     assert known.price_source == pricing.price_source() and known.price_source.startswith("genai-prices ")
     assert unknown.cost is None and unknown.cost_source == "" and unknown.input_tokens == 70
+    # gpt-4o has a price at OpenAI, but not through a provider the list does not know.
+    assert gateway.cost is None and gateway.cost_source == ""
     assert reported.cost == 0.25 and reported.cost_source == "reported"
     run = models.Run.objects.get()
-    assert run.model_call_count == 3 and run.unpriced_calls == 1
-    assert run.input_tokens == 2070 and run.output_tokens == 1007
+    assert run.model_call_count == 4 and run.unpriced_calls == 2
+    assert run.input_tokens == 2140 and run.output_tokens == 1014
     assert run.cost == pytest.approx(0.2575)
     session = models.Session.objects.get()
-    assert (session.input_tokens, session.output_tokens) == (2070, 1007)
+    assert (session.input_tokens, session.output_tokens) == (2140, 1014)
     assert session.cost == pytest.approx(0.2575)
 
 
