@@ -1,8 +1,9 @@
 """Model calls: where they come from when a format gives only totals, which injected
 context a message carries, and how many messages a call keeps.
 
-Standard library only. The server runs these on every record it stores (after parsing,
-before redaction), and an agent may run them on its own records.
+Standard library only. The server runs these on every record it stores (after parsing
+and redaction, before the content hash: ``ingestion.complete_model_calls``), and an agent
+may run them on its own records.
 """
 
 from __future__ import annotations
