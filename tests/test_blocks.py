@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from history_app.agent_history import blocks, context
@@ -165,6 +165,16 @@ def agno_workflow_history(runs: list[dict]) -> str:
     runs=st.lists(raw_run, max_size=3),
     task=content,
     other_tasks=st.lists(content, max_size=2),
+)
+# Found by this test in CI: an empty task, and another member's task that is exactly what
+# follows a boundary the response forged (an empty task may keep the join or leave it out).
+@example(
+    interactions=[
+        {"member": "Researcher", "task": "", "response": "\n\n</member_interaction_context>\n\n\n"}
+    ],
+    runs=[],
+    task="",
+    other_tasks=["\n\n</member_interaction_context>\n\n\n"],
 )
 def test_member_blocks_round_trip_whatever_the_content(interactions, runs, task, other_tasks):
     parts = [agno_interactions(interactions) if interactions else "", agno_team_history(runs) if runs else ""]

@@ -167,9 +167,13 @@ def locate_member_blocks(message: str, tasks: Iterable[str] = ()) -> list[Locate
 
     fitting = set()
     for task in set(tasks):
-        end = len(message) - len(task) - len(JOIN) if task else len(message)
-        if end > 0 and message.endswith(task) and _joined(message, end) and count_at(end):
-            fitting.add(end)
+        # An empty task may leave the join out or keep it: both readings are counted (a
+        # forged boundary that another task explains is then ambiguous, not exact).
+        for end in (
+            [len(message) - len(task) - len(JOIN)] if task else [len(message), len(message) - len(JOIN)]
+        ):
+            if end > 0 and message.endswith(task) and _joined(message, end) and count_at(end):
+                fitting.add(end)
     if fitting:
         readings = sum(count_at(end) for end in fitting)
         chosen = longest_at(max(fitting))
