@@ -61,13 +61,20 @@ def fill_run(row: models.Run, run: records.Run) -> None:
     row.tool_call_count = sum(len(it.tool_calls) for it in run.iterations)
     row.tool_error_count = sum(1 for it in run.iterations for call in it.tool_calls if call.error)
     row.metrics, row.metadata, row.redactions = run.metrics, run.metadata, run.redactions
-    calls = run.all_model_calls()
-    row.model_call_count = len(calls)
-    row.input_tokens = sum(call.input_tokens or 0 for call in calls)
-    row.output_tokens = sum(call.output_tokens or 0 for call in calls)
+    for name, value in call_sums(run.all_model_calls()).items():
+        setattr(row, name, value)
+
+
+def call_sums(calls: list[records.ModelCall]) -> dict[str, Any]:
+    """A run's columns that sum its model calls (ingestion, and migration 0011)."""
     costs = [call.cost for call in calls if call.cost is not None]
-    row.cost = sum(costs) if costs else None
-    row.unpriced_calls = sum(1 for call in calls if call.cost is None and call.total_tokens is not None)
+    return {
+        "model_call_count": len(calls),
+        "input_tokens": sum(call.input_tokens or 0 for call in calls),
+        "output_tokens": sum(call.output_tokens or 0 for call in calls),
+        "cost": sum(costs) if costs else None,
+        "unpriced_calls": sum(1 for call in calls if call.cost is None and call.total_tokens is not None),
+    }
 
 
 def iteration_values(position: int, it: records.Iteration) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from .conftest import FIXTURES, native
 
 pytestmark = pytest.mark.django_db
 
-AGNO = FIXTURES / "agno"  # real agno output (../shared/samples)
+AGNO = FIXTURES / "agno"  # real agno output, copied into the test fixtures
 
 
 def _call(**fields) -> dict:

@@ -68,14 +68,7 @@ def _fill(apps, schema_editor):
                         **mapper.model_call_values(position, call),
                     )
                 )
-            costs = [call.cost for call in calls if call.cost is not None]
-            Run.objects.filter(pk=pk).update(
-                model_call_count=len(calls),
-                input_tokens=sum(call.input_tokens or 0 for call in calls),
-                output_tokens=sum(call.output_tokens or 0 for call in calls),
-                cost=sum(costs) if costs else None,
-                unpriced_calls=sum(1 for call in calls if call.cost is None and call.total_tokens is not None),
-            )
+            Run.objects.filter(pk=pk).update(**mapper.call_sums(calls))
             rollups._add_usage(deltas, day, agent, calls, 1)
         ModelCall.objects.bulk_create(new_calls, batch_size=500)
         rollups.apply(deltas)
