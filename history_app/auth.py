@@ -50,6 +50,13 @@ def token_from_request(request: HttpRequest) -> IngestToken | None:
     return None
 
 
+def mark_used(token: IngestToken) -> None:
+    """Write the token's "last used" time, at most once a minute."""
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        IngestToken.objects.filter(pk=token.pk).update(last_used_at=now)
+
+
 def error_response(message: str, status: int, **extra: object) -> JsonResponse:
     """The one error shape of the JSON API."""
     return JsonResponse({"ok": False, "error": message, "status": status, **extra}, status=status)
@@ -70,10 +77,7 @@ def token_required(
                 response = error_response("a valid 'Authorization: Bearer <token>' header is required", 401)
                 response["WWW-Authenticate"] = 'Bearer realm="agent-history"'
                 return response
-            # Write the "last used" time at most once a minute per token.
-            now = timezone.now()
-            if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
-                IngestToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            mark_used(token)
             request.ingest_token = token
             return view(request, *args, **kwargs)
 

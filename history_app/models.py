@@ -383,6 +383,7 @@ class IngestReceipt(models.Model):
         ("import_history", "import_history"),
         ("import_agno", "import_agno"),
         ("quickstart", "quickstart"),
+        ("otlp", "OpenTelemetry"),
     ]
 
     OPEN, COMPLETE, INTERRUPTED = "open", "complete", "interrupted"
@@ -424,6 +425,30 @@ class IngestReceipt(models.Model):
         if self.state == self.OPEN and timezone.now() - self.updated_at > self.IDLE_LIMIT:
             return self.INTERRUPTED
         return self.state
+
+
+class OtlpSpan(models.Model):
+    """A span received at ``/v1/traces``, redacted, kept so that the spans of a trace that
+    arrive in several requests, in any order, assemble into its runs again each time one
+    arrives (``otlp_intake``). ``data`` is the span as ``agent_history.otlp`` reads it,
+    as JSON compressed with zlib (spans are most of what a trace sends; a third of the
+    size). ``session`` is the trace's session once its runs are stored: retention and
+    deletion take its spans with it."""
+
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    received_at = models.DateTimeField(default=timezone.now)
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["trace_id", "span_id"], name="otlpspan_trace_span_uniq")
+        ]
+        indexes = [models.Index(fields=["received_at"], name="otlpspan_received_idx")]
+
+    def __str__(self) -> str:
+        return f"span {self.span_id} of trace {self.trace_id}"
 
 
 class SessionFacet(models.Model):

@@ -253,6 +253,13 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(HISTORY_MAX_BODY_BYTES, 2_621_440)
 # so one request never outlives a worker timeout.
 HISTORY_MAX_ITEMS_PER_REQUEST = env_int("HISTORY_MAX_ITEMS_PER_REQUEST", 1000, minimum=1)
 HISTORY_MAX_FIELD_CHARS = env_int("HISTORY_MAX_FIELD_CHARS", 256 * 1024, minimum=1024)
+# OpenTelemetry intake (POST /v1/traces): a gzip body may decompress to at most this many
+# bytes (413 above), and a request may hold at most this many spans (413 above; the
+# standard batch processor sends 512 at a time).
+HISTORY_OTLP_MAX_DECOMPRESSED_BYTES = env_int(
+    "HISTORY_OTLP_MAX_DECOMPRESSED_BYTES", 64 * 1024 * 1024, minimum=1024
+)
+HISTORY_OTLP_MAX_SPANS = env_int("HISTORY_OTLP_MAX_SPANS", 10_000, minimum=1)
 # Rendering one text as Markdown may take this long; a text that would take longer is
 # shown escaped, as preformatted text under a note (history_app/rendering.py).
 HISTORY_MARKDOWN_BUDGET_MS = env_int("HISTORY_MARKDOWN_BUDGET_MS", 500, minimum=0)

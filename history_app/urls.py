@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path, register_converter
 
-from . import api, views
+from . import api, traces, views
 
 
 class IdConverter:
@@ -40,6 +40,7 @@ history_patterns = [
     path("stats/", views.stats, name="stats"),
     path("api/v1/receipts", api.receipts, name="api_receipts"),
     path("api/v1/ingest", api.ingest, name="api_ingest"),
+    path("v1/traces", traces.traces, name="otlp_traces"),
     path("api/v1/sessions", api.sessions, name="api_sessions"),
     path("api/v1/sessions/<id:session_id>", api.session_detail, name="api_session_detail"),
     path("api/v1/runs/<id:run_id>", api.run_detail, name="api_run_detail"),

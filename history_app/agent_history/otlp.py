@@ -1,0 +1,1022 @@
+"""OpenTelemetry traces → canonical records. Standard library only.
+
+Two steps, both usable by an agent as well as by the server:
+
+1. ``read_request`` reads an OTLP/HTTP trace request in its JSON form (what
+   ``opentelemetry-exporter-otlp`` exporters send as JSON, or the dashboard's decoding of
+   the protobuf form) into flat span dicts (``Span``), reporting each span it cannot read
+   with the path of the bad field.
+2. ``assemble`` turns the spans of one trace, however many requests they came in and in
+   whatever order, into runs: each agent span a run, agents invoked inside it member runs
+   under it, model spans model calls, tool spans tool calls, grouped into iterations.
+
+The mapping reads the OpenTelemetry GenAI semantic conventions (``gen_ai.*``, version
+1.37, and the older span events and ``gen_ai.prompt.N.*`` attributes of 1.26–1.36) and
+OpenInference (``openinference.span.kind``, ``input.value``, ``llm.*``); the README's
+"OpenTelemetry" section is its documentation.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .records import (
+    EARLIEST_TIME,
+    LATEST_TIME,
+    MAX_COST,
+    MAX_TOKENS,
+    Iteration,
+    MemberInteraction,
+    ModelCall,
+    ModelMessage,
+    Run,
+    ToolCall,
+)
+
+# A span as this module keeps it (and the server stores it, redacted): plain JSON values.
+Span = dict[str, Any]
+
+FRAMEWORK = "opentelemetry"
+# The deepest nesting of array and key-value list values read in an attribute.
+MAX_VALUE_DEPTH = 16
+# Attributes and events kept per span: beyond, the rest are counted as dropped.
+MAX_ATTRIBUTES = 1_000
+MAX_EVENTS = 1_000
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_INT64 = 2**63
+
+AGENT, MODEL, TOOL, OTHER = "agent", "model", "tool", "other"
+# gen_ai.operation.name → role in a run.
+_GENAI_OPERATIONS = {
+    "invoke_agent": AGENT,
+    "create_agent": AGENT,
+    "invoke_workflow": AGENT,
+    "chat": MODEL,
+    "text_completion": MODEL,
+    "generate_content": MODEL,
+    "embeddings": MODEL,
+    "execute_tool": TOOL,
+}
+# openinference.span.kind → role in a run. Retrievers, rerankers, guardrails and
+# evaluators are steps the agent took: they are shown as tool calls named after the span.
+_OPENINFERENCE_KINDS = {
+    "AGENT": AGENT,
+    "LLM": MODEL,
+    "EMBEDDING": MODEL,
+    "TOOL": TOOL,
+    "RETRIEVER": TOOL,
+    "RERANKER": TOOL,
+    "GUARDRAIL": TOOL,
+    "EVALUATOR": TOOL,
+}
+SESSION_KEYS = ("session.id", "gen_ai.conversation.id")
+USER_KEYS = ("user.id", "enduser.id", "gen_ai.user.id")
+ERROR = 2  # status code of a span that failed
+
+
+class SpanError(ValueError):
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+def trace_run_id(trace_id: str) -> str:
+    """The id of a trace's run: the trace id itself (so a run is found by its trace id)."""
+    return trace_id
+
+
+def member_run_id(trace_id: str, span_id: str) -> str:
+    return f"{trace_id}-{span_id}"
+
+
+def default_session_id(trace_id: str) -> str:
+    """The session of a trace that names none (no ``session.id``, ``gen_ai.conversation.id``)."""
+    return f"trace-{trace_id}"
+
+
+# --- Reading the OTLP JSON form -------------------------------------------------------
+
+
+def _field(data: Mapping[str, Any], camel: str, snake: str) -> Any:
+    """OTLP JSON names fields in lowerCamelCase; protobuf's JSON parsers also accept the
+    original snake_case names, and some exporters send those."""
+    value = data.get(camel)
+    return data.get(snake) if value is None else value
+
+
+def _list(data: Mapping[str, Any], camel: str, snake: str, path: str) -> list[Any]:
+    value = _field(data, camel, snake)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpanError(f"{path}.{camel}", "must be an array")
+    return value
+
+
+def read_request(data: Any) -> tuple[list[Span], list[SpanError], int]:
+    """The spans of an ``ExportTraceServiceRequest`` in OTLP's JSON form, the errors of those
+    that cannot be read (each with its path), and how many spans the request held.
+
+    A request that is not an object at all raises ``SpanError``."""
+    if not isinstance(data, dict):
+        raise SpanError("$", "must be an ExportTraceServiceRequest object")
+    spans: list[Span] = []
+    errors: list[SpanError] = []
+    total = 0
+    for r, resource_spans in enumerate(_list(data, "resourceSpans", "resource_spans", "$")):
+        rpath = f"$.resourceSpans[{r}]"
+        try:
+            if not isinstance(resource_spans, dict):
+                raise SpanError(rpath, "must be an object")
+            resource = resource_spans.get("resource") or {}
+            if not isinstance(resource, dict):
+                raise SpanError(f"{rpath}.resource", "must be an object")
+            resource_attributes = _attributes(resource, f"{rpath}.resource")
+            scope_list = _list(resource_spans, "scopeSpans", "scope_spans", rpath)
+        except SpanError as exc:
+            total += _count_spans(resource_spans)
+            errors.append(exc)
+            continue
+        for s, scope_spans in enumerate(scope_list):
+            spath = f"{rpath}.scopeSpans[{s}]"
+            try:
+                if not isinstance(scope_spans, dict):
+                    raise SpanError(spath, "must be an object")
+                scope = scope_spans.get("scope") or {}
+                if not isinstance(scope, dict):
+                    raise SpanError(f"{spath}.scope", "must be an object")
+                scope_name = _text(scope.get("name"), f"{spath}.scope.name")
+                scope_version = _text(scope.get("version"), f"{spath}.scope.version")
+                items = _list(scope_spans, "spans", "spans", spath)
+            except SpanError as exc:
+                total += len(scope_spans.get("spans") or []) if isinstance(scope_spans, dict) else 1
+                errors.append(exc)
+                continue
+            for n, item in enumerate(items):
+                total += 1
+                try:
+                    span = _read_span(item, f"{spath}.spans[{n}]")
+                except SpanError as exc:
+                    errors.append(exc)
+                    continue
+                span["resource"] = resource_attributes
+                span["scope"] = scope_name
+                if scope_version:
+                    span["scope_version"] = scope_version
+                spans.append(span)
+    return spans, errors, total
+
+
+def _count_spans(resource_spans: Any) -> int:
+    if not isinstance(resource_spans, dict):
+        return 1
+    scopes = _field(resource_spans, "scopeSpans", "scope_spans")
+    if not isinstance(scopes, list):
+        return 1
+    return sum(len(s.get("spans") or []) if isinstance(s, dict) else 1 for s in scopes) or 1
+
+
+def _text(value: Any, path: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise SpanError(path, "must be a string")
+    return value
+
+
+def _read_id(value: Any, size: int, path: str, *, required: bool) -> str:
+    """A trace id (16 bytes) or span id (8 bytes) as lowercase hex. OTLP's JSON form sends
+    hex; protobuf's generic JSON mapping (some hand-made senders) base64: both are read."""
+    if value is None or value == "":
+        if required:
+            raise SpanError(path, "is required")
+        return ""
+    if not isinstance(value, str):
+        raise SpanError(path, "must be a string of hex digits")
+    if len(value) == size * 2 and _HEX.fullmatch(value):
+        ident = value.lower()
+    else:
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != size:
+            raise SpanError(path, f"must be {size * 2} hex digits") from None
+        ident = raw.hex()
+    if ident == "0" * (size * 2):
+        if required:
+            raise SpanError(path, "must not be all zeros")
+        return ""
+    return ident
+
+
+def _nanos(value: Any, path: str) -> int:
+    if value is None or value == "":
+        return 0
+    if isinstance(value, str):
+        if not value.isdigit():
+            raise SpanError(path, "must be a count of nanoseconds")
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise SpanError(path, "must be a count of nanoseconds (an unsigned 64-bit integer)")
+    return value
+
+
+def _attributes(data: Mapping[str, Any], path: str) -> dict[str, Any]:
+    items = data.get("attributes")
+    if items is None:
+        return {}
+    if not isinstance(items, list):
+        raise SpanError(f"{path}.attributes", "must be an array of key-value pairs")
+    out: dict[str, Any] = {}
+    for n, item in enumerate(items[:MAX_ATTRIBUTES]):
+        ipath = f"{path}.attributes[{n}]"
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+            raise SpanError(f"{ipath}.key", "must be a string")
+        out[item["key"]] = _value(item.get("value"), f"{ipath}.value", 0)
+    return out
+
+
+def _value(value: Any, path: str, depth: int) -> Any:
+    """An ``AnyValue`` as a plain JSON value (bytes as base64 text)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SpanError(path, "must be an AnyValue object")
+    if depth > MAX_VALUE_DEPTH:
+        raise SpanError(path, f"nests deeper than {MAX_VALUE_DEPTH} levels")
+    if not value:
+        return None
+    ((kind, inner),) = list(value.items())[:1]
+    if kind in ("stringValue", "string_value"):
+        return _text(inner, f"{path}.{kind}")
+    if kind in ("boolValue", "bool_value"):
+        if not isinstance(inner, bool):
+            raise SpanError(f"{path}.{kind}", "must be true or false")
+        return inner
+    if kind in ("intValue", "int_value"):
+        if isinstance(inner, str) and re.fullmatch(r"-?\d{1,20}", inner):
+            inner = int(inner)
+        if isinstance(inner, bool) or not isinstance(inner, int) or not -_INT64 <= inner < _INT64:
+            raise SpanError(f"{path}.{kind}", "must be a 64-bit integer")
+        return inner
+    if kind in ("doubleValue", "double_value"):
+        if isinstance(inner, str) and inner in ("NaN", "Infinity", "-Infinity"):
+            return inner  # JSON has no such numbers; kept as the text it came as
+        if isinstance(inner, bool) or not isinstance(inner, int | float) or not math.isfinite(inner):
+            raise SpanError(f"{path}.{kind}", "must be a number")
+        return float(inner)
+    if kind in ("bytesValue", "bytes_value"):
+        return _text(inner, f"{path}.{kind}")
+    if kind in ("arrayValue", "array_value"):
+        values = inner.get("values") if isinstance(inner, dict) else None
+        if values is None:
+            return []
+        if not isinstance(values, list):
+            raise SpanError(f"{path}.{kind}.values", "must be an array")
+        return [_value(v, f"{path}.{kind}.values[{n}]", depth + 1) for n, v in enumerate(values)]
+    if kind in ("kvlistValue", "kvlist_value"):
+        values = inner.get("values") if isinstance(inner, dict) else None
+        if values is None:
+            return {}
+        if not isinstance(values, list):
+            raise SpanError(f"{path}.{kind}.values", "must be an array")
+        out = {}
+        for n, item in enumerate(values):
+            ipath = f"{path}.{kind}.values[{n}]"
+            if not isinstance(item, dict):
+                raise SpanError(ipath, "must be a key-value pair")
+            if isinstance(item.get("key"), str):
+                out[item["key"]] = _value(item.get("value"), f"{ipath}.value", depth + 1)
+            else:  # {"name": AnyValue}: a shape seen from hand-made encoders
+                for key, inner_value in item.items():
+                    out[str(key)] = _value(inner_value, f"{ipath}.{key}", depth + 1)
+        return out
+    raise SpanError(path, f"unknown AnyValue field {kind!r}")
+
+
+_STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+_KIND_NAMES = {
+    "SPAN_KIND_UNSPECIFIED": 0,
+    "SPAN_KIND_INTERNAL": 1,
+    "SPAN_KIND_SERVER": 2,
+    "SPAN_KIND_CLIENT": 3,
+    "SPAN_KIND_PRODUCER": 4,
+    "SPAN_KIND_CONSUMER": 5,
+}
+
+
+def _enum(value: Any, names: Mapping[str, int], path: str) -> int:
+    if value is None or value == "":
+        return 0
+    if isinstance(value, str) and value in names:
+        return names[value]
+    if isinstance(value, bool) or not isinstance(value, int) or value not in names.values():
+        raise SpanError(path, f"must be one of {', '.join(names)} (or its number)")
+    return value
+
+
+def _read_span(item: Any, path: str) -> Span:
+    if not isinstance(item, dict):
+        raise SpanError(path, "must be a Span object")
+    status = item.get("status") or {}
+    if not isinstance(status, dict):
+        raise SpanError(f"{path}.status", "must be an object")
+    span: Span = {
+        "trace_id": _read_id(_field(item, "traceId", "trace_id"), 16, f"{path}.traceId", required=True),
+        "span_id": _read_id(_field(item, "spanId", "span_id"), 8, f"{path}.spanId", required=True),
+        "parent_span_id": _read_id(
+            _field(item, "parentSpanId", "parent_span_id"), 8, f"{path}.parentSpanId", required=False
+        ),
+        "name": _text(item.get("name"), f"{path}.name"),
+        "kind": _enum(item.get("kind"), _KIND_NAMES, f"{path}.kind"),
+        "start": _nanos(
+            _field(item, "startTimeUnixNano", "start_time_unix_nano"), f"{path}.startTimeUnixNano"
+        ),
+        "end": _nanos(_field(item, "endTimeUnixNano", "end_time_unix_nano"), f"{path}.endTimeUnixNano"),
+        "status": _enum(status.get("code"), _STATUS_NAMES, f"{path}.status.code"),
+        "status_message": _text(status.get("message"), f"{path}.status.message"),
+        "attributes": _attributes(item, path),
+    }
+    if span["parent_span_id"] == span["span_id"]:
+        raise SpanError(f"{path}.parentSpanId", "must differ from the span's own id")
+    events = item.get("events")
+    if events is not None:
+        if not isinstance(events, list):
+            raise SpanError(f"{path}.events", "must be an array")
+        read = []
+        for n, event in enumerate(events[:MAX_EVENTS]):
+            epath = f"{path}.events[{n}]"
+            if not isinstance(event, dict):
+                raise SpanError(epath, "must be an Event object")
+            read.append(
+                {
+                    "name": _text(event.get("name"), f"{epath}.name"),
+                    "time": _nanos(_field(event, "timeUnixNano", "time_unix_nano"), f"{epath}.timeUnixNano"),
+                    "attributes": _attributes(event, epath),
+                }
+            )
+        if read:
+            span["events"] = read
+    return span
+
+
+# --- Assembling a trace's spans into runs ---------------------------------------------
+
+
+def _time(nanos: int) -> datetime | None:
+    if not nanos:
+        return None
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=nanos // 1000)
+    return moment if EARLIEST_TIME <= moment <= LATEST_TIME else None
+
+
+def role(span: Span) -> str:
+    attributes = span["attributes"]
+    operation = attributes.get("gen_ai.operation.name")
+    if isinstance(operation, str) and operation in _GENAI_OPERATIONS:
+        return _GENAI_OPERATIONS[operation]
+    kind = attributes.get("openinference.span.kind")
+    if isinstance(kind, str) and kind.upper() in _OPENINFERENCE_KINDS:
+        return _OPENINFERENCE_KINDS[kind.upper()]
+    if any(key.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for key in attributes):
+        return MODEL  # OpenLLMetry's LLM spans (gen_ai.prompt.N.* attributes)
+    return OTHER
+
+
+def _first_text(attributes: Mapping[str, Any], keys: Iterable[str]) -> str:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+    return ""
+
+
+def _loads(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _tokens(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
+            return value
+    return None
+
+
+_INPUT_TOKENS = (
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.prompt_tokens",
+    "llm.token_count.prompt",
+    "llm.usage.prompt_tokens",
+)
+_OUTPUT_TOKENS = (
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.completion_tokens",
+    "llm.token_count.completion",
+    "llm.usage.completion_tokens",
+)
+_CACHED_TOKENS = (
+    "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.usage.cache_read_input_tokens",
+    "llm.token_count.prompt_details.cache_read",
+)
+_REASONING_TOKENS = (
+    "gen_ai.usage.reasoning.output_tokens",
+    "gen_ai.usage.reasoning_tokens",
+    "llm.token_count.completion_details.reasoning",
+)
+_AGGREGATE_INPUT = ("gen_ai.aggregated_usage.input_tokens", *_INPUT_TOKENS)
+_AGGREGATE_OUTPUT = ("gen_ai.aggregated_usage.output_tokens", *_OUTPUT_TOKENS)
+_COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "operation.cost", "gen_ai.cost")
+
+
+def _cost(attributes: Mapping[str, Any]) -> float | None:
+    for key in _COST_KEYS:
+        value = attributes.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_COST:
+            return float(value)
+    return None
+
+
+# --- Messages ------------------------------------------------------------------------
+
+
+def _part_text(part: Any) -> str:
+    """One part of a GenAI message (1.37: ``{"type": "text", "content": …}`` and friends)."""
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        return _as_text(part)
+    kind = part.get("type")
+    if kind in ("text", "reasoning", "thinking") or (kind is None and "content" in part):
+        return _as_text(part.get("content"))
+    if kind == "tool_call":
+        return f"[tool call {_as_text(part.get('name'))}: {_as_text(part.get('arguments'))}]"
+    if kind == "tool_call_response":
+        body = part.get("response", part.get("result"))
+        return _as_text(body)
+    return _as_text({key: value for key, value in part.items() if key != "content"} | {"content": "…"})
+
+
+def _genai_message(item: Any) -> tuple[str, str, str]:
+    """(role, text, finish reason) of a GenAI message (1.37 parts, or the older
+    ``{"role", "content", "tool_calls"}`` body of the message events)."""
+    if not isinstance(item, dict):
+        return "user", _as_text(item), ""
+    role = _as_text(item.get("role")) or "user"
+    if isinstance(item.get("parts"), list):
+        text = "\n".join(t for t in (_part_text(p) for p in item["parts"]) if t)
+    else:
+        text = _as_text(item.get("content"))
+        calls = item.get("tool_calls")
+        if isinstance(calls, list):
+            rendered = [_tool_call_text(call) for call in calls]
+            text = "\n".join(t for t in (text, *rendered) if t)
+    return role, text, _as_text(item.get("finish_reason"))
+
+
+def _tool_call_text(call: Any) -> str:
+    if not isinstance(call, dict):
+        return _as_text(call)
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    return f"[tool call {_as_text(function.get('name'))}: {_as_text(function.get('arguments'))}]"
+
+
+def _indexed(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """Flattened lists (``llm.input_messages.0.message.role``, ``gen_ai.prompt.0.content``)
+    as a list of dicts of their remaining keys, in index order."""
+    found: dict[int, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        if not key.startswith(prefix):
+            continue
+        index, _, rest = key[len(prefix) :].partition(".")
+        if index.isdigit() and rest:
+            found.setdefault(int(index), {})[rest] = value
+    return [found[n] for n in sorted(found)]
+
+
+def _openinference_message(flat: Mapping[str, Any]) -> tuple[str, str]:
+    role = _as_text(flat.get("message.role")) or "user"
+    text = _as_text(flat.get("message.content"))
+    if not text:
+        parts = [
+            _as_text(value)
+            for key, value in sorted(flat.items(), key=lambda kv: _natural(kv[0]))
+            if key.startswith("message.contents.") and key.endswith("message_content.text")
+        ]
+        text = "\n".join(p for p in parts if p)
+    calls: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        if key.startswith("message.tool_calls."):
+            index, _, rest = key[len("message.tool_calls.") :].partition(".")
+            calls.setdefault(index, {})[rest] = value
+    for index in sorted(calls, key=_natural):
+        call = calls[index]
+        name = _as_text(call.get("tool_call.function.name"))
+        arguments = _as_text(call.get("tool_call.function.arguments"))
+        text = "\n".join(t for t in (text, f"[tool call {name}: {arguments}]") if t)
+    return role, text
+
+
+def _natural(key: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in key.split(".")]
+
+
+_MESSAGE_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+
+
+def _event_body(attributes: Mapping[str, Any]) -> Any:
+    for key in ("event_body", "body", "message"):
+        if key in attributes:
+            return _loads(attributes[key])
+    return dict(attributes)
+
+
+def _call_messages(span: Span) -> tuple[list[tuple[str, str]], str, str]:
+    """The messages a model span received ((role, text) each), its answer and its finish
+    reason, from whichever convention the span follows."""
+    attributes = span["attributes"]
+    messages: list[tuple[str, str]] = []
+    output_parts: list[str] = []
+    finish = ""
+    events = span.get("events", [])
+    details = next(
+        (e["attributes"] for e in events if e["name"] == "gen_ai.client.inference.operation.details"), {}
+    )
+    source = {**details, **{k: v for k, v in attributes.items() if k.startswith("gen_ai.")}}
+    instructions = _loads(source.get("gen_ai.system_instructions"))
+    if instructions:
+        parts = instructions if isinstance(instructions, list) else [instructions]
+        messages.append(("system", "\n".join(t for t in (_part_text(p) for p in parts) if t)))
+    inputs = _loads(source.get("gen_ai.input.messages"))
+    if isinstance(inputs, list):
+        for item in inputs:
+            role, text, _ = _genai_message(item)
+            messages.append((role, text))
+    outputs = _loads(source.get("gen_ai.output.messages"))
+    if isinstance(outputs, list):
+        for item in outputs:
+            _, text, reason = _genai_message(item)
+            output_parts.append(text)
+            finish = finish or reason
+    if not messages:  # OpenInference's flattened messages
+        for flat in _indexed(attributes, "llm.input_messages."):
+            messages.append(_openinference_message(flat))
+    if not output_parts:
+        for flat in _indexed(attributes, "llm.output_messages."):
+            output_parts.append(_openinference_message(flat)[1])
+    if not messages:  # OpenLLMetry (gen_ai.prompt.N.role / .content)
+        for flat in _indexed(attributes, "gen_ai.prompt."):
+            messages.append((_as_text(flat.get("role")) or "user", _as_text(flat.get("content"))))
+    if not output_parts:
+        for flat in _indexed(attributes, "gen_ai.completion."):
+            output_parts.append(_as_text(flat.get("content")))
+            finish = finish or _as_text(flat.get("finish_reason"))
+    if not messages and not output_parts:  # GenAI 1.28–1.36: one event per message
+        for event in events:
+            name = event["name"]
+            if name in _MESSAGE_EVENTS:
+                body = _event_body(event["attributes"])
+                role, text, _ = _genai_message(body if isinstance(body, dict) else {"content": body})
+                messages.append((_MESSAGE_EVENTS[name] if role == "user" else role, text))
+            elif name == "gen_ai.choice":
+                body = _event_body(event["attributes"])
+                inner = body.get("message", body) if isinstance(body, dict) else body
+                _, text, _ = _genai_message(inner if isinstance(inner, dict) else {"content": inner})
+                output_parts.append(text)
+                if isinstance(body, dict):
+                    finish = finish or _as_text(body.get("finish_reason"))
+            elif name in ("gen_ai.content.prompt", "gen_ai.content.completion"):
+                value = _loads(event["attributes"].get(name.replace("content.", "")))
+                items = value if isinstance(value, list) else [value]
+                for item in items:
+                    role, text, _ = _genai_message(item if isinstance(item, dict) else {"content": item})
+                    if name.endswith("prompt"):
+                        messages.append((role, text))
+                    else:
+                        output_parts.append(text)
+    if not messages and attributes.get("input.value") is not None:
+        messages.append(("user", _as_text(attributes.get("input.value"))))
+    if not output_parts and attributes.get("output.value") is not None:
+        output_parts.append(_as_text(attributes.get("output.value")))
+    reasons = attributes.get("gen_ai.response.finish_reasons")
+    if isinstance(reasons, list) and reasons:
+        finish = _as_text(reasons[0])
+    finish = finish or _first_text(attributes, ("llm.finish_reason", "gen_ai.response.finish_reason"))
+    return messages, "\n".join(p for p in output_parts if p), finish
+
+
+# Attributes a model or tool call's fields already hold, not repeated in its metadata.
+_MAPPED_PREFIXES = (
+    "gen_ai.input.",
+    "gen_ai.output.",
+    "gen_ai.system_instructions",
+    "gen_ai.usage.",
+    "gen_ai.prompt.",
+    "gen_ai.completion.",
+    "gen_ai.tool.call.",
+    "llm.input_messages.",
+    "llm.output_messages.",
+    "llm.token_count.",
+    "input.value",
+    "output.value",
+    "pydantic_ai.all_messages",
+    "model_request_parameters",
+    "logfire.",
+)
+
+
+def _metadata(span: Span) -> dict[str, Any]:
+    kept = {
+        key: value
+        for key, value in span["attributes"].items()
+        if not key.startswith(_MAPPED_PREFIXES) and key not in SESSION_KEYS and key not in USER_KEYS
+    }
+    kept["otel.span_id"] = span["span_id"]
+    if span["name"]:
+        kept["otel.span_name"] = span["name"]
+    return kept
+
+
+def _model_call(span: Span) -> tuple[ModelCall, list[tuple[str, str]]]:
+    attributes = span["attributes"]
+    messages, output, finish = _call_messages(span)
+    cost = _cost(attributes)
+    call = ModelCall(
+        model=_first_text(attributes, ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")),
+        provider=_first_text(
+            attributes, ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+        ),
+        output=output or None,
+        finish_reason=finish[:255],
+        input_tokens=_tokens(attributes, _INPUT_TOKENS),
+        output_tokens=_tokens(attributes, _OUTPUT_TOKENS),
+        cached_tokens=_tokens(attributes, _CACHED_TOKENS),
+        reasoning_tokens=_tokens(attributes, _REASONING_TOKENS),
+        cost=cost,
+        cost_source="reported" if cost is not None else "",
+        price_source="reported by the instrumentation" if cost is not None else "",
+        started_at=_time(span["start"]),
+        ended_at=_time(span["end"]),
+        metadata=_metadata(span),
+    )
+    if call.started_at and call.ended_at and call.ended_at < call.started_at:
+        call.ended_at = call.started_at
+    return call, messages
+
+
+def _tool_call(span: Span) -> ToolCall:
+    attributes = span["attributes"]
+    name = _first_text(attributes, ("gen_ai.tool.name", "tool.name")) or span["name"] or "tool"
+    if "gen_ai.tool.call.arguments" in attributes:
+        params = _loads(attributes["gen_ai.tool.call.arguments"])
+    else:
+        params = _loads(attributes.get("input.value"))
+    if "gen_ai.tool.call.result" in attributes:
+        result = attributes["gen_ai.tool.call.result"]
+    else:
+        result = attributes.get("output.value")
+    failed = span["status"] == ERROR
+    started, ended = _time(span["start"]), _time(span["end"])
+    if started and ended and ended < started:
+        ended = started
+    return ToolCall(
+        tool=name[:255],
+        params=params,
+        result=None if result is None else _as_text(result),
+        error=(_error_text(span) or "failed") if failed else None,
+        started_at=started,
+        ended_at=ended,
+        call_id=(_first_text(attributes, ("gen_ai.tool.call.id", "tool_call.id")) or None),
+    )
+
+
+def _error_text(span: Span) -> str:
+    if span["status_message"]:
+        return span["status_message"]
+    for event in span.get("events", []):
+        if event["name"] == "exception":
+            attributes = event["attributes"]
+            kind = _as_text(attributes.get("exception.type"))
+            message = _as_text(attributes.get("exception.message"))
+            return f"{kind}: {message}" if kind and message else kind or message
+    return ""
+
+
+def _framework(span: Span | None) -> str:
+    if span is None:
+        return FRAMEWORK
+    scope = span.get("scope", "")
+    if scope.startswith("pydantic-ai"):
+        return "pydantic-ai"
+    if scope.startswith("openinference"):
+        return "openinference"
+    if scope.startswith("opentelemetry.instrumentation."):
+        return "openllmetry"
+    return FRAMEWORK
+
+
+class _Trace:
+    """The spans of one trace, indexed by id and by parent."""
+
+    def __init__(self, spans: list[Span]):
+        self.by_id: dict[str, Span] = {}
+        for span in spans:
+            self.by_id[span["span_id"]] = span  # the last copy of a span sent twice wins
+        self.trace_id = spans[0]["trace_id"]
+        self.children: dict[str, list[Span]] = {}
+        self.roots: list[Span] = []
+        for span in self.by_id.values():
+            parent = span["parent_span_id"]
+            if parent and parent in self.by_id and not self._cycles(span):
+                self.children.setdefault(parent, []).append(span)
+            else:
+                self.roots.append(span)
+        for items in self.children.values():
+            items.sort(key=_order)
+        self.roots.sort(key=_order)
+        # The trace's root: the span without a parent (OTLP sends only ended spans, so
+        # until it has arrived the trace's run is still running).
+        self.root = next((s for s in self.roots if not s["parent_span_id"]), None)
+
+    def _cycles(self, span: Span) -> bool:
+        seen = {span["span_id"]}
+        parent = span["parent_span_id"]
+        while parent and parent in self.by_id:
+            if parent in seen:
+                return True
+            seen.add(parent)
+            parent = self.by_id[parent]["parent_span_id"]
+        return False
+
+
+def _order(span: Span) -> tuple[int, int, str]:
+    return (span["start"], span["end"], span["span_id"])
+
+
+def _value_of(trace: _Trace, keys: tuple[str, ...], first: Span | None) -> str:
+    """A trace-wide attribute (session, user): the root's, else the first span's that has it."""
+    ordered = ([first] if first is not None else []) + sorted(trace.by_id.values(), key=_order)
+    for span in ordered:
+        value = _first_text(span["attributes"], keys)
+        if value:
+            return value
+    return ""
+
+
+class _RunBuilder:
+    def __init__(self, run: Run, span: Span | None):
+        self.run = run
+        self.span = span
+        self.steps: list[tuple[str, Span]] = []  # (role, span) of model and tool spans, in order
+        self.members: list[Run] = []
+
+
+def assemble(spans: list[Span]) -> list[Run]:
+    """The runs of one trace's spans (all of one ``trace_id``): the trace's run first
+    (``run_id`` = the trace id; ``running`` until the trace's root span has arrived), then
+    a member run for each agent span under it (``<trace id>-<span id>``)."""
+    if not spans:
+        return []
+    trace = _Trace(spans)
+    session_id = _value_of(trace, SESSION_KEYS, trace.root) or default_session_id(trace.trace_id)
+    user_id = _value_of(trace, USER_KEYS, trace.root)
+    framework = _framework(trace.root or next(iter(trace.by_id.values())))
+    top = _RunBuilder(
+        Run(
+            run_id=trace_run_id(trace.trace_id),
+            session_id=session_id[:255],
+            user_id=user_id[:255],
+            framework=framework,
+            status="running",
+        ),
+        trace.root,
+    )
+    builders = [top]
+
+    def walk(span: Span, owner: _RunBuilder, *, is_top: bool = False) -> None:
+        kind = role(span)
+        if kind == AGENT and not is_top:
+            member = _RunBuilder(
+                Run(
+                    run_id=member_run_id(trace.trace_id, span["span_id"]),
+                    session_id=top.run.session_id,
+                    kind="member",
+                    parent_run_id=owner.run.run_id,
+                    user_id=top.run.user_id,
+                    framework=framework,
+                ),
+                span,
+            )
+            builders.append(member)
+            owner.members.append(member.run)
+            owner = member
+        elif kind in (MODEL, TOOL) and not is_top or is_top and kind in (MODEL, TOOL):
+            owner.steps.append((kind, span))
+        for child in trace.children.get(span["span_id"], []):
+            walk(child, owner)
+
+    for root in trace.roots:
+        walk(root, top, is_top=root is trace.root)
+    for builder in reversed(builders):  # members first: their runs fill their parents' interactions
+        _fill(builder, trace)
+    return [builder.run for builder in builders]
+
+
+def _fill(builder: _RunBuilder, trace: _Trace) -> None:
+    run, span = builder.run, builder.span
+    calls: list[tuple[ModelCall, list[tuple[str, str]]]] = []
+    iterations: list[Iteration] = []
+    current: Iteration | None = None
+    for kind, step in sorted(builder.steps, key=lambda item: _order(item[1])):
+        if kind == MODEL:
+            call, messages = _model_call(step)
+            calls.append((call, messages))
+            current = Iteration(index=len(iterations), model_calls=[call], started_at=call.started_at)
+            iterations.append(current)
+        else:
+            if current is None:
+                current = Iteration(index=0, started_at=_time(step["start"]))
+                iterations.append(current)
+            current.tool_calls.append(_tool_call(step))
+    _mark_parts(calls)
+    for iteration in iterations:
+        ends = [c.ended_at for c in iteration.model_calls + iteration.tool_calls if c.ended_at]  # type: ignore[operator]
+        iteration.ended_at = max(ends) if ends else None
+        if iteration.model_calls and iteration.tool_calls:
+            iteration.thought = _thought(iteration.model_calls[0].output)
+    attributes = span["attributes"] if span is not None else {}
+    if span is not None:
+        run.agent_name = (
+            _first_text(attributes, ("gen_ai.agent.name", "agent.name", "agent_name")) or span["name"]
+        )[:255]
+        run.started_at, run.ended_at = _time(span["start"]), _time(span["end"])
+        if run.started_at and run.ended_at and run.ended_at < run.started_at:
+            run.ended_at = run.started_at
+        failed = span["status"] == ERROR
+        run.status = "failed" if failed else "completed"
+        run.error = (_error_text(span) or "failed") if failed else None
+    else:  # the root span has not arrived: what has is shown, the run still running
+        starts = [t for t in (_time(s["start"]) for s in trace.by_id.values()) if t]
+        run.started_at = min(starts) if starts else None
+    run.input = _run_input(attributes, calls)
+    run.output = _run_output(attributes, calls) if span is not None else None
+    if iterations and run.output is not None and iterations[-1].model_calls:
+        last = iterations[-1]
+        if not last.tool_calls and last.model_calls[0].output == run.output:
+            last.thought = None  # the answer is shown as the run's output
+    run.iterations = iterations
+    if not calls and span is not None:
+        aggregate = _aggregate_call(span)
+        if aggregate is not None:
+            run.model_calls.append(aggregate)
+    for member in builder.members:
+        run.member_interactions.append(
+            MemberInteraction(
+                member=member.agent_name or "member",
+                task=member.input,
+                response=member.output or "",
+                member_run_id=member.run_id,
+            )
+        )
+    if builder.members and run.kind == "agent":
+        run.kind = "team"
+    run.metadata = _run_metadata(span, trace)
+
+
+def _thought(output: str | None) -> str | None:
+    """What a model said besides the tool calls it asked for (shown as their own rows)."""
+    lines = [line for line in (output or "").split("\n") if not line.startswith("[tool call ")]
+    return "\n".join(lines).strip() or None
+
+
+def _run_metadata(span: Span | None, trace: _Trace) -> dict[str, Any]:
+    meta: dict[str, Any] = {"otel.trace_id": trace.trace_id}
+    if span is None:
+        meta["otel.waiting_for_root_span"] = True
+        return meta
+    meta["otel.span_id"] = span["span_id"]
+    if span.get("scope"):
+        meta["otel.scope"] = span["scope"]
+    service = span.get("resource", {}).get("service.name")
+    if service:
+        meta["service.name"] = service
+    for key, value in span["attributes"].items():
+        if (
+            not key.startswith(_MAPPED_PREFIXES)
+            and key not in SESSION_KEYS + USER_KEYS
+            and key
+            not in (
+                "gen_ai.agent.name",
+                "agent.name",
+                "agent_name",
+                "final_result",
+            )
+        ):
+            meta[key] = value
+    return meta
+
+
+def _aggregate_call(span: Span) -> ModelCall | None:
+    attributes = span["attributes"]
+    input_tokens = _tokens(attributes, _AGGREGATE_INPUT)
+    output_tokens = _tokens(attributes, _AGGREGATE_OUTPUT)
+    cost = _cost(attributes)
+    if input_tokens is None and output_tokens is None and cost is None:
+        return None
+    return ModelCall(
+        model=_first_text(
+            attributes, ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "model_name")
+        ),
+        provider=_first_text(
+            attributes, ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+        ),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost=cost,
+        cost_source="reported" if cost is not None else "",
+        price_source="reported by the instrumentation" if cost is not None else "",
+        started_at=_time(span["start"]),
+        ended_at=_time(span["end"]),
+        metadata={"aggregate": True},
+    )
+
+
+def _mark_parts(calls: list[tuple[ModelCall, list[tuple[str, str]]]]) -> None:
+    """Each call's messages, marked: system messages are the instructions; before the
+    first call's last user message, the history the run was given; that message, its
+    input; after it, what the run itself added (its answers and tool results)."""
+    if not calls:
+        return
+    first = [r for r, _ in calls[0][1] if r not in ("system", "developer")]
+    last_user = max((n for n, r in enumerate(first) if r == "user"), default=-1)
+    for call, messages in calls:
+        position = 0
+        for role_name, text in messages:
+            if role_name in ("system", "developer"):
+                part = "instructions"
+            else:
+                part = "history" if position < last_user else "input" if position == last_user else "run"
+                position += 1
+            call.messages.append(ModelMessage(role=role_name[:64] or "user", content=text, part=part))
+
+
+def _run_input(attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[tuple[str, str]]]]) -> str:
+    value = attributes.get("input.value")
+    if value is not None:
+        return _as_text(value)
+    for call, _ in calls[:1]:
+        inputs = [m.content for m in call.messages if m.part == "input"]
+        if inputs:
+            return inputs[-1]
+    return ""
+
+
+def _run_output(
+    attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[tuple[str, str]]]]
+) -> str | None:
+    for key in ("output.value", "final_result", "gen_ai.output.text"):
+        if attributes.get(key) is not None:
+            return _as_text(attributes[key])
+    if calls:
+        return calls[-1][0].output
+    return None
+
+
+def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:
+    traces: dict[str, list[Span]] = {}
+    for span in spans:
+        traces.setdefault(span["trace_id"], []).append(span)
+    return traces

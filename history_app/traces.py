@@ -1,0 +1,444 @@
+"""OpenTelemetry intake: ``POST /v1/traces`` (OTLP/HTTP, protobuf or JSON, gzip or not).
+
+The protobuf form is decoded here (``opentelemetry-proto``, a dependency of the app, never
+of the library) into OTLP's JSON form; ``agent_history.otlp`` reads that form into spans
+and assembles each trace's spans into runs. The spans are redacted and kept
+(``OtlpSpan``), so that a trace whose spans arrive in several requests, in any order, is
+assembled again from all of them each time: its runs are written through the same
+ingestion as every other format (redacted again, idempotent on run id, a receipt per
+request). A request's traces are assembled under a lock per trace, so two requests
+carrying spans of one trace cannot each write a run that misses the other's spans.
+
+Answers follow the OTLP/HTTP specification: ``ExportTraceServiceResponse`` (with
+``partial_success`` naming the spans refused and why) on success, ``google.rpc.Status``
+on failure, each in the encoding of the request; 400 for what no retry can fix, 503 with
+``Retry-After`` for a transient database failure (exporters retry those).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from . import ingestion, models, retention
+from .agent_history import otlp
+from .api import _chunked, _read_body
+from .auth import mark_used, token_from_request
+
+logger = logging.getLogger(__name__)
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+RETRY_AFTER_SECONDS = 5
+# google.rpc.Code values used in error bodies.
+INVALID_ARGUMENT, UNAUTHENTICATED, RESOURCE_EXHAUSTED, UNAVAILABLE, UNIMPLEMENTED = 3, 16, 8, 14, 12
+
+
+class _Retry(Exception):
+    """A transient database failure: the request's transaction is rolled back whole."""
+
+
+# --- Encodings -----------------------------------------------------------------------
+
+
+def _status_body(code: int, message: str, encoding: str) -> bytes:
+    if encoding == PROTOBUF:
+        from google.rpc import status_pb2
+
+        return status_pb2.Status(code=code, message=message).SerializeToString()
+    return json.dumps({"code": code, "message": message}).encode()
+
+
+def _error(status: int, code: int, message: str, encoding: str) -> HttpResponse:
+    response = HttpResponse(_status_body(code, message, encoding), status=status, content_type=encoding)
+    if status == 503:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="agent-history"'
+    return response
+
+
+def _success(rejected: int, message: str, encoding: str) -> HttpResponse:
+    if encoding == PROTOBUF:
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+        answer = trace_service_pb2.ExportTraceServiceResponse()
+        if rejected or message:
+            answer.partial_success.rejected_spans = rejected
+            answer.partial_success.error_message = message
+        body = answer.SerializeToString()
+    else:
+        data: dict[str, Any] = {}
+        if rejected or message:
+            data["partialSuccess"] = {"rejectedSpans": str(rejected), "errorMessage": message}
+        body = json.dumps(data).encode()
+    return HttpResponse(body, status=200, content_type=encoding)
+
+
+def decode_protobuf(body: bytes) -> dict[str, Any]:
+    """An ``ExportTraceServiceRequest`` in protobuf as OTLP's JSON form (ids in hex, as
+    the OTLP/JSON specification writes them). ``ValueError`` when it is not one."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, RecursionError) as exc:
+        raise ValueError(f"the body is not an OTLP ExportTraceServiceRequest in protobuf: {exc}") from None
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": _pb_attributes(rs.resource.attributes)},
+                "scopeSpans": [
+                    {
+                        "scope": {"name": ss.scope.name, "version": ss.scope.version},
+                        "spans": [_pb_span(span) for span in ss.spans],
+                    }
+                    for ss in rs.scope_spans
+                ],
+            }
+            for rs in request.resource_spans
+        ]
+    }
+
+
+def _pb_span(span: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "traceId": span.trace_id.hex(),
+        "spanId": span.span_id.hex(),
+        "parentSpanId": span.parent_span_id.hex(),
+        "name": span.name,
+        "kind": span.kind,
+        "startTimeUnixNano": span.start_time_unix_nano,
+        "endTimeUnixNano": span.end_time_unix_nano,
+        "attributes": _pb_attributes(span.attributes),
+        "status": {"code": span.status.code, "message": span.status.message},
+    }
+    if span.events:
+        data["events"] = [
+            {"name": e.name, "timeUnixNano": e.time_unix_nano, "attributes": _pb_attributes(e.attributes)}
+            for e in span.events
+        ]
+    return data
+
+
+def _pb_attributes(attributes: Any) -> list[dict[str, Any]]:
+    return [{"key": kv.key, "value": _pb_value(kv.value, 0)} for kv in attributes]
+
+
+def _pb_value(value: Any, depth: int) -> dict[str, Any]:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return {}
+    if depth > otlp.MAX_VALUE_DEPTH:
+        return {"stringValue": "[nested too deep]"}
+    if kind == "array_value":
+        return {"arrayValue": {"values": [_pb_value(v, depth + 1) for v in value.array_value.values]}}
+    if kind == "kvlist_value":
+        return {
+            "kvlistValue": {
+                "values": [
+                    {"key": kv.key, "value": _pb_value(kv.value, depth + 1)}
+                    for kv in value.kvlist_value.values
+                ]
+            }
+        }
+    if kind == "bytes_value":
+        return {"bytesValue": base64.b64encode(value.bytes_value).decode()}
+    camel = {"string_value": "stringValue", "bool_value": "boolValue", "int_value": "intValue"}.get(
+        kind, "doubleValue"
+    )
+    return {camel: getattr(value, kind)}
+
+
+def _decompress(body: bytes, encoding: str) -> bytes | None:
+    """The body decoded; None when it decompresses to more than the cap. ``ValueError``
+    for a body that is not what its ``Content-Encoding`` says."""
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise LookupError(encoding)
+    limit = settings.HISTORY_OTLP_MAX_DECOMPRESSED_BYTES
+    inflater = zlib.decompressobj(wbits=47)  # gzip or zlib, by its header
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ValueError(f"the body is not valid {encoding}: {exc}") from None
+    if len(out) > limit:
+        return None
+    return out
+
+
+# --- The view --------------------------------------------------------------------------
+
+
+@csrf_exempt
+def traces(request: HttpRequest) -> HttpResponse:
+    content_type = request.content_type.lower()
+    encoding = PROTOBUF if content_type == PROTOBUF else JSON
+    if request.method != "POST":
+        response = _error(405, UNIMPLEMENTED, "send spans with POST", encoding)
+        response["Allow"] = "POST"
+        return response
+    token = token_from_request(request)
+    if token is None:
+        return _error(
+            401, UNAUTHENTICATED, "a valid 'Authorization: Bearer <token>' header is required", encoding
+        )
+    mark_used(token)
+    try:
+        return _intake(request, token, content_type, encoding)
+    except _Retry:
+        return _error(503, UNAVAILABLE, "temporary database failure; send the request again", encoding)
+    except DatabaseError as exc:
+        if not ingestion.is_transient(exc):
+            raise
+        logger.warning("OTLP request not handled, to be sent again: %s", exc)
+        return _error(503, UNAVAILABLE, "temporary database failure; send the request again", encoding)
+
+
+def _refuse(token: models.IngestToken, status: int, code: int, message: str, encoding: str, path: str = "$"):
+    ingestion.record_receipt(
+        source="otlp",
+        token=token,
+        results=[ingestion.ItemResult(index=0, errors=[{"path": path, "message": message}])],
+    )
+    return _error(status, code, message, encoding)
+
+
+def _intake(
+    request: HttpRequest, token: models.IngestToken, content_type: str, encoding: str
+) -> HttpResponse:
+    if content_type not in (PROTOBUF, JSON):
+        message = f"unsupported content type {content_type or '(none)'!r}; send {PROTOBUF} or {JSON}"
+        return _refuse(token, 415, INVALID_ARGUMENT, message, encoding)
+    if _chunked(request) and not request.META.get("wsgi.input_terminated"):
+        message = "this server cannot read a chunked body without Content-Length; serve the app with gunicorn"
+        return _refuse(token, 411, INVALID_ARGUMENT, message, encoding)
+    body = _read_body(request)
+    if body is None:
+        message = f"the body is larger than {settings.HISTORY_MAX_BODY_BYTES} bytes"
+        return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)
+    content_encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    try:
+        body = _decompress(body, content_encoding)
+    except LookupError:
+        message = f"unsupported Content-Encoding {content_encoding!r}; send gzip, deflate or none"
+        return _refuse(token, 415, INVALID_ARGUMENT, message, encoding)
+    except ValueError as exc:
+        return _refuse(token, 400, INVALID_ARGUMENT, str(exc), encoding)
+    if body is None:
+        limit = settings.HISTORY_OTLP_MAX_DECOMPRESSED_BYTES
+        return _refuse(
+            token, 413, RESOURCE_EXHAUSTED, f"the body decompresses to more than {limit} bytes", encoding
+        )
+    try:
+        if content_type == PROTOBUF:
+            data = decode_protobuf(body)
+        else:
+            data = json.loads(body)
+    except RecursionError:
+        return _refuse(token, 400, INVALID_ARGUMENT, "the body nests too deeply", encoding)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        message = str(exc) if content_type == PROTOBUF else f"the body is not valid JSON: {exc}"
+        return _refuse(token, 400, INVALID_ARGUMENT, message, encoding)
+    try:
+        spans, errors, total = otlp.read_request(data)
+    except otlp.SpanError as exc:
+        return _refuse(token, 400, INVALID_ARGUMENT, f"{exc.path}: {exc}", encoding, exc.path)
+    limit = settings.HISTORY_OTLP_MAX_SPANS
+    if total > limit:
+        message = (
+            f"the request holds {total} spans; at most {limit} per request (lower the exporter's batch size)"
+        )
+        return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)
+    outcome = intake_spans(spans=spans, errors=errors, token=token)
+    if outcome.retry:
+        return _error(503, UNAVAILABLE, "temporary database failure; send the request again", encoding)
+    try:
+        retention.maybe_prune_automatically(new_runs=outcome.changed)
+    except Exception:  # noqa: BLE001 — retention must never fail an ingestion request
+        logger.exception("automatic retention failed")
+    return _success(outcome.rejected, outcome.message(), encoding)
+
+
+# --- Storing and assembling ----------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    rejected: int = 0
+    changed: int = 0
+    retry: bool = False
+    reasons: list[str] = field(default_factory=list)
+    results: list[ingestion.ItemResult] = field(default_factory=list)
+
+    def message(self) -> str:
+        if not self.reasons:
+            return ""
+        shown = "; ".join(self.reasons[:5])
+        more = len(self.reasons) - 5
+        return shown + (f"; and {more} more (see the receipt)" if more > 0 else "")
+
+
+# The span fields that identify it (never redacted): the rest is content.
+_ID_FIELDS = ("trace_id", "span_id", "parent_span_id", "start", "end", "kind", "status")
+
+
+def redact_spans(spans: list[otlp.Span], redactor: Any) -> list[dict[str, Any]]:
+    """Every span's content redacted in place (one walk for the request); the fields
+    changed, with their span and rules (never the values)."""
+    content = [{key: value for key, value in span.items() if key not in _ID_FIELDS} for span in spans]
+    cleaned, _, fields = redactor.redact_with_report(content)
+    cleaned = ingestion._without_nul(cleaned)
+    for span, redacted in zip(spans, cleaned, strict=True):
+        span.update(redacted)
+    report = []
+    for entry in fields:
+        index, _, rest = entry["path"][2:].partition("]")
+        span = spans[int(index)]
+        report.append(
+            {
+                "run_id": otlp.trace_run_id(span["trace_id"]),
+                "path": f"span {span['span_id']}{rest}",
+                "rules": entry["rules"],
+            }
+        )
+    return report
+
+
+def _pack(span: otlp.Span) -> bytes:
+    return zlib.compress(json.dumps(span, ensure_ascii=False, separators=(",", ":")).encode(), 1)
+
+
+def _unpack(data: bytes | memoryview) -> otlp.Span:
+    return json.loads(zlib.decompress(bytes(data)))
+
+
+def intake_spans(
+    *, spans: list[otlp.Span], errors: list[otlp.SpanError], token: models.IngestToken | None = None
+) -> Outcome:
+    """Redact and keep ``spans``, then assemble every trace they belong to from all its
+    spans kept so far and store its runs. One transaction for the request: its spans and
+    the runs they change are stored together or not at all."""
+    outcome = Outcome(rejected=len(errors))
+    outcome.reasons.extend(f"{e.path}: {e}" for e in errors)
+    span_results = [
+        ingestion.ItemResult(index=n, status="rejected", errors=[{"path": e.path, "message": str(e)}])
+        for n, e in enumerate(errors)
+    ]
+    redactor = ingestion.server_redactor()
+    changed_fields = redact_spans(spans, redactor) if spans else []
+    traces = otlp.group_by_trace(spans)
+    receipt = ingestion.open_receipt(source="otlp", token=token, item_count=len(traces) + len(errors))
+    results: list[ingestion.ItemResult] = []
+    try:
+        try:
+            with transaction.atomic():
+                results = _store_traces(traces, outcome, redactor)
+                if any(r.status == "retry" for r in results):
+                    raise _Retry
+        except _Retry:
+            outcome.retry = True
+    except BaseException:
+        ingestion.interrupt_receipt(receipt=receipt)
+        raise
+    if results:
+        results[0].changed_fields.extend(changed_fields)
+    for n, result in enumerate(results):
+        result.index = len(span_results) + n
+    ingestion.close_receipt(receipt=receipt, results=span_results + results)
+    outcome.results = span_results + results
+    return outcome
+
+
+def _lock_traces(trace_ids: list[str]) -> None:
+    """Two requests carrying spans of one trace assemble it one after the other (SQLite
+    writes one transaction at a time already; IMMEDIATE takes its lock at BEGIN)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            for trace_id in sorted(trace_ids):
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["otlp:" + trace_id])
+
+
+def _store_traces(
+    traces: dict[str, list[otlp.Span]], outcome: Outcome, redactor: Any
+) -> list[ingestion.ItemResult]:
+    _lock_traces(list(traces))
+    stored: dict[str, dict[str, otlp.Span]] = {trace_id: {} for trace_id in traces}
+    for trace_id, span_id, data in models.OtlpSpan.objects.filter(trace_id__in=list(traces)).values_list(
+        "trace_id", "span_id", "data"
+    ):
+        stored[trace_id][span_id] = _unpack(data)
+    new_rows, changed_rows = [], []
+    for trace_id, spans in traces.items():
+        for span in spans:
+            before = stored[trace_id].get(span["span_id"])
+            if before == span:
+                continue
+            row = models.OtlpSpan(trace_id=trace_id, span_id=span["span_id"], data=_pack(span))
+            (new_rows if before is None else changed_rows).append(row)
+            stored[trace_id][span["span_id"]] = span
+    models.OtlpSpan.objects.bulk_create(new_rows, batch_size=500)
+    for row in changed_rows:  # a span sent again with other content: the last copy wins
+        models.OtlpSpan.objects.filter(trace_id=row.trace_id, span_id=row.span_id).update(data=row.data)
+    items: list[dict[str, Any]] = []
+    owners: list[str] = []
+    for trace_id, spans in traces.items():
+        try:
+            runs = otlp.assemble(list(stored[trace_id].values()))
+        except Exception:  # noqa: BLE001 — one trace the mapping cannot handle never fails the others
+            logger.exception("trace %s could not be assembled", trace_id)
+            outcome.rejected += len(spans)
+            outcome.reasons.append(f"trace {trace_id}: its spans could not be assembled into runs")
+            continue
+        for run in runs:
+            items.append(run.to_dict())
+            owners.append(trace_id)
+    results = ingestion.ingest_items(items=items, format="native", redactor=redactor, source_format="otlp")
+    refused: set[str] = set()
+    for result, trace_id in zip(results, owners, strict=True):
+        if result.status == "rejected" and trace_id not in refused:
+            refused.add(trace_id)
+            outcome.rejected += len(traces[trace_id])
+            problems = "; ".join(f"{e['path']}: {e['message']}" for e in result.errors[:3])
+            outcome.reasons.append(f"trace {trace_id}: run {result.run_id} refused ({problems})")
+    outcome.changed = sum(1 for r in results if r.status in ("created", "updated"))
+    _link_sessions(results, owners)
+    return results
+
+
+def _link_sessions(results: list[ingestion.ItemResult], owners: list[str]) -> None:
+    """Each trace's spans go with the session of its run (retention and deletion of the
+    session take them too)."""
+    by_session: dict[str, set[str]] = {}
+    for result, trace_id in zip(results, owners, strict=True):
+        if result.session_id and result.run_id == otlp.trace_run_id(trace_id):
+            by_session.setdefault(result.session_id, set()).add(trace_id)
+    if not by_session:
+        return
+    pks = dict(models.Session.objects.filter(session_id__in=list(by_session)).values_list("session_id", "pk"))
+    for session_id, trace_ids in by_session.items():
+        if session_id in pks:
+            models.OtlpSpan.objects.filter(trace_id__in=trace_ids).exclude(session_id=pks[session_id]).update(
+                session_id=pks[session_id]
+            )
+
+
+def span_counts() -> Counter[str]:
+    """How many spans are kept, and how many wait for a session (for the benchmark)."""
+    counts: Counter[str] = Counter()
+    counts["spans"] = models.OtlpSpan.objects.count()
+    counts["without_session"] = models.OtlpSpan.objects.filter(session__isnull=True).count()
+    return counts
