@@ -244,10 +244,7 @@ def _intake(
             token, 413, RESOURCE_EXHAUSTED, f"the body decompresses to more than {limit} bytes", encoding
         )
     try:
-        if content_type == PROTOBUF:
-            data = decode_protobuf(body)
-        else:
-            data = json.loads(body)
+        data = decode_protobuf(body) if content_type == PROTOBUF else json.loads(body)
     except RecursionError:
         return _refuse(token, 400, INVALID_ARGUMENT, "the body nests too deeply", encoding)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
