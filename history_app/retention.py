@@ -32,8 +32,12 @@ PRUNE_COUNT_KEYS = (
     "search_documents",
     "context_entries",
     "run_fingerprints",
+    "otlp_spans",
 )
 PROVENANCE_COUNT_KEYS = ("context_entries", "run_fingerprints")
+# Counts a summary names only when there were any: provenance rows, and the spans kept for
+# traces received over OpenTelemetry.
+OPTIONAL_COUNT_KEYS = (*PROVENANCE_COUNT_KEYS, "otlp_spans")
 
 
 @dataclass
@@ -90,6 +94,7 @@ def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, A
         ("injected_contexts", models.InjectedContext.objects.filter(**runs)),
         ("run_fingerprints", models.RunFingerprint.objects.filter(**runs)),
         ("runs", models.Run.objects.filter(session_id__in=session_ids)),
+        ("otlp_spans", models.OtlpSpan.objects.filter(session_id__in=session_ids)),
         ("sessions", models.Session.objects.filter(pk__in=session_ids)),
     ]
 
@@ -170,6 +175,10 @@ def prune_sessions(
             result.batches += 1
             if progress is not None:
                 progress(result)
+        if cutoff is not None and session_ids is None and not statuses and not agents:
+            # Spans whose trace never became a stored run (every span of it refused).
+            orphans = models.OtlpSpan.objects.filter(session__isnull=True, received_at__lt=cutoff)
+            result.counts["otlp_spans"] += orphans._raw_delete(orphans.db)
     log.counts = result.counts
     log.batches = result.batches
     log.longest_transaction_ms = round(result.longest_transaction_s * 1000)

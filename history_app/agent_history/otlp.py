@@ -612,7 +612,9 @@ def _call_messages(span: Span) -> tuple[list[tuple[str, str]], str, str]:
                 role, text, _ = _genai_message(body if isinstance(body, dict) else {"content": body})
                 messages.append((_MESSAGE_EVENTS[name] if role == "user" else role, text))
             elif name == "gen_ai.choice":
-                body = _event_body(event["attributes"])
+                body = _loads(event["attributes"].get("event_body", event["attributes"]))
+                if isinstance(body, dict):
+                    body = {**body, "message": _loads(body.get("message", body))}
                 inner = body.get("message", body) if isinstance(body, dict) else body
                 _, text, _ = _genai_message(inner if isinstance(inner, dict) else {"content": inner})
                 output_parts.append(text)
@@ -735,16 +737,19 @@ def _error_text(span: Span) -> str:
     return ""
 
 
-def _framework(span: Span | None) -> str:
-    if span is None:
-        return FRAMEWORK
-    scope = span.get("scope", "")
-    if scope.startswith("pydantic-ai"):
-        return "pydantic-ai"
-    if scope.startswith("openinference"):
+def _framework(spans: list[Span]) -> str:
+    """The framework that sent a trace, by the instrumentation scope of its spans (the
+    root's first), else by the convention its attributes follow."""
+    for span in spans:
+        scope = span.get("scope", "")
+        if scope.startswith("pydantic-ai"):
+            return "pydantic-ai"
+        if scope.startswith("openinference"):
+            return "openinference"
+        if scope.startswith("opentelemetry.instrumentation."):
+            return "openllmetry"
+    if any("openinference.span.kind" in span["attributes"] for span in spans):
         return "openinference"
-    if scope.startswith("opentelemetry.instrumentation."):
-        return "openllmetry"
     return FRAMEWORK
 
 
@@ -813,7 +818,7 @@ def assemble(spans: list[Span]) -> list[Run]:
     trace = _Trace(spans)
     session_id = _value_of(trace, SESSION_KEYS, trace.root) or default_session_id(trace.trace_id)
     user_id = _value_of(trace, USER_KEYS, trace.root)
-    framework = _framework(trace.root or next(iter(trace.by_id.values())))
+    framework = _framework(([trace.root] if trace.root else []) + sorted(trace.by_id.values(), key=_order))
     top = _RunBuilder(
         Run(
             run_id=trace_run_id(trace.trace_id),

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from history_app.retention import (
     MAX_PRUNE_DAYS,
-    PROVENANCE_COUNT_KEYS,
+    OPTIONAL_COUNT_KEYS,
     PRUNE_COUNT_KEYS,
     PruneResult,
     prune_sessions,
@@ -16,11 +16,11 @@ from history_app.retention import (
 
 def summary(result: PruneResult) -> str:
     verb = "Would remove" if result.dry_run else "Removed"
-    # Provenance rows (context entries, run fingerprints) are named only when there were any.
+    # Provenance rows and kept spans are named only when there were any.
     parts = ", ".join(
         f"{result.counts[key]} {key.replace('_', ' ')}"
         for key in PRUNE_COUNT_KEYS
-        if key not in PROVENANCE_COUNT_KEYS or result.counts[key]
+        if key not in OPTIONAL_COUNT_KEYS or result.counts[key]
     )
     return f"{verb}: {parts}."
 

@@ -1,0 +1,507 @@
+"""POST /v1/traces: encodings, assembly across requests, the mapping of each convention,
+redaction, and OTLP-conformant refusals (issue #15). The live tests with real
+instrumentation are in test_otlp_live.py."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+import zlib
+
+import pytest
+
+from history_app import models
+from history_app.agent_history import otlp
+
+from .conftest import database_dump, load_jsonl
+from .otlp_spans import genai_agent_trace, request, span
+
+T1 = "ab" * 16
+T2 = "cd" * 16
+AGENT = "a0" * 8
+
+
+def post(client, auth_headers, payload, *, content_type="application/json", **extra):
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return client.post("/v1/traces", body, content_type=content_type, **auth_headers, **extra)
+
+
+def protobuf_body(payload: dict) -> bytes:
+    """The JSON form encoded as protobuf by the protobuf library's own JSON parser (ids
+    as base64, as protobuf's JSON mapping writes bytes)."""
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    data = json.loads(json.dumps(payload))
+    for rs in data["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for s in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    s[key] = __import__("base64").b64encode(bytes.fromhex(s[key])).decode()
+    message = trace_service_pb2.ExportTraceServiceRequest()
+    json_format.ParseDict(data, message)
+    return message.SerializeToString()
+
+
+def test_a_genai_trace_becomes_a_run_with_iterations_tool_and_model_calls(client, auth_headers, alice_client):
+    response = post(client, auth_headers, request(*genai_agent_trace(T1)))
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {}
+    run = models.Run.objects.get(run_id=T1)
+    assert (run.status, run.agent_name, run.framework, run.session.session_id) == (
+        "completed",
+        "calc",
+        "opentelemetry",
+        "conv-1",
+    )
+    assert (run.input, run.output) == ("What is 2+3?", "2+3 is 5.")
+    assert (run.model_call_count, run.input_tokens, run.output_tokens) == (2, 2300, 220)
+    assert run.cost is not None and run.cost > 0  # gpt-4o-mini, priced by genai-prices
+    iterations = list(run.iterations.order_by("position"))
+    assert len(iterations) == 2 and iterations[0].thought == "Let me add."
+    call = models.ToolCall.objects.get(run=run)
+    assert (call.tool, call.result, call.call_id) == ("add", "5", "c1")
+    page = alice_client.get(f"/runs/{T1}/").content.decode()
+    assert "calc" in page and "gpt-4o-mini" in page and "2,300" in page and "add" in page
+    first = alice_client.get(f"/runs/{T1}/model-calls/1/").content.decode()
+    assert "You add numbers." in first and "What is 2+3?" in first and "Let me add." in first
+    second = alice_client.get(f"/runs/{T1}/model-calls/2/").content.decode()
+    assert "[tool call add" in second and "2+3 is 5." in second
+    receipt = models.IngestReceipt.objects.get()
+    assert receipt.source == "otlp" and receipt.counts["created"] == 1
+
+
+def test_protobuf_gzip_and_resending_is_idempotent(client, auth_headers):
+    body = protobuf_body(request(*genai_agent_trace(T1)))
+    response = post(
+        client,
+        auth_headers,
+        gzip.compress(body),
+        content_type="application/x-protobuf",
+        HTTP_CONTENT_ENCODING="gzip",
+    )
+    assert response.status_code == 200 and response["Content-Type"] == "application/x-protobuf"
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    answer = trace_service_pb2.ExportTraceServiceResponse.FromString(response.content)
+    assert not answer.HasField("partial_success")
+    assert models.Run.objects.get(run_id=T1).model_call_count == 2
+    before = (models.OtlpSpan.objects.count(), models.Run.objects.count(), models.ModelCall.objects.count())
+    again = post(client, auth_headers, body, content_type="application/x-protobuf")
+    assert again.status_code == 200
+    after = (models.OtlpSpan.objects.count(), models.Run.objects.count(), models.ModelCall.objects.count())
+    assert before == after == (4, 1, 2)
+    assert models.IngestReceipt.objects.order_by("pk").last().counts["duplicate"] == 1
+
+
+def test_spans_in_several_requests_out_of_order_assemble_and_stay_running_until_the_root_ends(
+    client, auth_headers, alice_client
+):
+    chat1, tool, chat2, root = genai_agent_trace(T1)
+    # The last model call first, then the root, then what came before it.
+    post(client, auth_headers, request(chat2))
+    run = models.Run.objects.get(run_id=T1)
+    assert run.status == "running" and run.model_call_count == 1
+    assert "running" in alice_client.get(f"/runs/{T1}/").content.decode()
+    post(client, auth_headers, request(tool))
+    assert models.Run.objects.get(run_id=T1).status == "running"
+    post(client, auth_headers, request(root))
+    run = models.Run.objects.get(run_id=T1)
+    assert run.status == "completed" and run.agent_name == "calc"
+    post(client, auth_headers, request(chat1))
+    run = models.Run.objects.get(run_id=T1)
+    assert (run.model_call_count, run.input_tokens) == (2, 2300)
+    assert run.iterations.count() == 2 and models.ToolCall.objects.filter(run=run).count() == 1
+    # The same as all at once.
+    post(client, auth_headers, request(*genai_agent_trace(T2)))
+    other = models.Run.objects.get(run_id=T2)
+    assert (other.model_call_count, other.input_tokens, other.output_tokens, other.cost) == (
+        run.model_call_count,
+        run.input_tokens,
+        run.output_tokens,
+        run.cost,
+    )
+    assert models.Run.objects.filter(session__session_id="conv-1").count() == 2
+
+
+def test_agents_inside_an_agent_are_member_runs_under_it(client, auth_headers, alice_client):
+    member = "b0" * 8
+    spans = [
+        span(
+            T1,
+            AGENT,
+            "",
+            "invoke_agent team",
+            {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "lead"},
+            end_ms=50,
+        ),
+        span(
+            T1,
+            "e1" * 8,
+            AGENT,
+            "execute_tool ask_writer",
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "ask_writer"},
+            start_ms=1,
+            end_ms=40,
+        ),
+        span(
+            T1,
+            member,
+            "e1" * 8,
+            "invoke_agent writer",
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": "Writer",
+                "input.value": "Write a haiku",
+                "output.value": "Leaves fall.",
+            },
+            start_ms=2,
+            end_ms=39,
+        ),
+        span(
+            T1,
+            "f1" * 8,
+            member,
+            "chat",
+            {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 7},
+            start_ms=3,
+            end_ms=30,
+        ),
+    ]
+    assert post(client, auth_headers, request(*spans)).status_code == 200
+    lead = models.Run.objects.get(run_id=T1)
+    writer = models.Run.objects.get(run_id=f"{T1}-{member}")
+    assert (lead.kind, writer.kind, writer.parent_run_id, writer.agent_name) == (
+        "team",
+        "member",
+        T1,
+        "Writer",
+    )
+    assert writer.model_call_count == 1 and lead.model_call_count == 0
+    interaction = models.MemberInteraction.objects.get(run=lead)
+    assert (interaction.member, interaction.task, interaction.response) == (
+        "Writer",
+        "Write a haiku",
+        "Leaves fall.",
+    )
+    assert "Writer" in alice_client.get(f"/sessions/trace-{T1}/").content.decode()
+
+
+def test_openinference_spans(client, auth_headers):
+    spans = [
+        span(
+            T1,
+            AGENT,
+            "",
+            "run_agent",
+            {
+                "openinference.span.kind": "AGENT",
+                "input.value": "What is 2+3?",
+                "output.value": "5",
+                "session.id": "s-oi",
+                "user.id": "u-7",
+            },
+            end_ms=20,
+        ),
+        span(
+            T1,
+            "c1" * 8,
+            AGENT,
+            "ChatCompletion",
+            {
+                "openinference.span.kind": "LLM",
+                "llm.model_name": "gpt-4o-mini",
+                "llm.provider": "openai",
+                "llm.input_messages.0.message.role": "system",
+                "llm.input_messages.0.message.content": "You add.",
+                "llm.input_messages.1.message.role": "user",
+                "llm.input_messages.1.message.contents.0.message_content.type": "text",
+                "llm.input_messages.1.message.contents.0.message_content.text": "What is 2+3?",
+                "llm.output_messages.0.message.role": "assistant",
+                "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "add",
+                "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"a": 2}',
+                "llm.token_count.prompt": 100,
+                "llm.token_count.completion": 20,
+                "llm.token_count.prompt_details.cache_read": 10,
+                "llm.cost.total": 0.5,
+            },
+            start_ms=1,
+            end_ms=5,
+        ),
+        span(
+            T1,
+            "d1" * 8,
+            AGENT,
+            "add",
+            {
+                "openinference.span.kind": "TOOL",
+                "tool.name": "add",
+                "input.value": '{"a": 2}',
+                "output.value": "5",
+            },
+            start_ms=6,
+            end_ms=7,
+        ),
+        span(
+            T1,
+            "d2" * 8,
+            AGENT,
+            "search docs",
+            {"openinference.span.kind": "RETRIEVER", "input.value": "adding"},
+            start_ms=8,
+            end_ms=9,
+            status=2,
+            message="index offline",
+        ),
+    ]
+    assert (
+        post(client, auth_headers, request(*spans, scope="openinference.instrumentation.openai")).status_code
+        == 200
+    )
+    run = models.Run.objects.get(run_id=T1)
+    assert (run.session.session_id, run.user_id, run.input, run.output, run.framework) == (
+        "s-oi",
+        "u-7",
+        "What is 2+3?",
+        "5",
+        "openinference",
+    )
+    call = models.ModelCall.objects.get(run=run)
+    assert (call.model, call.provider, call.input_tokens, call.output_tokens, call.cached_tokens) == (
+        "gpt-4o-mini",
+        "openai",
+        100,
+        20,
+        10,
+    )
+    assert (call.cost, call.cost_source) == (0.5, "reported")
+    messages = json.loads(call.messages_json)
+    assert [(m["role"], m["part"], m["content"]) for m in messages] == [
+        ("system", "instructions", "You add."),
+        ("user", "input", "What is 2+3?"),
+    ]
+    assert "[tool call add" in call.output
+    tools = {t.tool: t for t in models.ToolCall.objects.filter(run=run)}
+    assert tools["add"].params == {"a": 2} and tools["add"].result == "5"
+    assert tools["search docs"].error == "index offline"
+
+
+def test_older_genai_events_and_openllmetry_attributes(client, auth_headers):
+    events_form = span(
+        T1,
+        "c1" * 8,
+        "",
+        "chat",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.usage.prompt_tokens": 30,
+            "gen_ai.usage.completion_tokens": 4,
+        },
+        events=[
+            {"name": "gen_ai.system.message", "attributes": {"content": "Be brief."}},
+            {"name": "gen_ai.user.message", "attributes": {"content": "Hi"}},
+            {
+                "name": "gen_ai.choice",
+                "attributes": {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": json.dumps({"content": "Hello."}),
+                },
+            },
+        ],
+    )
+    openllmetry = span(
+        T2,
+        "c2" * 8,
+        "",
+        "openai.chat",
+        {
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.prompt.0.role": "user",
+            "gen_ai.prompt.0.content": "Ping",
+            "gen_ai.completion.0.role": "assistant",
+            "gen_ai.completion.0.content": "Pong",
+            "gen_ai.completion.0.finish_reason": "stop",
+            "gen_ai.usage.input_tokens": 5,
+        },
+    )
+    assert post(client, auth_headers, request(events_form, openllmetry)).status_code == 200
+    first = models.ModelCall.objects.get(run__run_id=T1)
+    assert [(m["role"], m["content"]) for m in json.loads(first.messages_json)] == [
+        ("system", "Be brief."),
+        ("user", "Hi"),
+    ]
+    assert (first.output, first.finish_reason, first.input_tokens, first.output_tokens) == (
+        "Hello.",
+        "stop",
+        30,
+        4,
+    )
+    second = models.ModelCall.objects.get(run__run_id=T2)
+    assert (second.output, second.finish_reason, second.input_tokens) == ("Pong", "stop", 5)
+    assert models.Run.objects.get(run_id=T2).output == "Pong"
+
+
+def test_a_failed_root_span_fails_the_run_with_the_exception(client, auth_headers):
+    root = span(
+        T1,
+        AGENT,
+        "",
+        "invoke_agent x",
+        {"gen_ai.operation.name": "invoke_agent"},
+        status=2,
+        events=[
+            {"name": "exception", "attributes": {"exception.type": "ValueError", "exception.message": "boom"}}
+        ],
+    )
+    post(client, auth_headers, request(root))
+    run = models.Run.objects.get(run_id=T1)
+    assert (run.status, run.error) == ("failed", "ValueError: boom")
+
+
+SECRETS = load_jsonl("secrets.jsonl")
+
+
+@pytest.mark.parametrize("entry", SECRETS[:12], ids=[e["kind"] for e in SECRETS[:12]])
+def test_secrets_anywhere_in_a_span_are_never_stored(client, auth_headers, entry):
+    secret = entry["secret"]
+    spans = genai_agent_trace(T1, secret=secret)
+    spans[0]["attributes"].append(
+        {"key": "http.request.header.authorization", "value": {"stringValue": f"Bearer {secret}"}}
+    )
+    spans[2]["name"] = f"chat {secret}"
+    spans[3]["events"] = [
+        {
+            "name": "log",
+            "timeUnixNano": "1",
+            "attributes": [{"key": "note", "value": {"stringValue": f"key={secret}"}}],
+        }
+    ]
+    response = post(client, auth_headers, request(*spans))
+    assert response.status_code == 200
+    dump = database_dump()
+    spans_text = "".join(
+        zlib.decompress(bytes(d)).decode() for d in models.OtlpSpan.objects.values_list("data", flat=True)
+    )
+    assert secret not in dump and secret not in spans_text
+    assert "[REDACTED" in spans_text
+    receipt = models.IngestReceipt.objects.get()
+    assert any(f["path"].startswith("span ") for f in receipt.changed_fields)
+    # Innocuous values stay as they were.
+    assert models.ModelCall.objects.filter(run__run_id=T1).first().input_tokens == 1000
+    assert models.Run.objects.get(run_id=T1).session.session_id == "conv-1"
+
+
+def test_bad_spans_are_refused_with_paths_and_the_rest_kept(client, auth_headers):
+    good = genai_agent_trace(T1)
+    bad = [
+        span("zz" * 16, "11" * 8),
+        span(T2, ""),
+        span(T2, "12" * 8, name=7),
+        {**span(T2, "13" * 8), "startTimeUnixNano": "soon"},
+        {**span(T2, "14" * 8), "attributes": [{"key": "k", "value": {"intValue": "1e99"}}]},
+        "not a span",
+    ]
+    response = post(client, auth_headers, request(*good, *bad))
+    assert response.status_code == 200
+    partial = response.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "6"
+    assert "$.resourceSpans[0].scopeSpans[0].spans[4].traceId" in partial["errorMessage"]
+    assert models.Run.objects.get(run_id=T1).model_call_count == 2
+    receipt = models.IngestReceipt.objects.get()
+    paths = {r["path"] for r in receipt.rejections}
+    assert "$.resourceSpans[0].scopeSpans[0].spans[5].spanId" in paths
+    assert "$.resourceSpans[0].scopeSpans[0].spans[8].attributes[0].value.intValue" in paths
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "extra", "status", "needle"),
+    [
+        (b"\xff\xff\xff", "application/x-protobuf", {}, 400, "protobuf"),
+        (b"{not json", "application/json", {}, 400, "not valid JSON"),
+        (b"[1, 2]", "application/json", {}, 400, "ExportTraceServiceRequest"),
+        (b'{"resourceSpans": 5}', "application/json", {}, 400, "resourceSpans"),
+        (b"<xml/>", "text/xml", {}, 415, "content type"),
+        (b"\x00\x01garbage", "application/json", {"HTTP_CONTENT_ENCODING": "gzip"}, 400, "gzip"),
+        (b"{}", "application/json", {"HTTP_CONTENT_ENCODING": "br"}, 415, "Content-Encoding"),
+    ],
+)
+def test_malformed_requests_get_otlp_errors_and_receipts(
+    client, auth_headers, body, content_type, extra, status, needle
+):
+    response = post(client, auth_headers, body, content_type=content_type, **extra)
+    assert response.status_code == status
+    if response["Content-Type"] == "application/x-protobuf":
+        from google.rpc import status_pb2
+
+        message = status_pb2.Status.FromString(response.content).message
+    else:
+        message = response.json()["message"]
+    assert needle in message
+    assert models.IngestReceipt.objects.get().rejections[0]["message"] == message
+    assert models.Run.objects.count() == 0
+
+
+def test_too_many_spans_and_a_gzip_bomb_are_refused_before_anything_is_stored(client, auth_headers, settings):
+    many = request(*[span(T1, f"{n + 1:016x}") for n in range(100_001)])
+    body = json.dumps(many).encode()
+    response = post(client, auth_headers, gzip.compress(body), HTTP_CONTENT_ENCODING="gzip")
+    assert response.status_code == 413 and "100001 spans" in response.json()["message"]
+    settings.HISTORY_OTLP_MAX_DECOMPRESSED_BYTES = 1_000_000
+    bomb = gzip.compress(b" " * 50_000_000)
+    assert len(bomb) < 100_000
+    response = post(client, auth_headers, bomb, HTTP_CONTENT_ENCODING="gzip")
+    assert response.status_code == 413 and "decompresses" in response.json()["message"]
+    assert models.OtlpSpan.objects.count() == 0 and models.Run.objects.count() == 0
+
+
+def test_authentication_and_method(client, auth_headers):
+    response = client.post("/v1/traces", b"{}", content_type="application/x-protobuf")
+    assert response.status_code == 401 and response["WWW-Authenticate"]
+    from google.rpc import status_pb2
+
+    assert status_pb2.Status.FromString(response.content).code == 16
+    bad = client.post("/v1/traces", b"{}", content_type="application/json", HTTP_AUTHORIZATION="Bearer nope")
+    assert bad.status_code == 401
+    assert client.get("/v1/traces", **auth_headers).status_code == 405
+    assert post(client, auth_headers, {}).status_code == 200  # an empty export is fine
+
+
+def test_deep_values_and_cycles_do_not_break_the_server(client, auth_headers):
+    deep: dict = {"stringValue": "x"}
+    for _ in range(50):
+        deep = {"arrayValue": {"values": [deep]}}
+    spans = [
+        {**span(T1, "11" * 8), "attributes": [{"key": "deep", "value": deep}]},
+        span(T2, "21" * 8, "22" * 8, "a"),
+        span(T2, "22" * 8, "21" * 8, "b"),  # each the other's parent
+    ]
+    response = post(client, auth_headers, request(*spans))
+    assert response.status_code == 200
+    assert response.json()["partialSuccess"]["rejectedSpans"] == "1"
+    assert models.Run.objects.get(run_id=T2).status == "running"  # no root span yet
+    body = b"[" * (sys.getrecursionlimit() * 4) + b"]" * (sys.getrecursionlimit() * 4)
+    assert post(client, auth_headers, body).status_code == 400
+
+
+def test_retention_takes_a_trace_s_spans_with_its_session(client, auth_headers):
+    from history_app import retention
+
+    post(client, auth_headers, request(*genai_agent_trace(T1)))
+    assert models.OtlpSpan.objects.filter(session__session_id="conv-1").count() == 4
+    session = models.Session.objects.get(session_id="conv-1")
+    retention.prune_sessions(session_ids=[session.pk])
+    assert models.OtlpSpan.objects.count() == 0 and models.Run.objects.count() == 0
+
+
+def test_the_library_reads_and_assembles_without_django():
+    spans, errors, total = otlp.read_request(request(*genai_agent_trace(T1)))
+    assert (len(spans), errors, total) == (4, [], 4)
+    (run,) = otlp.assemble(spans)
+    assert run.run_id == T1 and [c.model for c in run.all_model_calls()] == ["gpt-4o-mini"] * 2
+    assert [m.part for m in run.iterations[1].model_calls[0].messages] == ["input", "run", "run"]
