@@ -260,6 +260,9 @@ HISTORY_OTLP_MAX_DECOMPRESSED_BYTES = env_int(
     "HISTORY_OTLP_MAX_DECOMPRESSED_BYTES", 64 * 1024 * 1024, minimum=1024
 )
 HISTORY_OTLP_MAX_SPANS = env_int("HISTORY_OTLP_MAX_SPANS", 10_000, minimum=1)
+# Spans kept per trace: each request assembles its traces again from all their spans, so
+# a trace that never ends would make every request slower than the one before.
+HISTORY_OTLP_MAX_TRACE_SPANS = env_int("HISTORY_OTLP_MAX_TRACE_SPANS", 20_000, minimum=1)
 # Rendering one text as Markdown may take this long; a text that would take longer is
 # shown escaped, as preformatted text under a note (history_app/rendering.py).
 HISTORY_MARKDOWN_BUDGET_MS = env_int("HISTORY_MARKDOWN_BUDGET_MS", 500, minimum=0)

@@ -21,12 +21,12 @@ import base64
 import json
 import logging
 import zlib
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -347,7 +347,10 @@ def intake_spans(
                 if any(r.status == "retry" for r in results):
                     raise _Retry
         except _Retry:
+            # Rolled back whole: nothing of the request was kept, every run is sent again.
             outcome.retry = True
+            for result in results:
+                result.status, result.errors = "retry", [{"path": "$", "message": ingestion.RETRY_MESSAGE}]
     except BaseException:
         ingestion.interrupt_receipt(receipt=receipt)
         raise
@@ -379,7 +382,18 @@ def _store_traces(
     ):
         stored[trace_id][span_id] = _unpack(data)
     new_rows, changed_rows = [], []
-    for trace_id, spans in traces.items():
+    limit = settings.HISTORY_OTLP_MAX_TRACE_SPANS
+    for trace_id, spans in list(traces.items()):
+        fresh = {span["span_id"] for span in spans} - set(stored[trace_id])
+        if len(stored[trace_id]) + len(fresh) > limit:
+            # Each request assembles its traces again from all their spans: a trace
+            # without end would make every request slower than the one before.
+            outcome.rejected += len(spans)
+            outcome.reasons.append(
+                f"trace {trace_id}: more than {limit} spans (HISTORY_OTLP_MAX_TRACE_SPANS); its new spans are refused"
+            )
+            del traces[trace_id]
+            continue
         for span in spans:
             before = stored[trace_id].get(span["span_id"])
             if before == span:
@@ -413,6 +427,7 @@ def _store_traces(
             outcome.reasons.append(f"trace {trace_id}: run {result.run_id} refused ({problems})")
     outcome.changed = sum(1 for r in results if r.status in ("created", "updated"))
     _link_sessions(results, owners)
+    _drop_left_sessions(results, owners)
     return results
 
 
@@ -433,9 +448,15 @@ def _link_sessions(results: list[ingestion.ItemResult], owners: list[str]) -> No
             )
 
 
-def span_counts() -> Counter[str]:
-    """How many spans are kept, and how many wait for a session (for the benchmark)."""
-    counts: Counter[str] = Counter()
-    counts["spans"] = models.OtlpSpan.objects.count()
-    counts["without_session"] = models.OtlpSpan.objects.filter(session__isnull=True).count()
-    return counts
+def _drop_left_sessions(results: list[ingestion.ItemResult], owners: list[str]) -> None:
+    """A trace whose first spans named no session was put in ``trace-<id>``; once a span
+    names its session the runs move there, and the placeholder, now empty, goes."""
+    left = {
+        otlp.default_session_id(trace_id)
+        for result, trace_id in zip(results, owners, strict=True)
+        if result.session_id and result.session_id != otlp.default_session_id(trace_id)
+    }
+    if left:
+        models.Session.objects.filter(session_id__in=left, run_count=0).exclude(
+            Exists(models.Run.objects.filter(session=OuterRef("pk")))
+        ).delete()

@@ -505,3 +505,31 @@ def test_the_library_reads_and_assembles_without_django():
     (run,) = otlp.assemble(spans)
     assert run.run_id == T1 and [c.model for c in run.all_model_calls()] == ["gpt-4o-mini"] * 2
     assert [m.part for m in run.iterations[1].model_calls[0].messages] == ["input", "run", "run"]
+
+
+def test_a_trace_that_names_its_session_late_moves_there_and_the_placeholder_goes(client, auth_headers):
+    chat1, tool, chat2, root = genai_agent_trace(T1, session="later")
+    for item in (chat1, tool, chat2):
+        item["attributes"] = [a for a in item["attributes"] if a["key"] != "gen_ai.conversation.id"]
+    post(client, auth_headers, request(tool))
+    assert models.Run.objects.get(run_id=T1).session.session_id == f"trace-{T1}"
+    post(client, auth_headers, request(root))
+    assert models.Run.objects.get(run_id=T1).session.session_id == "later"
+    assert not models.Session.objects.filter(session_id=f"trace-{T1}").exists()
+    assert models.OtlpSpan.objects.filter(session__session_id="later").count() == 2
+    assert models.Session.objects.get(session_id="later").run_count == 1
+
+
+def test_a_trace_beyond_its_span_limit_refuses_further_spans(client, auth_headers, settings):
+    settings.HISTORY_OTLP_MAX_TRACE_SPANS = 3
+    chat1, tool, chat2, root = genai_agent_trace(T1)
+    assert post(client, auth_headers, request(chat1, tool, chat2)).json() == {}
+    answer = post(client, auth_headers, request(root, *genai_agent_trace(T2)[:1])).json()
+    assert answer["partialSuccess"]["rejectedSpans"] == "1"
+    assert "HISTORY_OTLP_MAX_TRACE_SPANS" in answer["partialSuccess"]["errorMessage"]
+    assert (
+        models.Run.objects.get(run_id=T1).status == "running"
+        and models.Run.objects.filter(run_id=T2).exists()
+    )
+    # Spans already kept may be sent again.
+    assert post(client, auth_headers, request(chat1)).json() == {}

@@ -57,6 +57,7 @@ def empty_history_tables() -> None:
         models.MemberInteraction,
         models.InjectedContext,
         models.Run,
+        models.OtlpSpan,
         models.SessionFacet,
         models.DailyStat,
         models.DailyUsage,
