@@ -397,7 +397,7 @@ def test_secrets_anywhere_in_a_span_are_never_stored(client, auth_headers, entry
     assert models.Run.objects.get(run_id=T1).session.session_id == "conv-1"
 
 
-def test_bad_spans_are_refused_with_paths_and_the_rest_kept(client, auth_headers):
+def test_bad_spans_are_refused_with_paths_and_the_rest_kept(client, auth_headers, alice_client):
     good = genai_agent_trace(T1)
     bad = [
         span("zz" * 16, "11" * 8),
@@ -417,6 +417,8 @@ def test_bad_spans_are_refused_with_paths_and_the_rest_kept(client, auth_headers
     paths = {r["path"] for r in receipt.rejections}
     assert "$.resourceSpans[0].scopeSpans[0].spans[5].spanId" in paths
     assert "$.resourceSpans[0].scopeSpans[0].spans[8].attributes[0].value.intValue" in paths
+    page = alice_client.get("/receipts/").content.decode()
+    assert "OpenTelemetry" in page and "$.resourceSpans[0].scopeSpans[0].spans[5].spanId" in page
 
 
 @pytest.mark.parametrize(
