@@ -257,7 +257,7 @@ HISTORY_MAX_FIELD_CHARS = env_int("HISTORY_MAX_FIELD_CHARS", 256 * 1024, minimum
 # bytes (413 above), and a request may hold at most this many spans (413 above; the
 # standard batch processor sends 512 at a time).
 HISTORY_OTLP_MAX_DECOMPRESSED_BYTES = env_int(
-    "HISTORY_OTLP_MAX_DECOMPRESSED_BYTES", 64 * 1024 * 1024, minimum=1024
+    "HISTORY_OTLP_MAX_DECOMPRESSED_BYTES", 20 * 1024 * 1024, minimum=1024
 )
 HISTORY_OTLP_MAX_SPANS = env_int("HISTORY_OTLP_MAX_SPANS", 10_000, minimum=1)
 # Spans kept per trace: each request assembles its traces again from all their spans, so

@@ -32,6 +32,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from . import ingestion, models, retention
 from .agent_history import otlp
+from .agent_history.records import without_lone_surrogates
 from .api import _chunked, _read_body
 from .auth import mark_used, token_from_request
 
@@ -42,6 +43,14 @@ JSON = "application/json"
 RETRY_AFTER_SECONDS = 5
 # google.rpc.Code values used in error bodies.
 INVALID_ARGUMENT, UNAUTHENTICATED, RESOURCE_EXHAUSTED, UNAVAILABLE, UNIMPLEMENTED = 3, 16, 8, 14, 12
+
+
+class TooManySpans(Exception):
+    """A request holding more than ``HISTORY_OTLP_MAX_SPANS`` spans, found before they are read."""
+
+    def __init__(self, count: int):
+        super().__init__(count)
+        self.count = count
 
 
 class _Retry(Exception):
@@ -96,6 +105,9 @@ def decode_protobuf(body: bytes) -> dict[str, Any]:
         request.ParseFromString(body)
     except (DecodeError, RecursionError) as exc:
         raise ValueError(f"the body is not an OTLP ExportTraceServiceRequest in protobuf: {exc}") from None
+    count = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+    if count > settings.HISTORY_OTLP_MAX_SPANS:
+        raise TooManySpans(count)
     return {
         "resourceSpans": [
             {
@@ -138,11 +150,11 @@ def _pb_attributes(attributes: Any) -> list[dict[str, Any]]:
 
 
 def _pb_value(value: Any, depth: int) -> dict[str, Any]:
+    """(Too deep a value is refused by ``otlp.read_request``, with its path; protobuf's
+    decoder refuses a message nested past 100 levels before this runs.)"""
     kind = value.WhichOneof("value")
     if kind is None:
         return {}
-    if depth > otlp.MAX_VALUE_DEPTH:
-        return {"stringValue": "[nested too deep]"}
     if kind == "array_value":
         return {"arrayValue": {"values": [_pb_value(v, depth + 1) for v in value.array_value.values]}}
     if kind == "kvlist_value":
@@ -164,20 +176,29 @@ def _pb_value(value: Any, depth: int) -> dict[str, Any]:
 
 def _decompress(body: bytes, encoding: str) -> bytes | None:
     """The body decoded; None when it decompresses to more than the cap. ``ValueError``
-    for a body that is not what its ``Content-Encoding`` says."""
-    if encoding in ("", "identity"):
+    for a body that is not what its ``Content-Encoding`` says (cut short, a bad
+    checksum, bytes after the end); a gzip body of several members is read whole."""
+    if encoding in ("", "identity") or not body:
         return body
     if encoding not in ("gzip", "deflate"):
         raise LookupError(encoding)
     limit = settings.HISTORY_OTLP_MAX_DECOMPRESSED_BYTES
-    inflater = zlib.decompressobj(wbits=47)  # gzip or zlib, by its header
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise ValueError(f"the body is not valid {encoding}: {exc}") from None
-    if len(out) > limit:
-        return None
-    return out
+    out = bytearray()
+    rest = body
+    while rest:
+        inflater = zlib.decompressobj(wbits=47)  # gzip or zlib, by its header
+        try:
+            out += inflater.decompress(rest, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise ValueError(f"the body is not valid {encoding}: {exc}") from None
+        if len(out) > limit:
+            return None
+        if not inflater.eof:
+            raise ValueError(f"the body is not valid {encoding}: it ends before its stream does")
+        rest = inflater.unused_data
+        if rest and encoding != "gzip":
+            raise ValueError(f"the body is not valid {encoding}: bytes after the end of the stream")
+    return bytes(out)
 
 
 # --- The view --------------------------------------------------------------------------
@@ -243,23 +264,24 @@ def _intake(
         return _refuse(
             token, 413, RESOURCE_EXHAUSTED, f"the body decompresses to more than {limit} bytes", encoding
         )
+    limit = settings.HISTORY_OTLP_MAX_SPANS
     try:
         data = decode_protobuf(body) if content_type == PROTOBUF else json.loads(body)
+        count = otlp.count_spans(data)
+        if count > limit:
+            raise TooManySpans(count)
+    except TooManySpans as exc:
+        message = f"the request holds {exc.count} spans; at most {limit} per request (lower the exporter's batch size)"
+        return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)
     except RecursionError:
         return _refuse(token, 400, INVALID_ARGUMENT, "the body nests too deeply", encoding)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         message = str(exc) if content_type == PROTOBUF else f"the body is not valid JSON: {exc}"
         return _refuse(token, 400, INVALID_ARGUMENT, message, encoding)
     try:
-        spans, errors, total = otlp.read_request(data)
+        spans, errors, _ = otlp.read_request(data)
     except otlp.SpanError as exc:
         return _refuse(token, 400, INVALID_ARGUMENT, f"{exc.path}: {exc}", encoding, exc.path)
-    limit = settings.HISTORY_OTLP_MAX_SPANS
-    if total > limit:
-        message = (
-            f"the request holds {total} spans; at most {limit} per request (lower the exporter's batch size)"
-        )
-        return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)
     outcome = intake_spans(spans=spans, errors=errors, token=token)
     if outcome.retry:
         return _error(503, UNAVAILABLE, "temporary database failure; send the request again", encoding)
@@ -297,6 +319,7 @@ def redact_spans(spans: list[otlp.Span], redactor: Any) -> list[dict[str, Any]]:
     """Every span's content redacted in place (one walk for the request); the fields
     changed, with their span and rules (never the values)."""
     content = [{key: value for key, value in span.items() if key not in _ID_FIELDS} for span in spans]
+    content, _ = without_lone_surrogates(_plain_json_strings(content))
     cleaned, _, fields = redactor.redact_with_report(content)
     cleaned = ingestion._without_nul(cleaned)
     for span, redacted in zip(spans, cleaned, strict=True):
@@ -313,6 +336,22 @@ def redact_spans(spans: list[otlp.Span], redactor: Any) -> list[dict[str, Any]]:
             }
         )
     return report
+
+
+def _plain_json_strings(value: Any) -> Any:
+    """String attributes holding JSON written with escapes (``\\/``, ``\\u0073``) rewritten
+    without them, so that redaction reads the text a secret is in as it reads any other."""
+    if isinstance(value, str):
+        if ("\\/" in value or "\\u" in value) and value[:1] in ("[", "{"):
+            parsed = otlp._loads(value)
+            if not isinstance(parsed, str):
+                return json.dumps(parsed, ensure_ascii=False)
+        return value
+    if isinstance(value, dict):
+        return {key: _plain_json_strings(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_json_strings(item) for item in value]
+    return value
 
 
 def _pack(span: otlp.Span) -> bytes:
@@ -375,56 +414,68 @@ def _lock_traces(trace_ids: list[str]) -> None:
 def _store_traces(
     traces: dict[str, list[otlp.Span]], outcome: Outcome, redactor: Any
 ) -> list[ingestion.ItemResult]:
+    """Assemble each trace from its kept spans and this request's, store its runs, and
+    keep this request's spans of the traces whose runs were stored. A trace whose runs
+    cannot be assembled or stored keeps what it had: the spans that broke it are refused
+    (counted in ``partial_success``), never kept to break every later request too."""
     _lock_traces(list(traces))
     stored: dict[str, dict[str, otlp.Span]] = {trace_id: {} for trace_id in traces}
     for trace_id, span_id, data in models.OtlpSpan.objects.filter(trace_id__in=list(traces)).values_list(
         "trace_id", "span_id", "data"
     ):
         stored[trace_id][span_id] = _unpack(data)
-    new_rows, changed_rows = [], []
     limit = settings.HISTORY_OTLP_MAX_TRACE_SPANS
-    for trace_id, spans in list(traces.items()):
-        fresh = {span["span_id"] for span in spans} - set(stored[trace_id])
-        if len(stored[trace_id]) + len(fresh) > limit:
-            # Each request assembles its traces again from all their spans: a trace
-            # without end would make every request slower than the one before.
-            outcome.rejected += len(spans)
-            outcome.reasons.append(
-                f"trace {trace_id}: more than {limit} spans (HISTORY_OTLP_MAX_TRACE_SPANS); its new spans are refused"
-            )
-            del traces[trace_id]
-            continue
-        for span in spans:
-            before = stored[trace_id].get(span["span_id"])
-            if before == span:
-                continue
-            row = models.OtlpSpan(trace_id=trace_id, span_id=span["span_id"], data=_pack(span))
-            (new_rows if before is None else changed_rows).append(row)
-            stored[trace_id][span["span_id"]] = span
-    models.OtlpSpan.objects.bulk_create(new_rows, batch_size=500)
-    for row in changed_rows:  # a span sent again with other content: the last copy wins
-        models.OtlpSpan.objects.filter(trace_id=row.trace_id, span_id=row.span_id).update(data=row.data)
+    changes: dict[str, list[tuple[otlp.Span, otlp.Span | None]]] = {}  # trace: (span, its kept copy)
     items: list[dict[str, Any]] = []
     owners: list[str] = []
     for trace_id, spans in traces.items():
+        kept = stored[trace_id]
+        news = {span["span_id"]: span for span in spans}
+        fresh = news.keys() - kept.keys()
+        if len(kept) + len(fresh) > limit:
+            # Each request assembles its traces again from all their spans: a trace
+            # without end would make every request slower than the one before. Its root
+            # span is still taken, so that its run ends; spans kept already may be resent.
+            over = {key for key in fresh if news[key]["parent_span_id"]}
+            news = {key: span for key, span in news.items() if key not in over}
+            outcome.rejected += len(over)
+            if over:
+                outcome.reasons.append(
+                    f"trace {trace_id}: more than {limit} spans (HISTORY_OTLP_MAX_TRACE_SPANS); "
+                    f"{len(over)} of its new spans refused"
+                )
+        changed = [(span, kept.get(key)) for key, span in news.items() if kept.get(key) != span]
         try:
-            runs = otlp.assemble(list(stored[trace_id].values()))
-        except Exception:  # noqa: BLE001 — one trace the mapping cannot handle never fails the others
+            runs = otlp.assemble(list({**kept, **news}.values()))
+            dicts = [run.to_dict() for run in runs]
+        except (Exception, RecursionError):  # noqa: BLE001 — one trace the mapping cannot handle never fails the others
             logger.exception("trace %s could not be assembled", trace_id)
-            outcome.rejected += len(spans)
+            outcome.rejected += len(news)
             outcome.reasons.append(f"trace {trace_id}: its spans could not be assembled into runs")
             continue
-        for run in runs:
-            items.append(run.to_dict())
-            owners.append(trace_id)
+        changes[trace_id] = changed
+        items.extend(dicts)
+        owners.extend([trace_id] * len(dicts))
     results = ingestion.ingest_items(items=items, format="native", redactor=redactor, source_format="otlp")
-    refused: set[str] = set()
-    for result, trace_id in zip(results, owners, strict=True):
-        if result.status == "rejected" and trace_id not in refused:
-            refused.add(trace_id)
-            outcome.rejected += len(traces[trace_id])
+    refused_traces: set[str] = set()
+    for item, result, trace_id in zip(items, results, owners, strict=True):
+        if result.status == "rejected" and trace_id not in refused_traces:
+            refused_traces.add(trace_id)
+            outcome.rejected += len(changes[trace_id])
             problems = "; ".join(f"{e['path']}: {e['message']}" for e in result.errors[:3])
-            outcome.reasons.append(f"trace {trace_id}: run {result.run_id} refused ({problems})")
+            outcome.reasons.append(f"trace {trace_id}: run {item.get('run_id')} refused ({problems})")
+    new_rows = []
+    for trace_id, changed in changes.items():
+        if trace_id in refused_traces:
+            continue
+        for span, before in changed:
+            if before is None:
+                new_rows.append(models.OtlpSpan(trace_id=trace_id, span_id=span["span_id"], data=_pack(span)))
+            else:  # a span sent again with other content: the last copy wins
+                models.OtlpSpan.objects.filter(trace_id=trace_id, span_id=span["span_id"]).update(
+                    data=_pack(span)
+                )
+    models.OtlpSpan.objects.bulk_create(new_rows, batch_size=500)
     outcome.changed = sum(1 for r in results if r.status in ("created", "updated"))
     _link_sessions(results, owners)
     _drop_left_sessions(results, owners)

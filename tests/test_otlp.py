@@ -450,7 +450,7 @@ def test_malformed_requests_get_otlp_errors_and_receipts(
 
 
 def test_too_many_spans_and_a_gzip_bomb_are_refused_before_anything_is_stored(client, auth_headers, settings):
-    many = request(*[span(T1, f"{n + 1:016x}") for n in range(100_001)])
+    many = request(*[{"traceId": T1, "spanId": f"{n + 1:016x}"} for n in range(100_001)])
     body = json.dumps(many).encode()
     response = post(client, auth_headers, gzip.compress(body), HTTP_CONTENT_ENCODING="gzip")
     assert response.status_code == 413 and "100001 spans" in response.json()["message"]
@@ -522,16 +522,239 @@ def test_a_trace_that_names_its_session_late_moves_there_and_the_placeholder_goe
     assert models.Session.objects.get(session_id="later").run_count == 1
 
 
-def test_a_trace_beyond_its_span_limit_refuses_further_spans(client, auth_headers, settings):
+def test_a_trace_beyond_its_span_limit_refuses_further_spans_but_its_root(client, auth_headers, settings):
     settings.HISTORY_OTLP_MAX_TRACE_SPANS = 3
     chat1, tool, chat2, root = genai_agent_trace(T1)
     assert post(client, auth_headers, request(chat1, tool, chat2)).json() == {}
-    answer = post(client, auth_headers, request(root, *genai_agent_trace(T2)[:1])).json()
+    extra = span(T1, "e1" * 8, AGENT, "execute_tool more", {"gen_ai.operation.name": "execute_tool"})
+    answer = post(client, auth_headers, request(extra, root, *genai_agent_trace(T2)[:1])).json()
     assert answer["partialSuccess"]["rejectedSpans"] == "1"
     assert "HISTORY_OTLP_MAX_TRACE_SPANS" in answer["partialSuccess"]["errorMessage"]
-    assert (
-        models.Run.objects.get(run_id=T1).status == "running"
-        and models.Run.objects.filter(run_id=T2).exists()
-    )
+    run = models.Run.objects.get(run_id=T1)
+    assert run.status == "completed" and models.ToolCall.objects.filter(run=run).count() == 1
+    assert models.Run.objects.filter(run_id=T2).exists()
     # Spans already kept may be sent again.
     assert post(client, auth_headers, request(chat1)).json() == {}
+
+
+# --- Found by attacking the endpoint from outside ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        ("startTimeUnixNano", "²", "startTimeUnixNano"),
+        ("startTimeUnixNano", "9" * 5000, "startTimeUnixNano"),
+        ("endTimeUnixNano", "١٢٣", "endTimeUnixNano"),
+        ("attributes", [{"key": "k", "value": {"intValue": "١٢"}}], "attributes[0].value.intValue"),
+        ("attributes", [{"key": "k", "value": {"stringValue": "a", "intValue": "1"}}], "attributes[0].value"),
+        (
+            "attributes",
+            [{"key": "k", "value": {"arrayValue": [{"stringValue": "a"}]}}],
+            "attributes[0].value.arrayValue",
+        ),
+        ("attributes", [{"key": "k", "value": {"kvlistValue": {"values": [{"key": 1}]}}}], "values[0].key"),
+        (
+            "attributes",
+            [{"key": "k", "value": {"bytesValue": "not base64!"}}],
+            "attributes[0].value.bytesValue",
+        ),
+        ("attributes", ["k"], "attributes[0]"),
+    ],
+)
+def test_odd_values_are_refused_with_their_path(client, auth_headers, field, value, path):
+    response = post(client, auth_headers, request({**span(T1, "11" * 8), field: value}))
+    assert response.status_code == 200
+    partial = response.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "1" and path in partial["errorMessage"]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"resourceSpans": [{"resource": "x", "scopeSpans": [{"spans": 5}]}]},
+        {"resourceSpans": [{"scopeSpans": [{"scope": 7, "spans": 7}]}]},
+        {"resourceSpans": [{"scopeSpans": [{"spans": True}]}]},
+        {"resourceSpans": [{"scopeSpans": 3}]},
+    ],
+)
+def test_broken_containers_are_refused_not_a_500(client, auth_headers, payload):
+    response = post(client, auth_headers, payload)
+    assert response.status_code in (200, 400)
+    if response.status_code == 200:
+        assert int(response.json()["partialSuccess"]["rejectedSpans"]) >= 1
+
+
+def test_values_that_would_break_a_trace_are_kept_in_a_form_it_can_hold(client, auth_headers):
+    """A bad value never makes a trace's runs unstorable (and so every later request of
+    the trace too): it is kept as text, or made a valid id."""
+    deep = "[" * 500 + "]" * 500
+    spans = [
+        span(
+            T1,
+            AGENT,
+            "",
+            "invoke_agent a",
+            {"gen_ai.operation.name": "invoke_agent", "session.id": "org/42\x07"},
+        ),
+        span(
+            T1,
+            "d1" * 8,
+            AGENT,
+            "execute_tool t",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "t",
+                "gen_ai.tool.call.arguments": deep,
+            },
+            start_ms=1,
+        ),
+        span(
+            T1,
+            "d2" * 8,
+            AGENT,
+            "execute_tool u",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "u",
+                "gen_ai.tool.call.arguments": '{"x": NaN, "y": 1e999}',
+            },
+            start_ms=2,
+        ),
+        span(
+            T1,
+            "c1" * 8,
+            AGENT,
+            "chat",
+            {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": "²"},
+            start_ms=3,
+        ),
+        {
+            **span(
+                T1,
+                "c2" * 8,
+                AGENT,
+                "chat \ud800 cut",
+                {"gen_ai.operation.name": "chat", "k\udc00": "v\ud83d"},
+            ),
+            "start": 4,
+        },
+    ]
+    response = post(client, auth_headers, json.dumps(request(*spans)).encode())
+    assert response.status_code == 200 and response.json() == {}
+    run = models.Run.objects.get(run_id=T1)
+    assert run.session.session_id == "org%2F42" and run.status == "completed"
+    params = {call.tool: call.params for call in models.ToolCall.objects.filter(run=run)}
+    assert params == {"t": deep, "u": '{"x": NaN, "y": 1e999}'}
+    assert models.ModelCall.objects.filter(run=run, input_tokens__isnull=True).count() == 2
+    assert "\ufffd" in zlib.decompress(bytes(models.OtlpSpan.objects.get(span_id="c2" * 8).data)).decode()
+
+
+def test_a_trace_that_cannot_be_assembled_keeps_what_it_had(client, auth_headers, monkeypatch):
+    chat1, tool, chat2, root = genai_agent_trace(T1)
+    post(client, auth_headers, request(chat1, tool))
+    real = otlp.assemble
+
+    def broken(spans):
+        if any(s["span_id"] == "c2" * 8 for s in spans):
+            raise KeyError("a mapping bug")
+        return real(spans)
+
+    monkeypatch.setattr(otlp, "assemble", broken)
+    answer = post(client, auth_headers, request(chat2, *genai_agent_trace(T2)[:1])).json()
+    assert (
+        answer["partialSuccess"]["rejectedSpans"] == "1"
+        and "could not be assembled" in answer["partialSuccess"]["errorMessage"]
+    )
+    assert not models.OtlpSpan.objects.filter(
+        span_id="c2" * 8, trace_id=T1
+    ).exists()  # not kept to break the trace
+    assert models.Run.objects.filter(run_id=T2).exists()
+    monkeypatch.setattr(otlp, "assemble", real)
+    post(client, auth_headers, request(root))
+    assert models.Run.objects.get(run_id=T1).status == "completed"
+
+
+@pytest.mark.parametrize("kind", ["bytes", "escaped slash", "escaped unicode", "glued to an id"])
+def test_secrets_in_the_shapes_spans_hide_them_in(client, auth_headers, kind):
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 3
+    dsn = "postgres://admin:Hunter2Escaped99@db.internal/x"
+    attributes = {
+        "bytes": [
+            {
+                "key": "blob",
+                "value": {"bytesValue": __import__("base64").b64encode(f"key={key} {dsn}".encode()).decode()},
+            }
+        ],
+        "escaped slash": [
+            {"key": "cfg", "value": {"stringValue": json.dumps({"dsn": dsn}).replace("/", "\\/")}}
+        ],
+        "escaped unicode": [{"key": "cfg", "value": {"stringValue": '{"key": "\\u0073' + key[1:] + '"}'}}],
+        "glued to an id": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+            {"key": "gen_ai.tool.call.id", "value": {"stringValue": f"call_{key}"}},
+        ],
+    }[kind]
+    response = post(client, auth_headers, request({**span(T1, "11" * 8), "attributes": attributes}))
+    assert response.status_code == 200
+    spans_text = "".join(
+        zlib.decompress(bytes(d)).decode() for d in models.OtlpSpan.objects.values_list("data", flat=True)
+    )
+    everything = database_dump() + spans_text
+    assert key[3:] not in everything and "Hunter2Escaped99" not in everything
+
+
+def test_binary_bytes_are_not_kept(client, auth_headers):
+    blob = __import__("base64").b64encode(bytes(range(256))).decode()
+    post(
+        client,
+        auth_headers,
+        request({**span(T1, "11" * 8), "attributes": [{"key": "b", "value": {"bytesValue": blob}}]}),
+    )
+    assert models.Run.objects.get(run_id=T1).metadata["b"] == "<256 bytes of binary data>"
+
+
+def test_a_chain_ten_thousand_deep_and_many_attributes(client, auth_headers):
+    ids = [f"{n + 1:016x}" for n in range(10_000)]
+    chain = [
+        span(
+            T1,
+            ids[n],
+            ids[n - 1] if n else "",
+            f"s{n}",
+            {"gen_ai.operation.name": "execute_tool"} if n % 100 == 0 and n else {},
+        )
+        for n in range(10_000)
+    ]
+    assert post(client, auth_headers, request(*chain)).json() == {}
+    assert models.ToolCall.objects.filter(run__run_id=T1).count() == 99
+    many = [{"key": f"k{n}", "value": {"intValue": str(n)}} for n in range(10_050)]
+    post(client, auth_headers, request({**span(T2, "22" * 8), "attributes": many}))
+    assert models.Run.objects.get(run_id=T2).metadata["otel.dropped_attributes"] == 50
+
+
+def test_gzip_that_lies_is_refused_and_several_members_are_read(client, auth_headers):
+    body = json.dumps(request(*genai_agent_trace(T1))).encode()
+    whole = gzip.compress(body)
+    headers = {"HTTP_CONTENT_ENCODING": "gzip"}
+    assert post(client, auth_headers, whole[:-8], **headers).status_code == 400  # no trailer
+    assert post(client, auth_headers, whole + b"garbage", **headers).status_code == 400
+    half = len(body) // 2
+    members = gzip.compress(body[:half]) + gzip.compress(body[half:])
+    assert post(client, auth_headers, members, **headers).status_code == 200
+    assert models.Run.objects.get(run_id=T1).model_call_count == 2
+
+
+def test_a_tiny_protobuf_of_many_empty_spans_is_refused_before_it_is_read(client, auth_headers):
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    message = trace_service_pb2.ExportTraceServiceRequest()
+    scope = message.resource_spans.add().scope_spans.add()
+    for _ in range(200_000):
+        scope.spans.add()
+    body = gzip.compress(message.SerializeToString())
+    assert len(body) < 10_000
+    response = post(
+        client, auth_headers, body, content_type="application/x-protobuf", HTTP_CONTENT_ENCODING="gzip"
+    )
+    assert response.status_code == 413

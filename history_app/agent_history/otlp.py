@@ -38,6 +38,7 @@ from .records import (
     ModelMessage,
     Run,
     ToolCall,
+    json_text_depth,
 )
 
 # A span as this module keeps it (and the server stores it, redacted): plain JSON values.
@@ -46,10 +47,16 @@ Span = dict[str, Any]
 FRAMEWORK = "opentelemetry"
 # The deepest nesting of array and key-value list values read in an attribute.
 MAX_VALUE_DEPTH = 16
-# Attributes and events kept per span: beyond, the rest are counted as dropped.
-MAX_ATTRIBUTES = 1_000
+# Attributes and events kept per span: beyond, the rest are dropped and counted
+# (``otel.dropped_attributes``, shown in the call's or run's metadata).
+MAX_ATTRIBUTES = 10_000
 MAX_EVENTS = 1_000
+# JSON held in a string attribute (tool arguments, messages) is read as JSON up to this
+# depth; deeper, it stays the string it came as (a record nests at most 64 levels).
+MAX_JSON_DEPTH = 32
 _HEX = re.compile(r"[0-9a-fA-F]+")
+_DIGITS = re.compile(r"[0-9]{1,20}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _INT64 = 2**63
 
 AGENT, MODEL, TOOL, OTHER = "agent", "model", "tool", "other"
@@ -99,6 +106,22 @@ def member_run_id(trace_id: str, span_id: str) -> str:
 def default_session_id(trace_id: str) -> str:
     """The session of a trace that names none (no ``session.id``, ``gen_ai.conversation.id``)."""
     return f"trace-{trace_id}"
+
+
+def session_key(value: str) -> str:
+    """A span's session id as a record's: '/' (a path, a thread id) written ``%2F`` and
+    control characters dropped, since ids appear in URLs; at most 255 characters."""
+    return _CONTROL.sub("", value.replace("%", "%25").replace("/", "%2F"))[:255]
+
+
+def count_spans(data: Any) -> int:
+    """How many spans a request in OTLP's JSON form holds, counted before any is read
+    (anything not a list counts as one), so that an oversized request is refused before
+    it costs memory."""
+    if not isinstance(data, dict):
+        return 0
+    resources = _field(data, "resourceSpans", "resource_spans")
+    return sum(_count_spans(r) for r in resources) if isinstance(resources, list) else 0
 
 
 # --- Reading the OTLP JSON form -------------------------------------------------------
@@ -156,7 +179,7 @@ def read_request(data: Any) -> tuple[list[Span], list[SpanError], int]:
                 scope_version = _text(scope.get("version"), f"{spath}.scope.version")
                 items = _list(scope_spans, "spans", "spans", spath)
             except SpanError as exc:
-                total += len(scope_spans.get("spans") or []) if isinstance(scope_spans, dict) else 1
+                total += _scope_count(scope_spans)
                 errors.append(exc)
                 continue
             for n, item in enumerate(items):
@@ -180,7 +203,12 @@ def _count_spans(resource_spans: Any) -> int:
     scopes = _field(resource_spans, "scopeSpans", "scope_spans")
     if not isinstance(scopes, list):
         return 1
-    return sum(len(s.get("spans") or []) if isinstance(s, dict) else 1 for s in scopes) or 1
+    return sum(_scope_count(s) for s in scopes) or 1
+
+
+def _scope_count(scope_spans: Any) -> int:
+    spans = scope_spans.get("spans") if isinstance(scope_spans, dict) else None
+    return len(spans) if isinstance(spans, list) else 1
 
 
 def _text(value: Any, path: str) -> str:
@@ -221,7 +249,7 @@ def _nanos(value: Any, path: str) -> int:
     if value is None or value == "":
         return 0
     if isinstance(value, str):
-        if not value.isdigit():
+        if not _DIGITS.fullmatch(value):
             raise SpanError(path, "must be a count of nanoseconds")
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
@@ -238,9 +266,13 @@ def _attributes(data: Mapping[str, Any], path: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for n, item in enumerate(items[:MAX_ATTRIBUTES]):
         ipath = f"{path}.attributes[{n}]"
-        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+        if not isinstance(item, dict):
+            raise SpanError(ipath, "must be a key-value pair")
+        if not isinstance(item.get("key"), str):
             raise SpanError(f"{ipath}.key", "must be a string")
         out[item["key"]] = _value(item.get("value"), f"{ipath}.value", 0)
+    if len(items) > MAX_ATTRIBUTES:
+        out["otel.dropped_attributes"] = len(items) - MAX_ATTRIBUTES
     return out
 
 
@@ -254,7 +286,9 @@ def _value(value: Any, path: str, depth: int) -> Any:
         raise SpanError(path, f"nests deeper than {MAX_VALUE_DEPTH} levels")
     if not value:
         return None
-    ((kind, inner),) = list(value.items())[:1]
+    if len(value) != 1:
+        raise SpanError(path, f"must hold one value, not {len(value)} ({', '.join(sorted(map(str, value)))})")
+    ((kind, inner),) = value.items()
     if kind in ("stringValue", "string_value"):
         return _text(inner, f"{path}.{kind}")
     if kind in ("boolValue", "bool_value"):
@@ -262,7 +296,7 @@ def _value(value: Any, path: str, depth: int) -> Any:
             raise SpanError(f"{path}.{kind}", "must be true or false")
         return inner
     if kind in ("intValue", "int_value"):
-        if isinstance(inner, str) and re.fullmatch(r"-?\d{1,20}", inner):
+        if isinstance(inner, str) and re.fullmatch(r"-?[0-9]{1,20}", inner):
             inner = int(inner)
         if isinstance(inner, bool) or not isinstance(inner, int) or not -_INT64 <= inner < _INT64:
             raise SpanError(f"{path}.{kind}", "must be a 64-bit integer")
@@ -274,7 +308,9 @@ def _value(value: Any, path: str, depth: int) -> Any:
             raise SpanError(f"{path}.{kind}", "must be a number")
         return float(inner)
     if kind in ("bytesValue", "bytes_value"):
-        return _text(inner, f"{path}.{kind}")
+        return _bytes_text(_text(inner, f"{path}.{kind}"), f"{path}.{kind}")
+    if kind in ("arrayValue", "array_value", "kvlistValue", "kvlist_value") and not isinstance(inner, dict):
+        raise SpanError(f"{path}.{kind}", "must be an object with a values array")
     if kind in ("arrayValue", "array_value"):
         values = inner.get("values") if isinstance(inner, dict) else None
         if values is None:
@@ -293,13 +329,28 @@ def _value(value: Any, path: str, depth: int) -> Any:
             ipath = f"{path}.{kind}.values[{n}]"
             if not isinstance(item, dict):
                 raise SpanError(ipath, "must be a key-value pair")
-            if isinstance(item.get("key"), str):
+            if "key" in item:
+                if not isinstance(item["key"], str):
+                    raise SpanError(f"{ipath}.key", "must be a string")
                 out[item["key"]] = _value(item.get("value"), f"{ipath}.value", depth + 1)
             else:  # {"name": AnyValue}: a shape seen from hand-made encoders
                 for key, inner_value in item.items():
                     out[str(key)] = _value(inner_value, f"{ipath}.{key}", depth + 1)
         return out
     raise SpanError(path, f"unknown AnyValue field {kind!r}")
+
+
+def _bytes_text(encoded: str, path: str) -> str:
+    """A bytes value (base64 in OTLP/JSON) as the text it holds, so that redaction reads
+    it; bytes that are not UTF-8 text are not kept (only how many there were)."""
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise SpanError(path, "must be base64") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(raw)} bytes of binary data>"
 
 
 _STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
@@ -401,11 +452,26 @@ def _first_text(attributes: Mapping[str, Any], keys: Iterable[str]) -> str:
     return ""
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError("not a finite number")
+    return number
+
+
 def _loads(value: Any) -> Any:
+    """A string attribute holding JSON, read as JSON: unless it is not JSON (NaN and
+    Infinity are not), or nests deeper than ``MAX_JSON_DEPTH``; then the string."""
     if isinstance(value, str) and value[:1] in ("[", "{"):
+        if value.count("[") + value.count("{") > MAX_JSON_DEPTH and json_text_depth(value) > MAX_JSON_DEPTH:
+            return value
         try:
-            return json.loads(value)
-        except ValueError:
+            return json.loads(value, parse_constant=_no_constant, parse_float=_finite)
+        except (ValueError, RecursionError):
             return value
     return value
 
@@ -421,7 +487,7 @@ def _as_text(value: Any) -> str:
 def _tokens(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
     for key in keys:
         value = attributes.get(key)
-        if isinstance(value, str) and value.isdigit():
+        if isinstance(value, str) and _DIGITS.fullmatch(value):
             value = int(value)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -763,9 +829,10 @@ class _Trace:
         self.trace_id = spans[0]["trace_id"]
         self.children: dict[str, list[Span]] = {}
         self.roots: list[Span] = []
+        cyclic = self._in_cycles()
         for span in self.by_id.values():
             parent = span["parent_span_id"]
-            if parent and parent in self.by_id and not self._cycles(span):
+            if parent and parent in self.by_id and span["span_id"] not in cyclic:
                 self.children.setdefault(parent, []).append(span)
             else:
                 self.roots.append(span)
@@ -776,15 +843,27 @@ class _Trace:
         # until it has arrived the trace's run is still running).
         self.root = next((s for s in self.roots if not s["parent_span_id"]), None)
 
-    def _cycles(self, span: Span) -> bool:
-        seen = {span["span_id"]}
-        parent = span["parent_span_id"]
-        while parent and parent in self.by_id:
-            if parent in seen:
-                return True
-            seen.add(parent)
-            parent = self.by_id[parent]["parent_span_id"]
-        return False
+    def _in_cycles(self) -> set[str]:
+        """The spans whose chain of parents loops (each is then a root), in linear time:
+        every chain is walked once, its outcome remembered for every span on it."""
+        state: dict[str, bool] = {}  # span id: whether its chain loops
+        for start in self.by_id:
+            path: list[str] = []
+            on_path: set[str] = set()
+            current: str | None = start
+            loops = False
+            while current and current in self.by_id and current not in state:
+                if current in on_path:
+                    loops = True
+                    break
+                path.append(current)
+                on_path.add(current)
+                current = self.by_id[current]["parent_span_id"]
+            if not loops and current in state:
+                loops = state[current]
+            for span_id in path:
+                state[span_id] = loops
+        return {span_id for span_id, loops in state.items() if loops}
 
 
 def _order(span: Span) -> tuple[int, int, str]:
@@ -816,7 +895,7 @@ def assemble(spans: list[Span]) -> list[Run]:
     if not spans:
         return []
     trace = _Trace(spans)
-    session_id = _value_of(trace, SESSION_KEYS, trace.root) or default_session_id(trace.trace_id)
+    session_id = session_key(_value_of(trace, SESSION_KEYS, trace.root)) or default_session_id(trace.trace_id)
     user_id = _value_of(trace, USER_KEYS, trace.root)
     framework = _framework(([trace.root] if trace.root else []) + sorted(trace.by_id.values(), key=_order))
     top = _RunBuilder(
@@ -831,7 +910,7 @@ def assemble(spans: list[Span]) -> list[Run]:
     )
     builders = [top]
 
-    def walk(span: Span, owner: _RunBuilder, *, is_top: bool = False) -> None:
+    def visit(span: Span, owner: _RunBuilder, is_top: bool) -> _RunBuilder:
         kind = role(span)
         if kind == AGENT and not is_top:
             member = _RunBuilder(
@@ -847,14 +926,17 @@ def assemble(spans: list[Span]) -> list[Run]:
             )
             builders.append(member)
             owner.members.append(member.run)
-            owner = member
-        elif kind in (MODEL, TOOL) and not is_top or is_top and kind in (MODEL, TOOL):
+            return member
+        if kind in (MODEL, TOOL):
             owner.steps.append((kind, span))
-        for child in trace.children.get(span["span_id"], []):
-            walk(child, owner)
+        return owner
 
-    for root in trace.roots:
-        walk(root, top, is_top=root is trace.root)
+    # Depth first, in start order, without recursion (a trace may nest thousands deep).
+    stack = [(root, top, root is trace.root) for root in reversed(trace.roots)]
+    while stack:
+        span, owner, is_top = stack.pop()
+        owner = visit(span, owner, is_top)
+        stack.extend((child, owner, False) for child in reversed(trace.children.get(span["span_id"], [])))
     for builder in reversed(builders):  # members first: their runs fill their parents' interactions
         _fill(builder, trace)
     return [builder.run for builder in builders]

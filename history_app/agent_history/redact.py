@@ -1045,7 +1045,8 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ValueRule(
         "openai",
         "sk-",
-        re.compile(_B + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,400}"),
+        # After '_' too: an identifier that glues a key on ("call_sk-proj-…") still holds it.
+        re.compile(r"(?<![A-Za-z0-9\-])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,400}"),
     ),
     ValueRule(
         "stripe",
