@@ -226,7 +226,7 @@ def ingest_items(
 ) -> list[ItemResult]:
     """Parse, redact and store each item; one result per item, in order.
 
-    Up to ``BATCH_ITEMS`` items are stored in one transaction (``_store_batch``), each
+    Up to ``BATCH_ITEMS`` items are stored in one transaction (``store_batch``), each
     item in a savepoint of its own, so an item the database refuses never takes the
     others down. ``source_format`` names where the items came from when they were
     converted first (an importer that enriched agno runs and sends them as native
@@ -246,19 +246,24 @@ def ingest_items(
                 result.status, result.errors = "retry", [{"path": "$", "message": RETRY_MESSAGE}]
                 counts["retry"] += 1
                 continue
-            ready = _prepare_item(item, result, format=format, redactor=redactor, source_format=source_format)
+            ready = prepare_item(item, result, format=format, redactor=redactor, source_format=source_format)
             if ready is None:
                 counts[result.status] += 1
             else:
                 pending.append(ready)
         if pending:
-            _store_batch(pending, receipt=receipt, counts=counts)
+            store_batch(pending, receipt=receipt, counts=counts)
             counts.update(p.result.status for p in pending)
     return results
 
 
-def _prepare_item(
-    item: Any, result: ItemResult, *, format: str | None, redactor: Redactor, source_format: str | None
+def prepare_item(
+    item: Any,
+    result: ItemResult,
+    *,
+    redactor: Redactor,
+    format: str | None = None,
+    source_format: str | None = None,
 ) -> _Pending | None:
     """Parse, redact and hash an item (outside any transaction); None when it is refused
     (``result`` then says why)."""
@@ -310,8 +315,8 @@ def _must_roll_back(exc: DatabaseError) -> bool:
     return str(getattr(exc.__cause__, "sqlstate", "") or "").startswith("40")
 
 
-def _store_batch(
-    pending: list[_Pending], *, receipt: models.IngestReceipt | None, counts: Counter[str]
+def store_batch(
+    pending: list[_Pending], *, counts: Counter[str], receipt: models.IngestReceipt | None = None
 ) -> None:
     """Store a batch of items in one transaction (with the receipt's progress) and set
     each item's status; a payload of several runs reports the strongest outcome of them.

@@ -427,28 +427,24 @@ class IngestReceipt(models.Model):
         return self.state
 
 
-class OtlpSpan(models.Model):
-    """A span received at ``/v1/traces``, redacted, kept so that the spans of a trace that
-    arrive in several requests, in any order, assemble into its runs again each time one
-    arrives (``otlp_intake``). ``data`` is the span as ``agent_history.otlp`` reads it,
-    as JSON compressed with zlib (spans are most of what a trace sends; a third of the
-    size). ``session`` is the trace's session once its runs are stored: retention and
-    deletion take its spans with it."""
+class SpanBatch(models.Model):
+    """Spans of one trace received at ``/v1/traces`` in one request, redacted, kept so that
+    the spans of a trace that arrive in several requests, in any order, assemble into its
+    runs again each time more arrive (``traces``). ``data`` is a JSON list of spans as
+    ``agent_history.otlp`` reads them, compressed with zlib: one row per trace and request
+    (not per span) keeps the writes few. A span sent again is kept again only when its
+    content changed; when a trace is read, the latest copy of each span wins. ``session``
+    is the trace's session once its runs are stored: retention and deletion take its
+    spans with it."""
 
-    trace_id = models.CharField(max_length=32)
-    span_id = models.CharField(max_length=16)
+    trace_id = models.CharField(max_length=32, db_index=True)
     session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    received_at = models.DateTimeField(default=timezone.now)
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    span_count = models.PositiveIntegerField(default=0)
     data = models.BinaryField()
 
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["trace_id", "span_id"], name="otlpspan_trace_span_uniq")
-        ]
-        indexes = [models.Index(fields=["received_at"], name="otlpspan_received_idx")]
-
     def __str__(self) -> str:
-        return f"span {self.span_id} of trace {self.trace_id}"
+        return f"{self.span_count} spans of trace {self.trace_id}"
 
 
 class SessionFacet(models.Model):

@@ -32,12 +32,12 @@ PRUNE_COUNT_KEYS = (
     "search_documents",
     "context_entries",
     "run_fingerprints",
-    "otlp_spans",
+    "span_batches",
 )
 PROVENANCE_COUNT_KEYS = ("context_entries", "run_fingerprints")
 # Counts a summary names only when there were any: provenance rows, and the spans kept for
 # traces received over OpenTelemetry.
-OPTIONAL_COUNT_KEYS = (*PROVENANCE_COUNT_KEYS, "otlp_spans")
+OPTIONAL_COUNT_KEYS = (*PROVENANCE_COUNT_KEYS, "span_batches")
 
 
 @dataclass
@@ -94,7 +94,7 @@ def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, A
         ("injected_contexts", models.InjectedContext.objects.filter(**runs)),
         ("run_fingerprints", models.RunFingerprint.objects.filter(**runs)),
         ("runs", models.Run.objects.filter(session_id__in=session_ids)),
-        ("otlp_spans", models.OtlpSpan.objects.filter(session_id__in=session_ids)),
+        ("span_batches", models.SpanBatch.objects.filter(session_id__in=session_ids)),
         ("sessions", models.Session.objects.filter(pk__in=session_ids)),
     ]
 
@@ -177,8 +177,8 @@ def prune_sessions(
                 progress(result)
         if cutoff is not None and session_ids is None and not statuses and not agents:
             # Spans whose trace never became a stored run (every span of it refused).
-            orphans = models.OtlpSpan.objects.filter(session__isnull=True, received_at__lt=cutoff)
-            result.counts["otlp_spans"] += orphans._raw_delete(orphans.db)
+            orphans = models.SpanBatch.objects.filter(session__isnull=True, received_at__lt=cutoff)
+            result.counts["span_batches"] += orphans._raw_delete(orphans.db)
     log.counts = result.counts
     log.batches = result.batches
     log.longest_transaction_ms = round(result.longest_transaction_s * 1000)

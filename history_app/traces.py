@@ -3,7 +3,7 @@
 The protobuf form is decoded here (``opentelemetry-proto``, a dependency of the app, never
 of the library) into OTLP's JSON form; ``agent_history.otlp`` reads that form into spans
 and assembles each trace's spans into runs. The spans are redacted and kept
-(``OtlpSpan``), so that a trace whose spans arrive in several requests, in any order, is
+(``SpanBatch``), so that a trace whose spans arrive in several requests, in any order, is
 assembled again from all of them each time: its runs are written through the same
 ingestion as every other format (redacted again, idempotent on run id, a receipt per
 request). A request's traces are assembled under a lock per trace, so two requests
@@ -21,12 +21,13 @@ import base64
 import json
 import logging
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, Max, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -354,20 +355,45 @@ def _plain_json_strings(value: Any) -> Any:
     return value
 
 
-def _pack(span: otlp.Span) -> bytes:
-    return zlib.compress(json.dumps(span, ensure_ascii=False, separators=(",", ":")).encode(), 1)
+def _pack(spans: list[otlp.Span]) -> bytes:
+    return zlib.compress(json.dumps(spans, ensure_ascii=False, separators=(",", ":")).encode(), 1)
 
 
-def _unpack(data: bytes | memoryview) -> otlp.Span:
+def _unpack(data: bytes | memoryview) -> list[otlp.Span]:
     return json.loads(zlib.decompress(bytes(data)))
+
+
+def kept_spans(trace_ids: list[str]) -> tuple[dict[str, dict[str, otlp.Span]], dict[str, int]]:
+    """The spans kept of each trace (the latest copy of each span), and the id of the
+    trace's latest batch (how a writer tells that another request added to it since)."""
+    spans: dict[str, dict[str, otlp.Span]] = {trace_id: {} for trace_id in trace_ids}
+    latest: dict[str, int] = dict.fromkeys(trace_ids, 0)
+    rows = models.SpanBatch.objects.filter(trace_id__in=trace_ids).order_by("pk")
+    for pk, trace_id, data in rows.values_list("pk", "trace_id", "data"):
+        for span in _unpack(data):
+            spans[trace_id][span["span_id"]] = span
+        latest[trace_id] = pk
+    return spans, latest
+
+
+def _latest_batches(trace_ids: list[str]) -> dict[str, int]:
+    rows = (
+        models.SpanBatch.objects.filter(trace_id__in=trace_ids).values("trace_id").annotate(latest=Max("pk"))
+    )
+    return dict.fromkeys(trace_ids, 0) | {row["trace_id"]: row["latest"] for row in rows}
 
 
 def intake_spans(
     *, spans: list[otlp.Span], errors: list[otlp.SpanError], token: models.IngestToken | None = None
 ) -> Outcome:
     """Redact and keep ``spans``, then assemble every trace they belong to from all its
-    spans kept so far and store its runs. One transaction for the request: its spans and
-    the runs they change are stored together or not at all."""
+    spans kept so far and store its runs.
+
+    The work is done outside the write transaction (on SQLite every other writer waits
+    while one is open): the traces' kept spans are read, assembled with the new ones, and
+    their runs parsed, redacted and hashed. The transaction then locks the traces, checks
+    that no other request added spans to them meanwhile (a trace that changed is planned
+    again, inside), and writes the runs and the new spans together: both or neither."""
     outcome = Outcome(rejected=len(errors))
     outcome.reasons.extend(f"{e.path}: {e}" for e in errors)
     span_results = [
@@ -380,9 +406,20 @@ def intake_spans(
     receipt = ingestion.open_receipt(source="otlp", token=token, item_count=len(traces) + len(errors))
     results: list[ingestion.ItemResult] = []
     try:
+        kept, latest = kept_spans(list(traces))
+        plans = {
+            trace_id: _plan(trace_id, news, kept[trace_id], redactor) for trace_id, news in traces.items()
+        }
         try:
             with transaction.atomic():
-                results = _store_traces(traces, outcome, redactor)
+                _lock_traces(list(traces))
+                now = _latest_batches(list(traces))
+                moved = [trace_id for trace_id in traces if now[trace_id] != latest[trace_id]]
+                if moved:  # another request added spans to these traces since they were read
+                    kept_now, _ = kept_spans(moved)
+                    for trace_id in moved:
+                        plans[trace_id] = _plan(trace_id, traces[trace_id], kept_now[trace_id], redactor)
+                results = _write(plans, outcome)
                 if any(r.status == "retry" for r in results):
                     raise _Retry
         except _Retry:
@@ -403,7 +440,7 @@ def intake_spans(
 
 
 def _lock_traces(trace_ids: list[str]) -> None:
-    """Two requests carrying spans of one trace assemble it one after the other (SQLite
+    """Two requests carrying spans of one trace write it one after the other (SQLite
     writes one transaction at a time already; IMMEDIATE takes its lock at BEGIN)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -411,82 +448,104 @@ def _lock_traces(trace_ids: list[str]) -> None:
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["otlp:" + trace_id])
 
 
-def _store_traces(
-    traces: dict[str, list[otlp.Span]], outcome: Outcome, redactor: Any
-) -> list[ingestion.ItemResult]:
-    """Assemble each trace from its kept spans and this request's, store its runs, and
-    keep this request's spans of the traces whose runs were stored. A trace whose runs
-    cannot be assembled or stored keeps what it had: the spans that broke it are refused
-    (counted in ``partial_success``), never kept to break every later request too."""
-    _lock_traces(list(traces))
-    stored: dict[str, dict[str, otlp.Span]] = {trace_id: {} for trace_id in traces}
-    for trace_id, span_id, data in models.OtlpSpan.objects.filter(trace_id__in=list(traces)).values_list(
-        "trace_id", "span_id", "data"
-    ):
-        stored[trace_id][span_id] = _unpack(data)
+@dataclass
+class _Plan:
+    """What a request does to one trace: the spans it adds (or changes), the trace's
+    runs assembled and prepared for storing, and the spans refused, with why."""
+
+    spans: list[otlp.Span] = field(default_factory=list)
+    pending: list[Any] = field(default_factory=list)  # ingestion._Pending, one per run
+    results: list[ingestion.ItemResult] = field(default_factory=list)
+    refused: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+
+def _plan(trace_id: str, spans: list[otlp.Span], kept: dict[str, otlp.Span], redactor: Any) -> _Plan:
+    """Assemble a trace from its kept spans and ``spans``, and prepare its runs (parsed,
+    redacted, hashed: ``ingestion``'s own preparation). A trace that cannot be assembled
+    keeps what it had: its new spans are refused, never kept to break every later request
+    of the trace too."""
+    plan = _Plan()
+    news = {span["span_id"]: span for span in spans}
+    fresh = news.keys() - kept.keys()
     limit = settings.HISTORY_OTLP_MAX_TRACE_SPANS
-    changes: dict[str, list[tuple[otlp.Span, otlp.Span | None]]] = {}  # trace: (span, its kept copy)
-    items: list[dict[str, Any]] = []
-    owners: list[str] = []
-    for trace_id, spans in traces.items():
-        kept = stored[trace_id]
-        news = {span["span_id"]: span for span in spans}
-        fresh = news.keys() - kept.keys()
-        if len(kept) + len(fresh) > limit:
-            # Each request assembles its traces again from all their spans: a trace
-            # without end would make every request slower than the one before. Its root
-            # span is still taken, so that its run ends; spans kept already may be resent.
-            over = {key for key in fresh if news[key]["parent_span_id"]}
-            news = {key: span for key, span in news.items() if key not in over}
-            outcome.rejected += len(over)
-            if over:
-                outcome.reasons.append(
-                    f"trace {trace_id}: more than {limit} spans (HISTORY_OTLP_MAX_TRACE_SPANS); "
-                    f"{len(over)} of its new spans refused"
-                )
-        changed = [(span, kept.get(key)) for key, span in news.items() if kept.get(key) != span]
-        try:
-            runs = otlp.assemble(list({**kept, **news}.values()))
-            dicts = [run.to_dict() for run in runs]
-        except (Exception, RecursionError):  # noqa: BLE001 — one trace the mapping cannot handle never fails the others
-            logger.exception("trace %s could not be assembled", trace_id)
-            outcome.rejected += len(news)
-            outcome.reasons.append(f"trace {trace_id}: its spans could not be assembled into runs")
-            continue
-        changes[trace_id] = changed
-        items.extend(dicts)
-        owners.extend([trace_id] * len(dicts))
-    results = ingestion.ingest_items(items=items, format="native", redactor=redactor, source_format="otlp")
-    refused_traces: set[str] = set()
-    for item, result, trace_id in zip(items, results, owners, strict=True):
-        if result.status == "rejected" and trace_id not in refused_traces:
-            refused_traces.add(trace_id)
-            outcome.rejected += len(changes[trace_id])
+    if len(kept) + len(fresh) > limit:
+        # Each request assembles its traces again from all their spans: a trace without
+        # end would make every request slower than the one before. Its root span is
+        # still taken, so that its run ends; spans kept already may be sent again.
+        over = {key for key in fresh if news[key]["parent_span_id"]}
+        news = {key: span for key, span in news.items() if key not in over}
+        if over:
+            plan.refused += len(over)
+            plan.reasons.append(
+                f"trace {trace_id}: more than {limit} spans (HISTORY_OTLP_MAX_TRACE_SPANS); "
+                f"{len(over)} of its new spans refused"
+            )
+    plan.spans = [span for key, span in news.items() if kept.get(key) != span]
+    try:
+        dicts = [run.to_dict() for run in otlp.assemble(list({**kept, **news}.values()))]
+    except (Exception, RecursionError):  # noqa: BLE001 — one trace the mapping cannot handle never fails the others
+        logger.exception("trace %s could not be assembled", trace_id)
+        plan.refused += len(news)
+        plan.reasons.append(f"trace {trace_id}: its spans could not be assembled into runs")
+        plan.spans = []
+        return plan
+    for n, item in enumerate(dicts):
+        result = ingestion.ItemResult(index=n)
+        plan.results.append(result)
+        ready = ingestion.prepare_item(item, result, redactor=redactor, source_format="otlp")
+        if ready is None:  # refused (its result says why): the trace keeps what it had
             problems = "; ".join(f"{e['path']}: {e['message']}" for e in result.errors[:3])
-            outcome.reasons.append(f"trace {trace_id}: run {item.get('run_id')} refused ({problems})")
-    new_rows = []
-    for trace_id, changed in changes.items():
-        if trace_id in refused_traces:
-            continue
-        for span, before in changed:
-            if before is None:
-                new_rows.append(models.OtlpSpan(trace_id=trace_id, span_id=span["span_id"], data=_pack(span)))
-            else:  # a span sent again with other content: the last copy wins
-                models.OtlpSpan.objects.filter(trace_id=trace_id, span_id=span["span_id"]).update(
-                    data=_pack(span)
-                )
-    models.OtlpSpan.objects.bulk_create(new_rows, batch_size=500)
+            plan.reasons.append(f"trace {trace_id}: run {item.get('run_id')} refused ({problems})")
+            plan.refused += len(plan.spans)
+            plan.spans, plan.pending = [], []
+            break
+        plan.pending.append(ready)
+    return plan
+
+
+def _write(plans: dict[str, _Plan], outcome: Outcome) -> list[ingestion.ItemResult]:
+    """In the open transaction: every planned run stored (in batches, as ingestion stores
+    any), then the new spans of the traces whose runs were all stored, one row a trace."""
+    owners: dict[int, str] = {}
+    pending = []
+    for trace_id, plan in plans.items():
+        outcome.rejected += plan.refused
+        outcome.reasons.extend(plan.reasons)
+        for item in plan.pending:
+            owners[id(item.result)] = trace_id
+            pending.append(item)
+    counts: Counter[str] = Counter()
+    for start in range(0, len(pending), ingestion.BATCH_ITEMS):
+        ingestion.store_batch(pending[start : start + ingestion.BATCH_ITEMS], counts=counts)
+    results = [result for plan in plans.values() for result in plan.results]
+    refused: set[str] = set()
+    for item in pending:
+        if item.result.status == "rejected":
+            trace_id = owners[id(item.result)]
+            if trace_id not in refused:
+                refused.add(trace_id)
+                outcome.rejected += len(plans[trace_id].spans)
+                problems = "; ".join(f"{e['path']}: {e['message']}" for e in item.result.errors[:3])
+                outcome.reasons.append(f"trace {trace_id}: run {item.result.run_id} refused ({problems})")
+    rows = [
+        models.SpanBatch(trace_id=trace_id, span_count=len(plan.spans), data=_pack(plan.spans))
+        for trace_id, plan in plans.items()
+        if plan.spans and plan.pending and trace_id not in refused
+    ]
+    models.SpanBatch.objects.bulk_create(rows, batch_size=200)
     outcome.changed = sum(1 for r in results if r.status in ("created", "updated"))
-    _link_sessions(results, owners)
-    _drop_left_sessions(results, owners)
+    stored = [(item.result, owners[id(item.result)]) for item in pending]
+    _link_sessions(stored)
+    _drop_left_sessions(stored)
     return results
 
 
-def _link_sessions(results: list[ingestion.ItemResult], owners: list[str]) -> None:
+def _link_sessions(stored: list[tuple[ingestion.ItemResult, str]]) -> None:
     """Each trace's spans go with the session of its run (retention and deletion of the
     session take them too)."""
     by_session: dict[str, set[str]] = {}
-    for result, trace_id in zip(results, owners, strict=True):
+    for result, trace_id in stored:
         if result.session_id and result.run_id == otlp.trace_run_id(trace_id):
             by_session.setdefault(result.session_id, set()).add(trace_id)
     if not by_session:
@@ -494,17 +553,17 @@ def _link_sessions(results: list[ingestion.ItemResult], owners: list[str]) -> No
     pks = dict(models.Session.objects.filter(session_id__in=list(by_session)).values_list("session_id", "pk"))
     for session_id, trace_ids in by_session.items():
         if session_id in pks:
-            models.OtlpSpan.objects.filter(trace_id__in=trace_ids).exclude(session_id=pks[session_id]).update(
+            models.SpanBatch.objects.filter(trace_id__in=trace_ids).exclude(
                 session_id=pks[session_id]
-            )
+            ).update(session_id=pks[session_id])
 
 
-def _drop_left_sessions(results: list[ingestion.ItemResult], owners: list[str]) -> None:
+def _drop_left_sessions(stored: list[tuple[ingestion.ItemResult, str]]) -> None:
     """A trace whose first spans named no session was put in ``trace-<id>``; once a span
     names its session the runs move there, and the placeholder, now empty, goes."""
     left = {
         otlp.default_session_id(trace_id)
-        for result, trace_id in zip(results, owners, strict=True)
+        for result, trace_id in stored
         if result.session_id and result.session_id != otlp.default_session_id(trace_id)
     }
     if left:

@@ -22,6 +22,21 @@ T2 = "cd" * 16
 AGENT = "a0" * 8
 
 
+def kept() -> dict[str, dict]:
+    """Every span kept, by span id (the latest copy)."""
+    from history_app import traces
+
+    trace_ids = list(models.SpanBatch.objects.values_list("trace_id", flat=True).distinct())
+    spans, _ = traces.kept_spans(trace_ids)
+    return {span_id: span for by_id in spans.values() for span_id, span in by_id.items()}
+
+
+def kept_text() -> str:
+    return "".join(
+        zlib.decompress(bytes(d)).decode() for d in models.SpanBatch.objects.values_list("data", flat=True)
+    )
+
+
 def post(client, auth_headers, payload, *, content_type="application/json", **extra):
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     return client.post("/v1/traces", body, content_type=content_type, **auth_headers, **extra)
@@ -88,11 +103,21 @@ def test_protobuf_gzip_and_resending_is_idempotent(client, auth_headers):
     answer = trace_service_pb2.ExportTraceServiceResponse.FromString(response.content)
     assert not answer.HasField("partial_success")
     assert models.Run.objects.get(run_id=T1).model_call_count == 2
-    before = (models.OtlpSpan.objects.count(), models.Run.objects.count(), models.ModelCall.objects.count())
+    before = (
+        len(kept()),
+        models.SpanBatch.objects.count(),
+        models.Run.objects.count(),
+        models.ModelCall.objects.count(),
+    )
     again = post(client, auth_headers, body, content_type="application/x-protobuf")
     assert again.status_code == 200
-    after = (models.OtlpSpan.objects.count(), models.Run.objects.count(), models.ModelCall.objects.count())
-    assert before == after == (4, 1, 2)
+    after = (
+        len(kept()),
+        models.SpanBatch.objects.count(),
+        models.Run.objects.count(),
+        models.ModelCall.objects.count(),
+    )
+    assert before == after == (4, 1, 1, 2)
     assert models.IngestReceipt.objects.order_by("pk").last().counts["duplicate"] == 1
 
 
@@ -385,9 +410,7 @@ def test_secrets_anywhere_in_a_span_are_never_stored(client, auth_headers, entry
     response = post(client, auth_headers, request(*spans))
     assert response.status_code == 200
     dump = database_dump()
-    spans_text = "".join(
-        zlib.decompress(bytes(d)).decode() for d in models.OtlpSpan.objects.values_list("data", flat=True)
-    )
+    spans_text = kept_text()
     assert secret not in dump and secret not in spans_text
     assert "[REDACTED" in spans_text
     receipt = models.IngestReceipt.objects.get()
@@ -459,7 +482,7 @@ def test_too_many_spans_and_a_gzip_bomb_are_refused_before_anything_is_stored(cl
     assert len(bomb) < 100_000
     response = post(client, auth_headers, bomb, HTTP_CONTENT_ENCODING="gzip")
     assert response.status_code == 413 and "decompresses" in response.json()["message"]
-    assert models.OtlpSpan.objects.count() == 0 and models.Run.objects.count() == 0
+    assert models.SpanBatch.objects.count() == 0 and models.Run.objects.count() == 0
 
 
 def test_authentication_and_method(client, auth_headers):
@@ -495,10 +518,10 @@ def test_retention_takes_a_trace_s_spans_with_its_session(client, auth_headers):
     from history_app import retention
 
     post(client, auth_headers, request(*genai_agent_trace(T1)))
-    assert models.OtlpSpan.objects.filter(session__session_id="conv-1").count() == 4
+    assert models.SpanBatch.objects.get(session__session_id="conv-1").span_count == 4
     session = models.Session.objects.get(session_id="conv-1")
     retention.prune_sessions(session_ids=[session.pk])
-    assert models.OtlpSpan.objects.count() == 0 and models.Run.objects.count() == 0
+    assert models.SpanBatch.objects.count() == 0 and models.Run.objects.count() == 0
 
 
 def test_the_library_reads_and_assembles_without_django():
@@ -518,7 +541,7 @@ def test_a_trace_that_names_its_session_late_moves_there_and_the_placeholder_goe
     post(client, auth_headers, request(root))
     assert models.Run.objects.get(run_id=T1).session.session_id == "later"
     assert not models.Session.objects.filter(session_id=f"trace-{T1}").exists()
-    assert models.OtlpSpan.objects.filter(session__session_id="later").count() == 2
+    assert models.SpanBatch.objects.filter(session__session_id="later").count() == 2 and len(kept()) == 2
     assert models.Session.objects.get(session_id="later").run_count == 1
 
 
@@ -647,7 +670,7 @@ def test_values_that_would_break_a_trace_are_kept_in_a_form_it_can_hold(client, 
     params = {call.tool: call.params for call in models.ToolCall.objects.filter(run=run)}
     assert params == {"t": deep, "u": '{"x": NaN, "y": 1e999}'}
     assert models.ModelCall.objects.filter(run=run, input_tokens__isnull=True).count() == 2
-    assert "\ufffd" in zlib.decompress(bytes(models.OtlpSpan.objects.get(span_id="c2" * 8).data)).decode()
+    assert "\ufffd" in kept()["c2" * 8]["name"]
 
 
 def test_a_trace_that_cannot_be_assembled_keeps_what_it_had(client, auth_headers, monkeypatch):
@@ -666,9 +689,7 @@ def test_a_trace_that_cannot_be_assembled_keeps_what_it_had(client, auth_headers
         answer["partialSuccess"]["rejectedSpans"] == "1"
         and "could not be assembled" in answer["partialSuccess"]["errorMessage"]
     )
-    assert not models.OtlpSpan.objects.filter(
-        span_id="c2" * 8, trace_id=T1
-    ).exists()  # not kept to break the trace
+    assert "c2" * 8 not in kept()  # not kept to break the trace
     assert models.Run.objects.filter(run_id=T2).exists()
     monkeypatch.setattr(otlp, "assemble", real)
     post(client, auth_headers, request(root))
@@ -697,9 +718,7 @@ def test_secrets_in_the_shapes_spans_hide_them_in(client, auth_headers, kind):
     }[kind]
     response = post(client, auth_headers, request({**span(T1, "11" * 8), "attributes": attributes}))
     assert response.status_code == 200
-    spans_text = "".join(
-        zlib.decompress(bytes(d)).decode() for d in models.OtlpSpan.objects.values_list("data", flat=True)
-    )
+    spans_text = kept_text()
     everything = database_dump() + spans_text
     assert key[3:] not in everything and "Hunter2Escaped99" not in everything
 
@@ -758,3 +777,25 @@ def test_a_tiny_protobuf_of_many_empty_spans_is_refused_before_it_is_read(client
         client, auth_headers, body, content_type="application/x-protobuf", HTTP_CONTENT_ENCODING="gzip"
     )
     assert response.status_code == 413
+
+
+def test_spans_another_request_kept_meanwhile_are_assembled_too(client, auth_headers, monkeypatch):
+    """The request plans outside its transaction; spans of the same trace another request
+    stored since it read them are found under the lock, and the trace planned again."""
+    from history_app import traces
+
+    chat1, tool, chat2, root = genai_agent_trace(T1)
+    real_plan, calls = traces._plan, []
+
+    def plan_while_another_request_writes(trace_id, spans, kept, redactor):
+        calls.append(len(kept))
+        if len(calls) == 1:  # "another request" keeps the first model call meanwhile
+            other, _, _ = otlp.read_request(request(chat1))
+            models.SpanBatch.objects.create(trace_id=T1, span_count=1, data=traces._pack(other))
+        return real_plan(trace_id, spans, kept, redactor)
+
+    monkeypatch.setattr(traces, "_plan", plan_while_another_request_writes)
+    assert post(client, auth_headers, request(tool, chat2, root)).json() == {}
+    assert calls == [0, 1]
+    run = models.Run.objects.get(run_id=T1)
+    assert (run.status, run.model_call_count, run.input_tokens) == ("completed", 2, 2300)

@@ -313,12 +313,18 @@ def db_task(prefix: str) -> None:
     import django
 
     django.setup()
-    from history_app import models
+    from history_app import models, traces
 
+    trace_ids = list(
+        models.SpanBatch.objects.filter(trace_id__startswith=prefix)
+        .values_list("trace_id", flat=True)
+        .distinct()
+    )
+    kept, _ = traces.kept_spans(trace_ids)
     print(
         json.dumps(
             {
-                "spans": models.OtlpSpan.objects.filter(trace_id__startswith=prefix).count(),
+                "spans": sum(len(spans) for spans in kept.values()),
                 "runs": models.Run.objects.filter(run_id__startswith=prefix).count(),
                 "running": models.Run.objects.filter(run_id__startswith=prefix, status="running").count(),
             }

@@ -57,7 +57,7 @@ def empty_history_tables() -> None:
         models.MemberInteraction,
         models.InjectedContext,
         models.Run,
-        models.OtlpSpan,
+        models.SpanBatch,
         models.SessionFacet,
         models.DailyStat,
         models.DailyUsage,
