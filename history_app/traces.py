@@ -312,47 +312,94 @@ class Outcome:
         return shown + (f"; and {more} more (see the receipt)" if more > 0 else "")
 
 
-# The span fields that identify it (never redacted): the rest is content.
-_ID_FIELDS = ("trace_id", "span_id", "parent_span_id", "start", "end", "kind", "status")
+# The span fields that identify it (never redacted), and its resource (redacted once for
+# all the spans that share it): the rest is content.
+_NOT_CONTENT = ("trace_id", "span_id", "parent_span_id", "start", "end", "kind", "status", "resource")
 
 
 def redact_spans(spans: list[otlp.Span], redactor: Any) -> list[dict[str, Any]]:
     """Every span's content redacted in place (one walk for the request); the fields
-    changed, with their span and rules (never the values)."""
-    content = [{key: value for key, value in span.items() if key not in _ID_FIELDS} for span in spans]
-    content, _ = without_lone_surrogates(_plain_json_strings(content))
-    cleaned, _, fields = redactor.redact_with_report(content)
-    cleaned = ingestion._without_nul(cleaned)
-    for span, redacted in zip(spans, cleaned, strict=True):
-        span.update(redacted)
+    changed, with their span and rules (never the values).
+
+    String attributes that hold JSON (GenAI's messages, tool arguments) are redacted as
+    the JSON they hold, as any record is (a value under a secret's key, text that JSON
+    escapes such as ``\\/`` or ``\\u0073`` hid), and the messages every later model call
+    of a run repeats are redacted once. Such a string is kept as it came unless
+    redaction changed it; then it is written again from its redacted JSON."""
+    parsed: list[tuple[dict[str, Any], str, str, Any]] = []  # (attributes, key, string, its JSON)
+    content = []
+    for span in spans:
+        item = {key: value for key, value in span.items() if key not in _NOT_CONTENT}
+        item["attributes"] = _parsed(span["attributes"], parsed)
+        if "events" in span:
+            item["events"] = [{**e, "attributes": _parsed(e["attributes"], parsed)} for e in span["events"]]
+        content.append(item)
+    resources = list({id(span.get("resource")): span.get("resource") or {} for span in spans}.values())
+    whole = {"spans": content, "resources": resources}
+    text = json.dumps(whole, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (a cut emoji): U+FFFD, as every record
+        whole, _ = without_lone_surrogates(whole)
+        parsed = []  # every value was copied: the JSON read from strings is kept as JSON
+    cleaned, _, fields = redactor.redact_with_report(whole)
+    if "\\u0000" in text:  # NUL, which PostgreSQL cannot hold (JSON writes it \u0000)
+        cleaned = ingestion._without_nul(cleaned)
+    originals = {(id(attributes), key): (text, value) for attributes, key, text, value in parsed}
+    for span, redacted in zip(spans, cleaned["spans"], strict=True):
+        span.update({key: value for key, value in redacted.items() if key not in ("attributes", "events")})
+        span["attributes"] = _as_strings(redacted["attributes"], originals, span["attributes"])
+        if "events" in span:
+            span["events"] = [
+                {**new, "attributes": _as_strings(new["attributes"], originals, old["attributes"])}
+                for new, old in zip(redacted["events"], span["events"], strict=True)
+            ]
+    redacted_resources = {
+        id(original): new for original, new in zip(resources, cleaned["resources"], strict=True)
+    }
+    for span in spans:
+        span["resource"] = (
+            redacted_resources.get(id(span.get("resource") or {}), {}) if span.get("resource") else {}
+        )
     report = []
     for entry in fields:
-        index, _, rest = entry["path"][2:].partition("]")
-        span = spans[int(index)]
-        report.append(
-            {
-                "run_id": otlp.trace_run_id(span["trace_id"]),
-                "path": f"span {span['span_id']}{rest}",
-                "rules": entry["rules"],
-            }
-        )
+        where, _, rest = entry["path"].partition("[")
+        index, _, rest = rest.partition("]")
+        if where == "$.spans":
+            span = spans[int(index)]
+            run_id, path = otlp.trace_run_id(span["trace_id"]), f"span {span['span_id']}{rest}"
+        else:
+            run_id, path = None, f"resource{rest}"
+        report.append({"run_id": run_id, "path": path, "rules": entry["rules"]})
     return report
 
 
-def _plain_json_strings(value: Any) -> Any:
-    """String attributes holding JSON written with escapes (``\\/``, ``\\u0073``) rewritten
-    without them, so that redaction reads the text a secret is in as it reads any other."""
-    if isinstance(value, str):
-        if ("\\/" in value or "\\u" in value) and value[:1] in ("[", "{"):
-            parsed = otlp._loads(value)
-            if not isinstance(parsed, str):
-                return json.dumps(parsed, ensure_ascii=False)
-        return value
-    if isinstance(value, dict):
-        return {key: _plain_json_strings(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_plain_json_strings(item) for item in value]
-    return value
+def _parsed(attributes: dict[str, Any], parsed: list[tuple[dict[str, Any], str, str, Any]]) -> dict[str, Any]:
+    """``attributes`` with each string that holds JSON read as JSON (noted in ``parsed``)."""
+    out = {}
+    for key, value in attributes.items():
+        if isinstance(value, str) and value[:1] in ("[", "{"):
+            read = otlp.json_value(value)
+            if not isinstance(read, str):
+                parsed.append((attributes, key, value, read))
+                value = read
+        out[key] = value
+    return out
+
+
+def _as_strings(
+    redacted: dict[str, Any], originals: dict[tuple[int, str], tuple[str, Any]], before: dict[str, Any]
+) -> dict[str, Any]:
+    """Redacted attributes with the JSON read from strings written back as strings: the
+    string as it came when redaction left its JSON alone, else the redacted JSON."""
+    out = {}
+    for key, value in redacted.items():
+        original = originals.get((id(before), key))
+        if original is not None:
+            text, read = original
+            value = text if value == read else json.dumps(value, ensure_ascii=False)
+        out[key] = value
+    return out
 
 
 def _pack(spans: list[otlp.Span]) -> bytes:

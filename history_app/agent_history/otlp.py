@@ -463,9 +463,10 @@ def _finite(text: str) -> float:
     return number
 
 
-def _loads(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     """A string attribute holding JSON, read as JSON: unless it is not JSON (NaN and
-    Infinity are not), or nests deeper than ``MAX_JSON_DEPTH``; then the string."""
+    Infinity are not), or nests deeper than ``MAX_JSON_DEPTH``; then the string. Any other
+    value (one read already) as it is."""
     if isinstance(value, str) and value[:1] in ("[", "{"):
         if value.count("[") + value.count("{") > MAX_JSON_DEPTH and json_text_depth(value) > MAX_JSON_DEPTH:
             return value
@@ -481,7 +482,7 @@ def _as_text(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _tokens(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
@@ -626,7 +627,7 @@ _MESSAGE_EVENTS = {
 def _event_body(attributes: Mapping[str, Any]) -> Any:
     for key in ("event_body", "body", "message"):
         if key in attributes:
-            return _loads(attributes[key])
+            return json_value(attributes[key])
     return dict(attributes)
 
 
@@ -642,16 +643,16 @@ def _call_messages(span: Span) -> tuple[list[tuple[str, str]], str, str]:
         (e["attributes"] for e in events if e["name"] == "gen_ai.client.inference.operation.details"), {}
     )
     source = {**details, **{k: v for k, v in attributes.items() if k.startswith("gen_ai.")}}
-    instructions = _loads(source.get("gen_ai.system_instructions"))
+    instructions = json_value(source.get("gen_ai.system_instructions"))
     if instructions:
         parts = instructions if isinstance(instructions, list) else [instructions]
         messages.append(("system", "\n".join(t for t in (_part_text(p) for p in parts) if t)))
-    inputs = _loads(source.get("gen_ai.input.messages"))
+    inputs = json_value(source.get("gen_ai.input.messages"))
     if isinstance(inputs, list):
         for item in inputs:
             role, text, _ = _genai_message(item)
             messages.append((role, text))
-    outputs = _loads(source.get("gen_ai.output.messages"))
+    outputs = json_value(source.get("gen_ai.output.messages"))
     if isinstance(outputs, list):
         for item in outputs:
             _, text, reason = _genai_message(item)
@@ -678,16 +679,16 @@ def _call_messages(span: Span) -> tuple[list[tuple[str, str]], str, str]:
                 role, text, _ = _genai_message(body if isinstance(body, dict) else {"content": body})
                 messages.append((_MESSAGE_EVENTS[name] if role == "user" else role, text))
             elif name == "gen_ai.choice":
-                body = _loads(event["attributes"].get("event_body", event["attributes"]))
+                body = json_value(event["attributes"].get("event_body", event["attributes"]))
                 if isinstance(body, dict):
-                    body = {**body, "message": _loads(body.get("message", body))}
+                    body = {**body, "message": json_value(body.get("message", body))}
                 inner = body.get("message", body) if isinstance(body, dict) else body
                 _, text, _ = _genai_message(inner if isinstance(inner, dict) else {"content": inner})
                 output_parts.append(text)
                 if isinstance(body, dict):
                     finish = finish or _as_text(body.get("finish_reason"))
             elif name in ("gen_ai.content.prompt", "gen_ai.content.completion"):
-                value = _loads(event["attributes"].get(name.replace("content.", "")))
+                value = json_value(event["attributes"].get(name.replace("content.", "")))
                 items = value if isinstance(value, list) else [value]
                 for item in items:
                     role, text, _ = _genai_message(item if isinstance(item, dict) else {"content": item})
@@ -769,9 +770,9 @@ def _tool_call(span: Span) -> ToolCall:
     attributes = span["attributes"]
     name = _first_text(attributes, ("gen_ai.tool.name", "tool.name")) or span["name"] or "tool"
     if "gen_ai.tool.call.arguments" in attributes:
-        params = _loads(attributes["gen_ai.tool.call.arguments"])
+        params = json_value(attributes["gen_ai.tool.call.arguments"])
     else:
-        params = _loads(attributes.get("input.value"))
+        params = json_value(attributes.get("input.value"))
     if "gen_ai.tool.call.result" in attributes:
         result = attributes["gen_ai.tool.call.result"]
     else:
