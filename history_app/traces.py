@@ -20,6 +20,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
+import re
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -42,6 +44,8 @@ logger = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 RETRY_AFTER_SECONDS = 5
+# A gzip body may be several members one after the other (exporters send one).
+MAX_GZIP_MEMBERS = 100
 # google.rpc.Code values used in error bodies.
 INVALID_ARGUMENT, UNAUTHENTICATED, RESOURCE_EXHAUSTED, UNAVAILABLE, UNIMPLEMENTED = 3, 16, 8, 14, 12
 
@@ -136,18 +140,25 @@ def _pb_span(span: Any) -> dict[str, Any]:
         "startTimeUnixNano": span.start_time_unix_nano,
         "endTimeUnixNano": span.end_time_unix_nano,
         "attributes": _pb_attributes(span.attributes),
+        "droppedAttributesCount": span.dropped_attributes_count
+        + max(len(span.attributes) - otlp.MAX_ATTRIBUTES, 0),
         "status": {"code": span.status.code, "message": span.status.message},
+        "flags": span.flags,
     }
     if span.events:
         data["events"] = [
             {"name": e.name, "timeUnixNano": e.time_unix_nano, "attributes": _pb_attributes(e.attributes)}
-            for e in span.events
+            for e in span.events[: otlp.MAX_EVENTS]
         ]
+    dropped_events = span.dropped_events_count + max(len(span.events) - otlp.MAX_EVENTS, 0)
+    if dropped_events:
+        data["droppedEventsCount"] = dropped_events
     return data
 
 
 def _pb_attributes(attributes: Any) -> list[dict[str, Any]]:
-    return [{"key": kv.key, "value": _pb_value(kv.value, 0)} for kv in attributes]
+    """At most ``otlp.MAX_ATTRIBUTES`` of them (the rest are counted as dropped)."""
+    return [{"key": kv.key, "value": _pb_value(kv.value, 0)} for kv in attributes[: otlp.MAX_ATTRIBUTES]]
 
 
 def _pb_value(value: Any, depth: int) -> dict[str, Any]:
@@ -157,21 +168,27 @@ def _pb_value(value: Any, depth: int) -> dict[str, Any]:
     if kind is None:
         return {}
     if kind == "array_value":
-        return {"arrayValue": {"values": [_pb_value(v, depth + 1) for v in value.array_value.values]}}
+        values = value.array_value.values
+        if len(values) > otlp.MAX_VALUES:  # refused by read_request, with its path
+            return {"arrayValue": {"values": [{}] * len(values)}}
+        return {"arrayValue": {"values": [_pb_value(v, depth + 1) for v in values]}}
     if kind == "kvlist_value":
+        values = value.kvlist_value.values
+        if len(values) > otlp.MAX_VALUES:
+            return {"kvlistValue": {"values": [{"key": ""}] * len(values)}}
         return {
             "kvlistValue": {
-                "values": [
-                    {"key": kv.key, "value": _pb_value(kv.value, depth + 1)}
-                    for kv in value.kvlist_value.values
-                ]
+                "values": [{"key": kv.key, "value": _pb_value(kv.value, depth + 1)} for kv in values]
             }
         }
     if kind == "bytes_value":
         return {"bytesValue": base64.b64encode(value.bytes_value).decode()}
-    camel = {"string_value": "stringValue", "bool_value": "boolValue", "int_value": "intValue"}.get(
-        kind, "doubleValue"
-    )
+    if kind == "double_value":
+        number = value.double_value
+        if not math.isfinite(number):  # JSON has none: kept as text, as OTLP/JSON writes it
+            return {"doubleValue": "NaN" if number != number else "Infinity" if number > 0 else "-Infinity"}
+        return {"doubleValue": number}
+    camel = {"string_value": "stringValue", "bool_value": "boolValue", "int_value": "intValue"}[kind]
     return {camel: getattr(value, kind)}
 
 
@@ -186,7 +203,11 @@ def _decompress(body: bytes, encoding: str) -> bytes | None:
     limit = settings.HISTORY_OTLP_MAX_DECOMPRESSED_BYTES
     out = bytearray()
     rest = body
+    members = 0
     while rest:
+        members += 1
+        if members > MAX_GZIP_MEMBERS:
+            raise ValueError(f"the body is not valid {encoding}: more than {MAX_GZIP_MEMBERS} members")
         inflater = zlib.decompressobj(wbits=47)  # gzip or zlib, by its header
         try:
             out += inflater.decompress(rest, limit + 1 - len(out))
@@ -231,6 +252,7 @@ def traces(request: HttpRequest) -> HttpResponse:
 
 
 def _refuse(token: models.IngestToken, status: int, code: int, message: str, encoding: str, path: str = "$"):
+    message, path = ingestion.server_redactor().redact([message, path])
     ingestion.record_receipt(
         source="otlp",
         token=token,
@@ -305,11 +327,14 @@ class Outcome:
     results: list[ingestion.ItemResult] = field(default_factory=list)
 
     def message(self) -> str:
+        """The reasons, redacted (a path can quote a key the sender named)."""
         if not self.reasons:
             return ""
         shown = "; ".join(self.reasons[:5])
         more = len(self.reasons) - 5
-        return shown + (f"; and {more} more (see the receipt)" if more > 0 else "")
+        return ingestion.server_redactor().redact(
+            shown + (f"; and {more} more (see the receipt)" if more > 0 else "")
+        )
 
 
 # The span fields that identify it (never redacted), and its resource (redacted once for
@@ -337,6 +362,9 @@ def redact_spans(spans: list[otlp.Span], redactor: Any) -> list[dict[str, Any]]:
     resources = list({id(span.get("resource")): span.get("resource") or {} for span in spans}.values())
     whole = {"spans": content, "resources": resources}
     text = json.dumps(whole, ensure_ascii=False)
+    if "\\\\u" in text or "\\\\/" in text:  # JSON escapes left in text (nested, doubled): undone
+        whole = _unescaped(whole)
+        text = json.dumps(whole, ensure_ascii=False)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates (a cut emoji): U+FFFD, as every record
@@ -374,11 +402,33 @@ def redact_spans(spans: list[otlp.Span], redactor: Any) -> list[dict[str, Any]]:
     return report
 
 
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\/")
+
+
+def _unescaped(value: Any) -> Any:
+    """Every string with JSON escapes (``\\u0073``, ``\\/``) written without them, up to
+    three levels of escaping, so that redaction reads the text they hid."""
+    if isinstance(value, str):
+        for _ in range(3):
+            if "\\" not in value:
+                break
+            plain = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)) if m.group(1) else "/", value)
+            if plain == value:
+                break
+            value = plain
+        return value
+    if isinstance(value, dict):
+        return {_unescaped(key): _unescaped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unescaped(item) for item in value]
+    return value
+
+
 def _parsed(attributes: dict[str, Any], parsed: list[tuple[dict[str, Any], str, str, Any]]) -> dict[str, Any]:
     """``attributes`` with each string that holds JSON read as JSON (noted in ``parsed``)."""
     out = {}
     for key, value in attributes.items():
-        if isinstance(value, str) and value[:1] in ("[", "{"):
+        if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
             read = otlp.json_value(value)
             if not isinstance(read, str):
                 parsed.append((attributes, key, value, read))
@@ -520,7 +570,9 @@ def _plan(trace_id: str, spans: list[otlp.Span], kept: dict[str, otlp.Span], red
         # Each request assembles its traces again from all their spans: a trace without
         # end would make every request slower than the one before. Its root span is
         # still taken, so that its run ends; spans kept already may be sent again.
-        over = {key for key in fresh if news[key]["parent_span_id"]}
+        children = sorted((news[key] for key in fresh if not otlp.is_root(news[key])), key=otlp.span_order)
+        room = max(limit - len(kept) - (len(fresh) - len(children)), 0)
+        over = {span["span_id"] for span in children[room:]}
         news = {key: span for key, span in news.items() if key not in over}
         if over:
             plan.refused += len(over)
@@ -541,6 +593,17 @@ def _plan(trace_id: str, spans: list[otlp.Span], kept: dict[str, otlp.Span], red
         result = ingestion.ItemResult(index=n)
         plan.results.append(result)
         ready = ingestion.prepare_item(item, result, redactor=redactor, source_format="otlp")
+        if ready is None and not result.errors[0]["path"].startswith("$.run_id"):
+            # The attributes a run's metadata holds are the sender's, whatever they are:
+            # a run refused for one of them is stored without them rather than not at all.
+            plan.reasons.append(
+                f"trace {trace_id}: run {item.get('run_id')} stored without its span attributes "
+                f"({result.errors[0]['path']}: {result.errors[0]['message']})"
+            )
+            result.errors = []
+            ready = ingestion.prepare_item(
+                _without_metadata(item), result, redactor=redactor, source_format="otlp"
+            )
         if ready is None:  # refused (its result says why): the trace keeps what it had
             problems = "; ".join(f"{e['path']}: {e['message']}" for e in result.errors[:3])
             plan.reasons.append(f"trace {trace_id}: run {item.get('run_id')} refused ({problems})")
@@ -549,6 +612,21 @@ def _plan(trace_id: str, spans: list[otlp.Span], kept: dict[str, otlp.Span], red
             break
         plan.pending.append(ready)
     return plan
+
+
+def _without_metadata(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's dict with the metadata of the run, its iterations and its calls emptied."""
+    run = {**run, "metadata": {}}
+    run["model_calls"] = [{**call, "metadata": {}} for call in run.get("model_calls", [])]
+    run["iterations"] = [
+        {
+            **it,
+            "metadata": {},
+            "model_calls": [{**call, "metadata": {}} for call in it.get("model_calls", [])],
+        }
+        for it in run.get("iterations", [])
+    ]
+    return run
 
 
 def _write(plans: dict[str, _Plan], outcome: Outcome) -> list[ingestion.ItemResult]:

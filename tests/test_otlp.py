@@ -16,6 +16,7 @@ from history_app.agent_history import otlp
 
 from .conftest import database_dump, load_jsonl
 from .otlp_spans import genai_agent_trace, request, span
+from .otlp_spans import value as otlp_value
 
 T1 = "ab" * 16
 T2 = "cd" * 16
@@ -799,3 +800,140 @@ def test_spans_another_request_kept_meanwhile_are_assembled_too(client, auth_hea
     assert calls == [0, 1]
     run = models.Run.objects.get(run_id=T1)
     assert (run.status, run.model_call_count, run.input_tokens) == ("completed", 2, 2300)
+
+
+# --- Found by a second attack ---------------------------------------------------------
+
+
+def test_numbers_no_double_can_hold_are_kept_as_text(client, auth_headers):
+    body = json.dumps(request(span(T1, "11" * 8))).replace(
+        '"attributes": []', '"attributes": [{"key": "big", "value": {"doubleValue": 1' + "0" * 400 + "}}]"
+    )
+    assert post(client, auth_headers, body.encode()).json() == {}
+    assert models.Run.objects.get(run_id=T1).metadata["big"] == "1" + "0" * 400
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    message = trace_service_pb2.ExportTraceServiceRequest()
+    resource = message.resource_spans.add()
+    resource.resource.attributes.add(key="sample.rate").value.double_value = float("nan")
+    pb = resource.scope_spans.add().spans.add(
+        trace_id=bytes.fromhex(T2), span_id=bytes.fromhex("22" * 8), name="x"
+    )
+    pb.attributes.add(key="score").value.double_value = float("-inf")
+    answer = post(client, auth_headers, message.SerializeToString(), content_type="application/x-protobuf")
+    assert answer.status_code == 200 and answer.content == b""  # no partial success: nothing refused
+    assert models.Run.objects.get(run_id=T2).metadata["score"] == "-Infinity"
+
+
+@pytest.mark.parametrize(
+    "flag", [("calls", "3"), ("calls", -1), ("aggregate", "yes"), ("omitted_messages", True)]
+)
+def test_attribute_names_the_server_uses_never_fail_a_run(client, auth_headers, flag):
+    chat1, tool, chat2, root = genai_agent_trace(T1)
+    chat1["attributes"].append({"key": flag[0], "value": otlp_value(flag[1])})
+    assert post(client, auth_headers, request(chat1, tool, chat2, root)).json() == {}
+    run = models.Run.objects.get(run_id=T1)
+    assert (run.status, run.model_call_count) == ("completed", 2)
+
+
+def test_a_few_kilobytes_cannot_become_megabytes(client, auth_headers):
+    huge = {"arrayValue": {"values": [{}] * 20_000}}
+    body = gzip.compress(
+        json.dumps(request({**span(T1, "11" * 8), "attributes": [{"key": "k", "value": huge}]})).encode()
+    )
+    answer = post(client, auth_headers, body, HTTP_CONTENT_ENCODING="gzip").json()
+    assert (
+        answer["partialSuccess"]["rejectedSpans"] == "1"
+        and "at most 10000" in answer["partialSuccess"]["errorMessage"]
+    )
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    message = trace_service_pb2.ExportTraceServiceRequest()
+    pb = (
+        message.resource_spans.add()
+        .scope_spans.add()
+        .spans.add(trace_id=bytes.fromhex(T2), span_id=bytes.fromhex("22" * 8))
+    )
+    for n in range(12_000):
+        pb.attributes.add(key=f"k{n}").value.int_value = n
+    assert (
+        post(
+            client, auth_headers, message.SerializeToString(), content_type="application/x-protobuf"
+        ).status_code
+        == 200
+    )
+    assert models.Run.objects.get(run_id=T2).metadata["otel.dropped_attributes"] == 2_000
+    members = gzip.compress(json.dumps(request()).encode()) + gzip.compress(b"") * 200
+    assert post(client, auth_headers, members, HTTP_CONTENT_ENCODING="gzip").status_code == 400
+
+
+@pytest.mark.parametrize(
+    "attribute",
+    [
+        {"key": "a", "value": {"arrayValue": {"values": [{"stringValue": '{"a": "ESC"}'}]}}},
+        {
+            "key": "a",
+            "value": {"kvlistValue": {"values": [{"key": "k", "value": {"stringValue": '{"a": "ESC"}'}}]}},
+        },
+        {"key": "a", "value": {"stringValue": ' \n{"a": "ESC"}'}},
+        {"key": "a", "value": {"stringValue": '"ESC"'}},
+        {"key": "gen_ai.tool.call.arguments", "value": {"stringValue": '{"args": "{\\"k\\": \\"ESC\\"}"}'}},
+    ],
+    ids=["array", "kvlist", "whitespace", "literal", "double-encoded"],
+)
+def test_json_escaped_secrets_anywhere_are_redacted(client, auth_headers, attribute):
+    key = "sk-proj-" + "AbCdEfGh12345678" * 3
+    escaped = "\\\\u0073" + key[1:]
+    if "double" in json.dumps(attribute) or attribute["key"].startswith("gen_ai"):
+        escaped = "\\\\\\\\u0073" + key[1:]
+    raw = json.dumps(attribute).replace("ESC", escaped)
+    spans = [
+        {
+            **span(T1, "11" * 8, "", "execute_tool t", {"gen_ai.operation.name": "execute_tool"}),
+            "attributes": [json.loads(raw)],
+        }
+    ]
+    payload = request(*spans)
+    payload["resourceSpans"][0]["resource"]["attributes"].append(
+        {"key": "cfg", "value": {"stringValue": '{"a": "' + escaped.replace("\\\\", "\\") + '"}'}}
+    )
+    assert post(client, auth_headers, payload).status_code == 200
+    everything = database_dump() + kept_text()
+    assert key[3:20] not in everything and key[1:][:20] not in everything
+
+
+def test_a_span_whose_parent_is_in_another_service_is_the_trace_s_root(client, auth_headers):
+    chat1, tool, chat2, root = genai_agent_trace(T1)
+    root = {**root, "parentSpanId": "99" * 8, "flags": 0x300}
+    assert post(client, auth_headers, request(chat1, tool, chat2, root)).json() == {}
+    run = models.Run.objects.get(run_id=T1)
+    assert (run.status, run.agent_name, run.kind) == ("completed", "calc", "agent")
+
+
+def test_over_the_span_cap_what_fits_is_taken(client, auth_headers, settings):
+    settings.HISTORY_OTLP_MAX_TRACE_SPANS = 4
+    chat1, tool, chat2, root = genai_agent_trace(T1)
+    extra = span(
+        T1, "e1" * 8, AGENT, "execute_tool more", {"gen_ai.operation.name": "execute_tool"}, start_ms=8
+    )
+    assert post(client, auth_headers, request(chat1, tool)).json() == {}
+    answer = post(client, auth_headers, request(chat2, extra, root)).json()
+    assert answer["partialSuccess"]["rejectedSpans"] == "1"
+    run = models.Run.objects.get(run_id=T1)
+    assert (run.status, run.model_call_count) == ("completed", 2)
+
+
+def test_refusals_never_echo_a_secret_back(client, auth_headers):
+    key = "sk-proj-" + "Zz9Yy8Xx7Ww6" * 3
+    bad = {
+        **span(T1, "11" * 8),
+        "attributes": [{"key": "k", "value": {key: "x"}}, {"key": key, "value": {"a": 1, "b": 2}}],
+    }
+    answer = post(client, auth_headers, request(bad))
+    assert answer.status_code == 200 and key not in answer.content.decode()
+    many_empty = {"resourceSpans": [{"resource": {}}] * 10_001}
+    assert post(client, auth_headers, many_empty).status_code == 200
+    dropped = {**span(T2, "22" * 8), "droppedEventsCount": 3, "droppedAttributesCount": 4}
+    post(client, auth_headers, request(dropped))
+    metadata = models.Run.objects.get(run_id=T2).metadata
+    assert (metadata["otel.dropped_events"], metadata["otel.dropped_attributes"]) == (3, 4)

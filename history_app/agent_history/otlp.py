@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .records import (
+    CALL_FLAGS,
     EARLIEST_TIME,
     LATEST_TIME,
     MAX_COST,
@@ -58,6 +59,10 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 _DIGITS = re.compile(r"[0-9]{1,20}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _INT64 = 2**63
+_INFINITY = {True: "Infinity", False: "-Infinity"}
+# Elements of one array or key-value list value, and values in all of a span's
+# attributes: a request of a few kilobytes of gzip must not become a run of megabytes.
+MAX_VALUES = 10_000
 
 AGENT, MODEL, TOOL, OTHER = "agent", "model", "tool", "other"
 # gen_ai.operation.name → role in a run.
@@ -86,6 +91,9 @@ _OPENINFERENCE_KINDS = {
 SESSION_KEYS = ("session.id", "gen_ai.conversation.id")
 USER_KEYS = ("user.id", "enduser.id", "gen_ai.user.id")
 ERROR = 2  # status code of a span that failed
+# SpanFlags: the parent's "is remote" bit is known (0x100) and set (0x200). A span whose
+# parent is in another service (a W3C traceparent it received) is its service's root.
+REMOTE_PARENT = 0x300
 
 
 class SpanError(ValueError):
@@ -201,14 +209,18 @@ def _count_spans(resource_spans: Any) -> int:
     if not isinstance(resource_spans, dict):
         return 1
     scopes = _field(resource_spans, "scopeSpans", "scope_spans")
+    if scopes is None:
+        return 0
     if not isinstance(scopes, list):
         return 1
-    return sum(_scope_count(s) for s in scopes) or 1
+    return sum(_scope_count(s) for s in scopes)
 
 
 def _scope_count(scope_spans: Any) -> int:
-    spans = scope_spans.get("spans") if isinstance(scope_spans, dict) else None
-    return len(spans) if isinstance(spans, list) else 1
+    if not isinstance(scope_spans, dict):
+        return 1
+    spans = scope_spans.get("spans")
+    return len(spans) if isinstance(spans, list) else 0 if spans is None else 1
 
 
 def _text(value: Any, path: str) -> str:
@@ -271,8 +283,12 @@ def _attributes(data: Mapping[str, Any], path: str) -> dict[str, Any]:
         if not isinstance(item.get("key"), str):
             raise SpanError(f"{ipath}.key", "must be a string")
         out[item["key"]] = _value(item.get("value"), f"{ipath}.value", 0)
-    if len(items) > MAX_ATTRIBUTES:
-        out["otel.dropped_attributes"] = len(items) - MAX_ATTRIBUTES
+    dropped = max(len(items) - MAX_ATTRIBUTES, 0)
+    reported = _field(data, "droppedAttributesCount", "dropped_attributes_count")
+    if isinstance(reported, int) and not isinstance(reported, bool) and 0 < reported < 2**32:
+        dropped += reported  # dropped by the sender (its SDK's limits)
+    if dropped:
+        out["otel.dropped_attributes"] = dropped
     return out
 
 
@@ -287,7 +303,7 @@ def _value(value: Any, path: str, depth: int) -> Any:
     if not value:
         return None
     if len(value) != 1:
-        raise SpanError(path, f"must hold one value, not {len(value)} ({', '.join(sorted(map(str, value)))})")
+        raise SpanError(path, f"must hold one value, not {len(value)}")
     ((kind, inner),) = value.items()
     if kind in ("stringValue", "string_value"):
         return _text(inner, f"{path}.{kind}")
@@ -304,9 +320,13 @@ def _value(value: Any, path: str, depth: int) -> Any:
     if kind in ("doubleValue", "double_value"):
         if isinstance(inner, str) and inner in ("NaN", "Infinity", "-Infinity"):
             return inner  # JSON has no such numbers; kept as the text it came as
-        if isinstance(inner, bool) or not isinstance(inner, int | float) or not math.isfinite(inner):
+        if isinstance(inner, bool) or not isinstance(inner, int | float):
             raise SpanError(f"{path}.{kind}", "must be a number")
-        return float(inner)
+        try:
+            number = float(inner)
+        except OverflowError:  # an integer past any double: kept as its text
+            return str(inner)
+        return number if math.isfinite(number) else ("NaN" if number != number else _INFINITY[number > 0])
     if kind in ("bytesValue", "bytes_value"):
         return _bytes_text(_text(inner, f"{path}.{kind}"), f"{path}.{kind}")
     if kind in ("arrayValue", "array_value", "kvlistValue", "kvlist_value") and not isinstance(inner, dict):
@@ -317,6 +337,8 @@ def _value(value: Any, path: str, depth: int) -> Any:
             return []
         if not isinstance(values, list):
             raise SpanError(f"{path}.{kind}.values", "must be an array")
+        if len(values) > MAX_VALUES:
+            raise SpanError(f"{path}.{kind}.values", f"holds {len(values)} values; at most {MAX_VALUES}")
         return [_value(v, f"{path}.{kind}.values[{n}]", depth + 1) for n, v in enumerate(values)]
     if kind in ("kvlistValue", "kvlist_value"):
         values = inner.get("values") if isinstance(inner, dict) else None
@@ -324,6 +346,8 @@ def _value(value: Any, path: str, depth: int) -> Any:
             return {}
         if not isinstance(values, list):
             raise SpanError(f"{path}.{kind}.values", "must be an array")
+        if len(values) > MAX_VALUES:
+            raise SpanError(f"{path}.{kind}.values", f"holds {len(values)} values; at most {MAX_VALUES}")
         out = {}
         for n, item in enumerate(values):
             ipath = f"{path}.{kind}.values[{n}]"
@@ -337,7 +361,10 @@ def _value(value: Any, path: str, depth: int) -> Any:
                 for key, inner_value in item.items():
                     out[str(key)] = _value(inner_value, f"{ipath}.{key}", depth + 1)
         return out
-    raise SpanError(path, f"unknown AnyValue field {kind!r}")
+    raise SpanError(
+        path,
+        "holds no known AnyValue field (stringValue, boolValue, intValue, doubleValue, arrayValue, kvlistValue, bytesValue)",
+    )
 
 
 def _bytes_text(encoded: str, path: str) -> str:
@@ -416,6 +443,15 @@ def _read_span(item: Any, path: str) -> Span:
             )
         if read:
             span["events"] = read
+    dropped = max(len(events), MAX_EVENTS) - MAX_EVENTS if isinstance(events, list) else 0
+    reported = _field(item, "droppedEventsCount", "dropped_events_count")
+    if isinstance(reported, int) and not isinstance(reported, bool) and 0 < reported < 2**32:
+        dropped += reported
+    if dropped:
+        span["attributes"]["otel.dropped_events"] = dropped
+    flags = item.get("flags")
+    if isinstance(flags, int) and not isinstance(flags, bool) and flags & REMOTE_PARENT == REMOTE_PARENT:
+        span["remote_parent"] = True
     return span
 
 
@@ -467,7 +503,7 @@ def json_value(value: Any) -> Any:
     """A string attribute holding JSON, read as JSON: unless it is not JSON (NaN and
     Infinity are not), or nests deeper than ``MAX_JSON_DEPTH``; then the string. Any other
     value (one read already) as it is."""
-    if isinstance(value, str) and value[:1] in ("[", "{"):
+    if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
         if value.count("[") + value.count("{") > MAX_JSON_DEPTH and json_text_depth(value) > MAX_JSON_DEPTH:
             return value
         try:
@@ -733,6 +769,8 @@ def _metadata(span: Span) -> dict[str, Any]:
         for key, value in span["attributes"].items()
         if not key.startswith(_MAPPED_PREFIXES) and key not in SESSION_KEYS and key not in USER_KEYS
     }
+    for flag in CALL_FLAGS.keys() & kept.keys():  # the server's own keys: an attribute is renamed
+        kept[f"attribute.{flag}"] = kept.pop(flag)
     kept["otel.span_id"] = span["span_id"]
     if span["name"]:
         kept["otel.span_name"] = span["name"]
@@ -840,9 +878,10 @@ class _Trace:
         for items in self.children.values():
             items.sort(key=_order)
         self.roots.sort(key=_order)
-        # The trace's root: the span without a parent (OTLP sends only ended spans, so
-        # until it has arrived the trace's run is still running).
-        self.root = next((s for s in self.roots if not s["parent_span_id"]), None)
+        # The trace's root: the span without a parent, or whose parent is in another
+        # service (OTLP sends only ended spans, so until it has arrived the trace's run
+        # is still running).
+        self.root = next((s for s in self.roots if is_root(s)), None)
 
     def _in_cycles(self) -> set[str]:
         """The spans whose chain of parents loops (each is then a root), in linear time:
@@ -865,6 +904,14 @@ class _Trace:
             for span_id in path:
                 state[span_id] = loops
         return {span_id for span_id, loops in state.items() if loops}
+
+
+def span_order(span: Span) -> tuple[int, int, str]:
+    return _order(span)
+
+
+def is_root(span: Span) -> bool:
+    return not span["parent_span_id"] or bool(span.get("remote_parent"))
 
 
 def _order(span: Span) -> tuple[int, int, str]:
