@@ -45,8 +45,8 @@ class ReadOnlyAdmin(BigTableAdmin):
 
 @admin.register(models.IngestToken)
 class IngestTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "prefix", "created_at", "last_used_at", "revoked"]
-    readonly_fields = ["token_hash", "prefix", "created_at", "last_used_at"]
+    list_display = ["name", "prefix", "scopes", "created_at", "last_used_at", "revoked"]
+    readonly_fields = ["token_hash", "prefix", "scopes", "created_at", "last_used_at"]
     fields = ["name", "revoked", *readonly_fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

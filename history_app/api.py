@@ -82,7 +82,7 @@ def ingest(request: HttpRequest) -> JsonResponse:
 
 
 @require_POST
-@token_required(allow_session=False)
+@token_required(allow_session=False, scope=models.IngestToken.INGEST)
 def _ingest(request: HttpRequest) -> JsonResponse:
     content_type = request.content_type.lower()
     if content_type not in formats.CONTENT_TYPES:
@@ -169,7 +169,7 @@ def _json_page(request: HttpRequest, selector, summary, key: str, warnings=(), *
 
 
 @require_GET
-@token_required(allow_session=True)
+@token_required(allow_session=True, scope=models.IngestToken.READ)
 def sessions(request: HttpRequest) -> JsonResponse:
     """Sessions, with the same search, filters and sorting as the page (``q``, ``framework``…)."""
     try:
@@ -183,7 +183,7 @@ def sessions(request: HttpRequest) -> JsonResponse:
 
 
 @require_GET
-@token_required(allow_session=True)
+@token_required(allow_session=True, scope=models.IngestToken.READ)
 def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
     try:
         session = listing.get_session(session_id)
@@ -200,7 +200,7 @@ def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
 
 
 @require_GET
-@token_required(allow_session=True)
+@token_required(allow_session=True, scope=models.IngestToken.READ)
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponseBase:
     """The run's canonical record, streamed as it is read (a run of any size)."""
     try:
@@ -212,6 +212,6 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponseBase:
 
 
 @require_GET
-@token_required(allow_session=True)
+@token_required(allow_session=True, scope=models.IngestToken.READ)
 def receipts(request: HttpRequest) -> JsonResponse:
     return _json_page(request, listing.receipts_page, listing.receipt_summary, "receipts")

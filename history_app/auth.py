@@ -25,14 +25,26 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def register_token(*, name: str, token: str | None = None) -> tuple[IngestToken, str]:
-    """Store a token (a new random one unless given); returns the row and the plain token.
+def register_token(
+    *, name: str, token: str | None = None, scopes: tuple[str, ...] | list[str] = (IngestToken.INGEST,)
+) -> tuple[IngestToken, str]:
+    """Store a token (a new random one unless given) with ``scopes``; returns the row and
+    the plain token.
 
-    A token registered before is returned as it is: a revoked token stays revoked.
+    A token registered before is returned as it is: a revoked token stays revoked, and its
+    scopes stay what they were.
     """
+    unknown = set(scopes) - set(IngestToken.SCOPES)
+    if unknown or not scopes:
+        raise ValueError(f"scopes must be some of {', '.join(IngestToken.SCOPES)}; got {sorted(scopes)}")
     token = token or new_token()
     row, _ = IngestToken.objects.get_or_create(
-        token_hash=IngestToken.hash(token), defaults={"name": name, "prefix": token[:PREFIX_LENGTH]}
+        token_hash=IngestToken.hash(token),
+        defaults={
+            "name": name,
+            "prefix": token[:PREFIX_LENGTH],
+            "scopes": [s for s in IngestToken.SCOPES if s in scopes],
+        },
     )
     return row, token
 
@@ -63,9 +75,10 @@ def error_response(message: str, status: int, **extra: object) -> JsonResponse:
 
 
 def token_required(
-    *, allow_session: bool
+    *, allow_session: bool, scope: str
 ) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    """Require a valid bearer token (or, with ``allow_session``, a logged-in user)."""
+    """Require a valid bearer token with ``scope`` (403 for a token without it), or, with
+    ``allow_session``, a logged-in user."""
 
     def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @functools.wraps(view)
@@ -77,6 +90,10 @@ def token_required(
                 response = error_response("a valid 'Authorization: Bearer <token>' header is required", 401)
                 response["WWW-Authenticate"] = 'Bearer realm="agent-history"'
                 return response
+            if not token.allows(scope):
+                return error_response(
+                    f"this token does not have the {scope!r} scope", 403, scopes=token.scopes
+                )
             mark_used(token)
             request.ingest_token = token
             return view(request, *args, **kwargs)

@@ -330,9 +330,15 @@ class RunSearch(models.Model):
 
 
 class IngestToken(models.Model):
-    """A bearer token for the ingestion API. Only its SHA-256 is stored."""
+    """A bearer token for the JSON API. Only its SHA-256 is stored. Its scopes say what it
+    may do: ``ingest`` (write runs and spans, nothing else), ``read`` (the JSON API's
+    reads), ``annotate`` (scores and comments, reserved for annotations)."""
+
+    INGEST, READ, ANNOTATE = "ingest", "read", "annotate"
+    SCOPES = (INGEST, READ, ANNOTATE)
 
     name = models.CharField(max_length=100)
+    scopes = models.JSONField(default=list, help_text="What the token may do: ingest, read, annotate.")
     token_hash = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=12, help_text="The first characters, to recognise a token.")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -341,6 +347,9 @@ class IngestToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    def allows(self, scope: str) -> bool:
+        return scope in self.scopes
 
     @staticmethod
     def hash(token: str) -> str:

@@ -48,6 +48,7 @@ RETRY_AFTER_SECONDS = 5
 MAX_GZIP_MEMBERS = 100
 # google.rpc.Code values used in error bodies.
 INVALID_ARGUMENT, UNAUTHENTICATED, RESOURCE_EXHAUSTED, UNAVAILABLE, UNIMPLEMENTED = 3, 16, 8, 14, 12
+PERMISSION_DENIED = 7
 
 
 class TooManySpans(Exception):
@@ -239,6 +240,8 @@ def traces(request: HttpRequest) -> HttpResponse:
         return _error(
             401, UNAUTHENTICATED, "a valid 'Authorization: Bearer <token>' header is required", encoding
         )
+    if not token.allows(models.IngestToken.INGEST):
+        return _error(403, PERMISSION_DENIED, "this token does not have the 'ingest' scope", encoding)
     mark_used(token)
     try:
         return _intake(request, token, content_type, encoding)

@@ -47,7 +47,7 @@ def database_dump(*, exclude: tuple[str, ...] = ()) -> str:
 def token(db):
     from history_app.auth import register_token
 
-    register_token(name="suite", token=TOKEN)
+    register_token(name="suite", token=TOKEN, scopes=["ingest", "read"])
     return TOKEN
 
 

@@ -3,15 +3,29 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from history_app.auth import register_token
+from history_app.models import IngestToken
 
 
 class Command(BaseCommand):
-    help = "Create a bearer token for POST /api/v1/ingest and print it once (only its hash is kept)."
+    help = (
+        "Create a bearer token and print it once (only its hash is kept). Its scopes: ingest (POST "
+        "/api/v1/ingest and /v1/traces; the default), read (the JSON API's reads), annotate."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("name", help="What the token is for, e.g. the agent or host that uses it.")
+        parser.add_argument(
+            "--scope",
+            action="append",
+            choices=IngestToken.SCOPES,
+            dest="scopes",
+            help="A scope the token has (repeat for several; default: ingest).",
+        )
 
-    def handle(self, *args, name: str, **options):
-        _, token = register_token(name=name)
+    def handle(self, *args, name: str, scopes: list[str] | None, **options):
+        row, token = register_token(name=name, scopes=scopes or [IngestToken.INGEST])
         self.stdout.write(token)
-        self.stderr.write(f"Token {name!r} created. It is shown only this once; store it now.")
+        self.stderr.write(
+            f"Token {name!r} created with scopes {', '.join(row.scopes)}. "
+            "It is shown only this once; store it now."
+        )

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand
 from history_app.auth import register_token
 from history_app.ingestion import ingest_items, record_receipt
 from history_app.management.commands.import_history import collect_files, read_items
+from history_app.models import IngestToken
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "demo"
 
@@ -39,7 +40,11 @@ class Command(BaseCommand):
             shown = "(from HISTORY_ADMIN_PASSWORD)" if os.environ.get("HISTORY_ADMIN_PASSWORD") else password
             self.stdout.write(self.style.SUCCESS("Created user 'admin' with password: ") + shown)
 
-        row, token = register_token(name="quickstart", token=os.environ.get("HISTORY_INGEST_TOKEN") or None)
+        row, token = register_token(
+            name="quickstart",
+            token=os.environ.get("HISTORY_INGEST_TOKEN") or None,
+            scopes=[IngestToken.INGEST, IngestToken.READ],
+        )
         if row.revoked:
             self.stdout.write(
                 self.style.WARNING("The ingest token in HISTORY_INGEST_TOKEN was revoked and stays revoked")
