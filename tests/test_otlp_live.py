@@ -253,6 +253,8 @@ def test_openinference_openai_instrumentation(live_server, token, alice_client):
     assert run.iterations.count() == 2
     page = alice_client.get(f"/runs/{run.run_id}/").content.decode()
     assert "support_bot" in page and "gpt-4o-mini" in page and "add" in page
+    # Each call's tokens and estimated cost in its iteration, the run's totals in its facts.
+    assert page.count("100 in / 20 out") == 2 and "200 / 40" in page and "estimated with genai-prices" in page
     second = alice_client.get(f"/runs/{run.run_id}/model-calls/2/").content.decode()
     assert "You add." in second and "[tool call add" in second and "The answer is 5." in second
     listing = alice_client.get("/").content.decode()
