@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.urls import path
 from django.utils.functional import cached_property
 
-from . import models, retention, rollups, search
+from . import audit, models, retention, rollups, search
 
 COUNT_CAP = 10_000
 
@@ -43,11 +43,41 @@ class ReadOnlyAdmin(BigTableAdmin):
         return False
 
 
+@admin.register(models.AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """The audit trail, read only."""
+
+    list_display = ["at", "actor", "action", "target"]
+    list_filter = ["action"]
+    search_fields = ["actor", "target"]
+    readonly_fields = ["at", "actor", "action", "target", "details"]
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
 @admin.register(models.IngestToken)
 class IngestTokenAdmin(admin.ModelAdmin):
     list_display = ["name", "prefix", "scopes", "created_at", "last_used_at", "revoked"]
     readonly_fields = ["token_hash", "prefix", "scopes", "created_at", "last_used_at"]
     fields = ["name", "revoked", *readonly_fields]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: models.IngestToken | None = None):
+        # A revoked token stays revoked.
+        return [*self.readonly_fields, "revoked"] if obj is not None and obj.revoked else self.readonly_fields
+
+    def save_model(self, request: HttpRequest, obj: models.IngestToken, form, change: bool) -> None:
+        revoking = change and obj.revoked and "revoked" in form.changed_data
+        super().save_model(request, obj, form, change)
+        if revoking:
+            audit.record(actor=request.user.get_username(), action="token_revoked", target=str(obj))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are created by `create_ingest_token`, which shows them once
@@ -111,15 +141,29 @@ class SessionAdmin(BigTableAdmin):
             search.unindex_stored(pks)
             rollups.apply(rollups.stored_contributions(pks))
             super().delete_model(request, obj)
+            audit.record(
+                actor=request.user.get_username(),
+                action="session_deleted",
+                target=obj.session_id,
+                runs=len(pks),
+            )
 
     @admin.action(description="Pin (legal hold: never pruned)", permissions=["change"])
     def pin_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
+        ids = list(queryset.values_list("session_id", flat=True)[:1000])
         count = queryset.update(pinned=True)
+        audit.record(
+            actor=request.user.get_username(), action="pinned", target=f"{count} sessions", sessions=ids
+        )
         self.message_user(request, f"Pinned {count} session(s).")
 
     @admin.action(description="Unpin", permissions=["change"])
     def unpin_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
+        ids = list(queryset.values_list("session_id", flat=True)[:1000])
         count = queryset.update(pinned=False)
+        audit.record(
+            actor=request.user.get_username(), action="unpinned", target=f"{count} sessions", sessions=ids
+        )
         self.message_user(request, f"Unpinned {count} session(s).")
 
     @admin.action(

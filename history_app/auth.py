@@ -26,7 +26,11 @@ def new_token() -> str:
 
 
 def register_token(
-    *, name: str, token: str | None = None, scopes: tuple[str, ...] | list[str] = (IngestToken.INGEST,)
+    *,
+    name: str,
+    token: str | None = None,
+    scopes: tuple[str, ...] | list[str] = (IngestToken.INGEST,),
+    actor: str = "command",
 ) -> tuple[IngestToken, str]:
     """Store a token (a new random one unless given) with ``scopes``; returns the row and
     the plain token.
@@ -38,7 +42,7 @@ def register_token(
     if unknown or not scopes:
         raise ValueError(f"scopes must be some of {', '.join(IngestToken.SCOPES)}; got {sorted(scopes)}")
     token = token or new_token()
-    row, _ = IngestToken.objects.get_or_create(
+    row, created = IngestToken.objects.get_or_create(
         token_hash=IngestToken.hash(token),
         defaults={
             "name": name,
@@ -46,6 +50,12 @@ def register_token(
             "scopes": [s for s in IngestToken.SCOPES if s in scopes],
         },
     )
+    if created:
+        from . import audit
+
+        audit.record(
+            actor=actor, action="token_created", target=f"{row.name} ({row.prefix}…)", scopes=row.scopes
+        )
     return row, token
 
 

@@ -356,6 +356,39 @@ class IngestToken(models.Model):
         return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+class AuditEvent(models.Model):
+    """Who did what to access or data, and when: tokens created and revoked, sessions
+    deleted, pinned and unpinned, prunes (whose counts are in their ``PruneLog``)."""
+
+    TOKEN_CREATED, TOKEN_REVOKED = "token_created", "token_revoked"
+    SESSION_DELETED, SESSIONS_PINNED, SESSIONS_UNPINNED, PRUNED = (
+        "session_deleted",
+        "pinned",
+        "unpinned",
+        "pruned",
+    )
+    ACTIONS = [
+        (TOKEN_CREATED, "token created"),
+        (TOKEN_REVOKED, "token revoked"),
+        (SESSION_DELETED, "session deleted"),
+        (SESSIONS_PINNED, "sessions pinned"),
+        (SESSIONS_UNPINNED, "sessions unpinned"),
+        (PRUNED, "sessions pruned"),
+    ]
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.CharField(max_length=150, help_text="A user name, or the command or trigger that acted.")
+    action = models.CharField(max_length=32, choices=ACTIONS)
+    target = models.CharField(max_length=255, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()} by {self.actor} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
 class PruneLog(models.Model):
     """Audit of every prune: who, when, by which criteria, and what it removed."""
 

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import models, rollups, search
+from . import audit, models, rollups, search
 from .ingestion import delete_children  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -184,6 +184,15 @@ def prune_sessions(
     log.longest_transaction_ms = round(result.longest_transaction_s * 1000)
     log.finished_at = timezone.now()
     log.save(update_fields=["counts", "batches", "longest_transaction_ms", "finished_at"])
+    if not dry_run:
+        audit.record(
+            actor=user or trigger,
+            action="pruned",
+            target=f"prune log {log.pk}",
+            trigger=trigger,
+            sessions=result.counts["sessions"],
+            runs=result.counts["runs"],
+        )
     return result
 
 

@@ -23,7 +23,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, name: str, scopes: list[str] | None, **options):
-        row, token = register_token(name=name, scopes=scopes or [IngestToken.INGEST])
+        row, token = register_token(
+            name=name, scopes=scopes or [IngestToken.INGEST], actor="command: create_ingest_token"
+        )
         self.stdout.write(token)
         self.stderr.write(
             f"Token {name!r} created with scopes {', '.join(row.scopes)}. "

@@ -44,6 +44,7 @@ class Command(BaseCommand):
             name="quickstart",
             token=os.environ.get("HISTORY_INGEST_TOKEN") or None,
             scopes=[IngestToken.INGEST, IngestToken.READ],
+            actor="command: quickstart",
         )
         if row.revoked:
             self.stdout.write(

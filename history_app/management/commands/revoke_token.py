@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from history_app import audit
 from history_app.models import IngestToken
 
 
@@ -25,4 +26,9 @@ class Command(BaseCommand):
                 f"{len(rows)} active tokens start with {prefix!r}; give the prefix list_tokens shows (12 characters)"
             )
         IngestToken.objects.filter(pk=rows[0].pk).update(revoked=True)
+        audit.record(
+            actor="command: revoke_token",
+            action="token_revoked",
+            target=f"{rows[0].name} ({rows[0].prefix}…)",
+        )
         self.stdout.write(f"Token {rows[0].name!r} ({rows[0].prefix}…) revoked.")
