@@ -34,12 +34,18 @@ class BigTableAdmin(admin.ModelAdmin):
 
 
 class ReadOnlyAdmin(BigTableAdmin):
-    """Ingested data is what the agent reported: it is read, not edited, in the admin."""
+    """Ingested data is what the agent reported: it is read, not edited, in the admin. Nor
+    deleted piecemeal: a run or a call deleted on its own would leave its search document,
+    its session's counts and the daily rollups behind; data goes with its session (the
+    sessions' batched delete, retention), which is audited."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
 
@@ -81,6 +87,11 @@ class IngestTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are created by `create_ingest_token`, which shows them once
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # Revoked, never deleted: the kept hash is what keeps a revoked token revoked
+        # (quickstart registering the same token again finds it).
+        return False
 
 
 class RetentionForm(forms.Form):
@@ -134,6 +145,29 @@ class SessionAdmin(BigTableAdmin):
         actions.pop("delete_selected", None)
         return actions
 
+    def has_delete_permission(self, request: HttpRequest, obj: models.Session | None = None) -> bool:
+        # A pinned session is on legal hold: unpin it first (which is audited).
+        if obj is not None and obj.pinned:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(self, objs, request: HttpRequest):
+        # A session's runs and calls go with it (delete_model): that their own admins
+        # refuse deleting them one by one does not stop deleting the session.
+        deleted, counts, _, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
+
+    def save_model(self, request: HttpRequest, obj: models.Session, form, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "pinned" in form.changed_data:
+            action = models.AuditEvent.SESSIONS_PINNED if obj.pinned else models.AuditEvent.SESSIONS_UNPINNED
+            audit.record(
+                actor=request.user.get_username(),
+                action=action,
+                target="1 sessions",
+                sessions=[obj.session_id],
+            )
+
     def delete_model(self, request: HttpRequest, obj: models.Session) -> None:
         # SQLite's search index keeps no copy of the text: the runs leave it first.
         with transaction.atomic():
@@ -152,18 +186,20 @@ class SessionAdmin(BigTableAdmin):
     def pin_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
         ids = list(queryset.values_list("session_id", flat=True)[:1000])
         count = queryset.update(pinned=True)
-        audit.record(
-            actor=request.user.get_username(), action="pinned", target=f"{count} sessions", sessions=ids
-        )
+        if count:
+            audit.record(
+                actor=request.user.get_username(), action="pinned", target=f"{count} sessions", sessions=ids
+            )
         self.message_user(request, f"Pinned {count} session(s).")
 
     @admin.action(description="Unpin", permissions=["change"])
     def unpin_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
         ids = list(queryset.values_list("session_id", flat=True)[:1000])
         count = queryset.update(pinned=False)
-        audit.record(
-            actor=request.user.get_username(), action="unpinned", target=f"{count} sessions", sessions=ids
-        )
+        if count:
+            audit.record(
+                actor=request.user.get_username(), action="unpinned", target=f"{count} sessions", sessions=ids
+            )
         self.message_user(request, f"Unpinned {count} session(s).")
 
     @admin.action(

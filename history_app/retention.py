@@ -155,6 +155,16 @@ def prune_sessions(
             models.Run.objects.filter(session__in=selected)
         )
     else:
+        # Recorded before anything is deleted, its counts brought forward by each batch's
+        # own transaction: a prune interrupted after some batches is on the record too.
+        event = audit.record(
+            actor=user or trigger,
+            action="pruned",
+            target=f"prune log {log.pk}",
+            trigger=trigger,
+            sessions=0,
+            runs=0,
+        )
         while max_batches is None or result.batches < max_batches:
             started = time.perf_counter()
             with transaction.atomic():
@@ -171,6 +181,13 @@ def prune_sessions(
                 facets._raw_delete(facets.db)
                 for key, queryset in _child_querysets(batch, run_ids):
                     result.counts[key] += queryset._raw_delete(queryset.db)
+                models.AuditEvent.objects.filter(pk=event.pk).update(
+                    details={
+                        "trigger": trigger,
+                        "sessions": result.counts["sessions"],
+                        "runs": result.counts["runs"],
+                    }
+                )
             result.longest_transaction_s = max(result.longest_transaction_s, time.perf_counter() - started)
             result.batches += 1
             if progress is not None:
@@ -184,15 +201,7 @@ def prune_sessions(
     log.longest_transaction_ms = round(result.longest_transaction_s * 1000)
     log.finished_at = timezone.now()
     log.save(update_fields=["counts", "batches", "longest_transaction_ms", "finished_at"])
-    if not dry_run:
-        audit.record(
-            actor=user or trigger,
-            action="pruned",
-            target=f"prune log {log.pk}",
-            trigger=trigger,
-            sessions=result.counts["sessions"],
-            runs=result.counts["runs"],
-        )
+
     return result
 
 

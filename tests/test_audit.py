@@ -85,3 +85,45 @@ def test_deleting_pinning_and_pruning_are_recorded(client, auth_headers, admin_c
     page = admin_client.get("/admin/history_app/auditevent/").content.decode()
     assert "session deleted" in page and "sessions pruned" in page and "sessions pinned" in page
     assert admin_client.get(f"/admin/history_app/auditevent/{pruned.pk}/delete/").status_code == 403
+
+
+def test_what_a_second_attack_found(client, auth_headers, admin_client, admin_user):
+    # Tokens are revoked, never deleted: the kept hash keeps a revoked token revoked.
+    run("create_ingest_token", "agent")
+    row = models.IngestToken.objects.get(name="agent")
+    assert admin_client.get(f"/admin/history_app/ingesttoken/{row.pk}/delete/").status_code == 403
+    # revoke_token needs the whole prefix, compared with its case.
+    with pytest.raises(Exception, match="12-character prefix"):
+        run("revoke_token", row.prefix[:8])
+    with pytest.raises(Exception, match="0 active tokens"):
+        run("revoke_token", row.prefix.swapcase())
+    assert not models.IngestToken.objects.get(name="agent").revoked
+    # Runs are not deleted piecemeal; a pinned session is not deleted; pinning in the form is audited.
+    client.post("/api/v1/ingest", json.dumps(native()), content_type="application/json", **auth_headers)
+    run_row, session = models.Run.objects.get(), models.Session.objects.get()
+    assert admin_client.get(f"/admin/history_app/run/{run_row.pk}/delete/").status_code == 403
+    admin_client.post(f"/admin/history_app/session/{session.pk}/change/", {"pinned": "on"})
+    assert (
+        models.Session.objects.get().pinned
+        and [e.action for e in models.AuditEvent.objects.order_by("pk")][-1] == "pinned"
+    )
+    assert (
+        admin_client.post(f"/admin/history_app/session/{session.pk}/delete/", {"post": "yes"}).status_code
+        == 403
+    )
+    assert models.Session.objects.exists()
+    # A prune interrupted after a batch is on the record with what it deleted.
+    admin_client.post(f"/admin/history_app/session/{session.pk}/change/", {})
+    client.post(
+        "/api/v1/ingest", json.dumps(native("r-2", "s-2")), content_type="application/json", **auth_headers
+    )
+
+    def stop(result):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        retention.prune_sessions(
+            session_ids=list(models.Session.objects.values_list("pk", flat=True)), batch_size=1, progress=stop
+        )
+    (pruned,) = events("pruned")
+    assert pruned.details["sessions"] == 1 and models.Session.objects.count() == 1
