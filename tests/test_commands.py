@@ -94,6 +94,8 @@ def test_quickstart_sets_everything_up_idempotently(client, monkeypatch):
     assert "Created user 'admin'" in output
     assert "Ingest token: aht_quickstart-token-000000" in output
     assert "curl -sS -X POST http://127.0.0.1:8000/api/v1/ingest" in output
+    assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:8000/v1/traces" in output
+    assert "Authorization=Bearer%20aht_quickstart-token-000000" in output
     created = models.Run.objects.count()
     assert created >= 15
     assert models.Run.objects.filter(kind="member").exists()

@@ -259,3 +259,23 @@ def test_openinference_openai_instrumentation(live_server, token, alice_client):
     assert "You add." in second and "[tool call add" in second and "The answer is 5." in second
     listing = alice_client.get("/").content.decode()
     assert "oi-session" in listing
+
+
+def test_the_exporter_configured_only_by_environment_variables(live_server, token, monkeypatch):
+    """The README's and quickstart's no-code set-up: the two OTEL_* variables, as printed."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{live_server.url}/v1/traces")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"Authorization=Bearer%20{token}")
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    with tracer_provider.get_tracer("env").start_as_current_span(
+        "invoke_agent env",
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "from-env"},
+    ):
+        pass
+    assert tracer_provider.force_flush(30_000)
+    tracer_provider.shutdown()
+    assert models.Run.objects.get(agent_name="from-env").status == "completed"

@@ -77,6 +77,11 @@ class Command(BaseCommand):
             """"end_time": "2026-11-30T10:00:01", "iterations": [{"iteration": 1, "thought": "Multiply.", """
             """"tools": [], "observations": []}], "final_response": "42", "error": null}'"""
         )
+        self.stdout.write("Or point any OpenTelemetry exporter (Pydantic AI, OpenInference, ...) at it:")
+        self.stdout.write(
+            f"  export OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={url}v1/traces "
+            f'OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20{token}"'
+        )
         if no_serve:
             return
         self.stdout.write("")
