@@ -34,10 +34,11 @@ class BigTableAdmin(admin.ModelAdmin):
 
 
 class ReadOnlyAdmin(BigTableAdmin):
-    """Ingested data is what the agent reported: it is read, not edited, in the admin. Nor
-    deleted piecemeal: a run or a call deleted on its own would leave its search document,
-    its session's counts and the daily rollups behind; data goes with its session (the
-    sessions' batched delete, retention), which is audited."""
+    """Records are read, never written, in the admin. Ingested data is what the agent
+    reported; nor is it deleted piecemeal: a run or a call deleted on its own would leave
+    its search document, its session's counts and the daily rollups behind; data goes with
+    its session (the sessions' batched delete, retention), which is audited. Logs (prunes,
+    receipts, the audit trail) are not for editing."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -50,23 +51,11 @@ class ReadOnlyAdmin(BigTableAdmin):
 
 
 @admin.register(models.AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
-    """The audit trail, read only."""
-
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["at", "actor", "action", "target"]
     list_filter = ["action"]
     search_fields = ["actor", "target"]
     readonly_fields = ["at", "actor", "action", "target", "details"]
-    show_full_result_count = False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 @admin.register(models.IngestToken)
@@ -329,9 +318,6 @@ class InjectedContextAdmin(ReadOnlyAdmin):
 class PruneLogAdmin(ReadOnlyAdmin):
     list_display = ["started_at", "trigger", "user", "dry_run", "batches", "longest_transaction_ms", "counts"]
     list_filter = ["trigger", "dry_run"]
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False  # the audit trail is not for editing
 
 
 @admin.register(models.IngestReceipt)

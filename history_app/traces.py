@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import math
 import re
 import zlib
 from collections import Counter
@@ -185,10 +184,7 @@ def _pb_value(value: Any, depth: int) -> dict[str, Any]:
     if kind == "bytes_value":
         return {"bytesValue": base64.b64encode(value.bytes_value).decode()}
     if kind == "double_value":
-        number = value.double_value
-        if not math.isfinite(number):  # JSON has none: kept as text, as OTLP/JSON writes it
-            return {"doubleValue": "NaN" if number != number else "Infinity" if number > 0 else "-Infinity"}
-        return {"doubleValue": number}
+        return {"doubleValue": otlp.double_value(value.double_value)}
     camel = {"string_value": "stringValue", "bool_value": "boolValue", "int_value": "intValue"}[kind]
     return {camel: getattr(value, kind)}
 
@@ -292,10 +288,12 @@ def _intake(
         )
     limit = settings.HISTORY_OTLP_MAX_SPANS
     try:
-        data = decode_protobuf(body) if content_type == PROTOBUF else json.loads(body)
-        count = otlp.count_spans(data)
-        if count > limit:
-            raise TooManySpans(count)
+        if content_type == PROTOBUF:
+            data = decode_protobuf(body)  # counts its spans itself, before reading them
+        else:
+            data = json.loads(body)
+            if otlp.count_spans(data) > limit:
+                raise TooManySpans(otlp.count_spans(data))
     except TooManySpans as exc:
         message = f"the request holds {exc.count} spans; at most {limit} per request (lower the exporter's batch size)"
         return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)

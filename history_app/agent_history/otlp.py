@@ -41,6 +41,7 @@ from .records import (
     ToolCall,
     json_text_depth,
 )
+from .text import value_text
 
 # A span as this module keeps it (and the server stores it, redacted): plain JSON values.
 Span = dict[str, Any]
@@ -59,7 +60,6 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 _DIGITS = re.compile(r"[0-9]{1,20}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _INT64 = 2**63
-_INFINITY = {True: "Infinity", False: "-Infinity"}
 # Elements of one array or key-value list value, and values in all of a span's
 # attributes: a request of a few kilobytes of gzip must not become a run of megabytes.
 MAX_VALUES = 10_000
@@ -90,6 +90,7 @@ _OPENINFERENCE_KINDS = {
 }
 SESSION_KEYS = ("session.id", "gen_ai.conversation.id")
 USER_KEYS = ("user.id", "enduser.id", "gen_ai.user.id")
+AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name", "agent_name")
 ERROR = 2  # status code of a span that failed
 # SpanFlags: the parent's "is remote" bit is known (0x100) and set (0x200). A span whose
 # parent is in another service (a W3C traceparent it received) is its service's root.
@@ -326,7 +327,7 @@ def _value(value: Any, path: str, depth: int) -> Any:
             number = float(inner)
         except OverflowError:  # an integer past any double: kept as its text
             return str(inner)
-        return number if math.isfinite(number) else ("NaN" if number != number else _INFINITY[number > 0])
+        return double_value(number)
     if kind in ("bytesValue", "bytes_value"):
         return _bytes_text(_text(inner, f"{path}.{kind}"), f"{path}.{kind}")
     if kind in ("arrayValue", "array_value", "kvlistValue", "kvlist_value") and not isinstance(inner, dict):
@@ -365,6 +366,14 @@ def _value(value: Any, path: str, depth: int) -> Any:
         path,
         "holds no known AnyValue field (stringValue, boolValue, intValue, doubleValue, arrayValue, kvlistValue, bytesValue)",
     )
+
+
+def double_value(number: float) -> float | str:
+    """A double as a JSON value: NaN and ±Infinity, which JSON has no numbers for, as the
+    text OTLP/JSON writes them in."""
+    if math.isfinite(number):
+        return number
+    return "NaN" if number != number else "Infinity" if number > 0 else "-Infinity"
 
 
 def _bytes_text(encoded: str, path: str) -> str:
@@ -514,11 +523,7 @@ def json_value(value: Any) -> Any:
 
 
 def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return value_text(value) or ""
 
 
 def _tokens(attributes: Mapping[str, Any], keys: Iterable[str]) -> int | None:
@@ -763,12 +768,17 @@ _MAPPED_PREFIXES = (
 )
 
 
-def _metadata(span: Span) -> dict[str, Any]:
-    kept = {
+def _unmapped(attributes: Mapping[str, Any], also: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The attributes no field of the record holds (they go to its metadata)."""
+    return {
         key: value
-        for key, value in span["attributes"].items()
-        if not key.startswith(_MAPPED_PREFIXES) and key not in SESSION_KEYS and key not in USER_KEYS
+        for key, value in attributes.items()
+        if not key.startswith(_MAPPED_PREFIXES) and key not in SESSION_KEYS + USER_KEYS + also
     }
+
+
+def _metadata(span: Span) -> dict[str, Any]:
+    kept = _unmapped(span["attributes"])
     for flag in CALL_FLAGS.keys() & kept.keys():  # the server's own keys: an attribute is renamed
         kept[f"attribute.{flag}"] = kept.pop(flag)
     kept["otel.span_id"] = span["span_id"]
@@ -876,8 +886,8 @@ class _Trace:
             else:
                 self.roots.append(span)
         for items in self.children.values():
-            items.sort(key=_order)
-        self.roots.sort(key=_order)
+            items.sort(key=span_order)
+        self.roots.sort(key=span_order)
         # The trace's root: the span without a parent, or whose parent is in another
         # service (OTLP sends only ended spans, so until it has arrived the trace's run
         # is still running).
@@ -906,21 +916,17 @@ class _Trace:
         return {span_id for span_id, loops in state.items() if loops}
 
 
-def span_order(span: Span) -> tuple[int, int, str]:
-    return _order(span)
-
-
 def is_root(span: Span) -> bool:
     return not span["parent_span_id"] or bool(span.get("remote_parent"))
 
 
-def _order(span: Span) -> tuple[int, int, str]:
+def span_order(span: Span) -> tuple[int, int, str]:
     return (span["start"], span["end"], span["span_id"])
 
 
 def _value_of(trace: _Trace, keys: tuple[str, ...], first: Span | None) -> str:
     """A trace-wide attribute (session, user): the root's, else the first span's that has it."""
-    ordered = ([first] if first is not None else []) + sorted(trace.by_id.values(), key=_order)
+    ordered = ([first] if first is not None else []) + sorted(trace.by_id.values(), key=span_order)
     for span in ordered:
         value = _first_text(span["attributes"], keys)
         if value:
@@ -945,7 +951,9 @@ def assemble(spans: list[Span]) -> list[Run]:
     trace = _Trace(spans)
     session_id = session_key(_value_of(trace, SESSION_KEYS, trace.root)) or default_session_id(trace.trace_id)
     user_id = _value_of(trace, USER_KEYS, trace.root)
-    framework = _framework(([trace.root] if trace.root else []) + sorted(trace.by_id.values(), key=_order))
+    framework = _framework(
+        ([trace.root] if trace.root else []) + sorted(trace.by_id.values(), key=span_order)
+    )
     top = _RunBuilder(
         Run(
             run_id=trace_run_id(trace.trace_id),
@@ -995,7 +1003,7 @@ def _fill(builder: _RunBuilder, trace: _Trace) -> None:
     calls: list[tuple[ModelCall, list[tuple[str, str]]]] = []
     iterations: list[Iteration] = []
     current: Iteration | None = None
-    for kind, step in sorted(builder.steps, key=lambda item: _order(item[1])):
+    for kind, step in sorted(builder.steps, key=lambda item: span_order(item[1])):
         if kind == MODEL:
             call, messages = _model_call(step)
             calls.append((call, messages))
@@ -1014,9 +1022,7 @@ def _fill(builder: _RunBuilder, trace: _Trace) -> None:
             iteration.thought = _thought(iteration.model_calls[0].output)
     attributes = span["attributes"] if span is not None else {}
     if span is not None:
-        run.agent_name = (
-            _first_text(attributes, ("gen_ai.agent.name", "agent.name", "agent_name")) or span["name"]
-        )[:255]
+        run.agent_name = (_first_text(attributes, AGENT_NAME_KEYS) or span["name"])[:255]
         run.started_at, run.ended_at = _time(span["start"]), _time(span["end"])
         if run.started_at and run.ended_at and run.ended_at < run.started_at:
             run.ended_at = run.started_at
@@ -1068,19 +1074,7 @@ def _run_metadata(span: Span | None, trace: _Trace) -> dict[str, Any]:
     service = span.get("resource", {}).get("service.name")
     if service:
         meta["service.name"] = service
-    for key, value in span["attributes"].items():
-        if (
-            not key.startswith(_MAPPED_PREFIXES)
-            and key not in SESSION_KEYS + USER_KEYS
-            and key
-            not in (
-                "gen_ai.agent.name",
-                "agent.name",
-                "agent_name",
-                "final_result",
-            )
-        ):
-            meta[key] = value
+    meta.update(_unmapped(span["attributes"], also=(*AGENT_NAME_KEYS, "final_result")))
     return meta
 
 
