@@ -6,16 +6,24 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
 from django.utils.functional import cached_property
 
-from . import audit, models, retention, rollups, search
+from . import audit, models, retention
 
 COUNT_CAP = 10_000
+
+
+def _superusers_only(request: HttpRequest) -> bool:
+    """Django's admin is for superusers, who see every project; project admins manage
+    their projects on the app's own settings pages."""
+    return request.user.is_active and request.user.is_superuser
+
+
+admin.site.has_permission = _superusers_only
 
 
 class CappedCountPaginator(Paginator):
@@ -50,18 +58,75 @@ class ReadOnlyAdmin(BigTableAdmin):
         return False
 
 
+@admin.register(models.Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "retention_days", "created_at"]
+    search_fields = ["slug", "name"]
+    prepopulated_fields = {"slug": ["name"]}
+
+    def get_readonly_fields(self, request: HttpRequest, obj: models.Project | None = None):
+        return ["slug"] if obj is not None else []  # in every URL: never changed
+
+    def save_model(self, request: HttpRequest, obj: models.Project, form, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        actor = request.user.get_username()
+        if not change:
+            audit.record(actor=actor, action="project_created", project=obj, target=obj.slug)
+        elif "retention_days" in form.changed_data:
+            audit.record(
+                actor=actor, action="retention_changed", project=obj, target=obj.slug, days=obj.retention_days
+            )
+
+
+@admin.register(models.Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["project", "user", "role", "created_at"]
+    list_filter = ["project", "role"]
+    list_select_related = ["project", "user"]
+    raw_id_fields = ["user"]
+
+    def save_model(self, request: HttpRequest, obj: models.Membership, form, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if not change or "role" in form.changed_data:
+            audit.record(
+                actor=request.user.get_username(),
+                action="role_changed" if change else "member_added",
+                project=obj.project,
+                target=obj.user.get_username(),
+                role=obj.role,
+            )
+
+    def delete_model(self, request: HttpRequest, obj: models.Membership) -> None:
+        super().delete_model(request, obj)
+        audit.record(
+            actor=request.user.get_username(),
+            action="member_removed",
+            project=obj.project,
+            target=obj.user.get_username(),
+            role=obj.role,
+        )
+
+    def get_actions(self, request: HttpRequest):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # one by one, each audited
+        return actions
+
+
 @admin.register(models.AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ["at", "actor", "action", "target"]
-    list_filter = ["action"]
+    list_display = ["at", "project", "actor", "action", "target"]
+    list_filter = ["project", "action"]
+    list_select_related = ["project"]
     search_fields = ["actor", "target"]
-    readonly_fields = ["at", "actor", "action", "target", "details"]
+    readonly_fields = ["at", "project", "actor", "action", "target", "details"]
 
 
 @admin.register(models.IngestToken)
 class IngestTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "prefix", "scopes", "created_at", "last_used_at", "revoked"]
-    readonly_fields = ["token_hash", "prefix", "scopes", "created_at", "last_used_at"]
+    list_display = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked"]
+    list_filter = ["project", "revoked"]
+    list_select_related = ["project"]
+    readonly_fields = ["project", "token_hash", "prefix", "scopes", "created_at", "last_used_at"]
     fields = ["name", "revoked", *readonly_fields]
 
     def get_readonly_fields(self, request: HttpRequest, obj: models.IngestToken | None = None):
@@ -72,7 +137,12 @@ class IngestTokenAdmin(admin.ModelAdmin):
         revoking = change and obj.revoked and "revoked" in form.changed_data
         super().save_model(request, obj, form, change)
         if revoking:
-            audit.record(actor=request.user.get_username(), action="token_revoked", target=str(obj))
+            audit.record(
+                actor=request.user.get_username(),
+                action="token_revoked",
+                project=obj.project,
+                target=str(obj),
+            )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are created by `create_ingest_token`, which shows them once
@@ -112,6 +182,7 @@ class RetentionForm(forms.Form):
 class SessionAdmin(BigTableAdmin):
     list_display = [
         "session_id",
+        "project",
         "agent_name",
         "framework",
         "run_count",
@@ -119,7 +190,8 @@ class SessionAdmin(BigTableAdmin):
         "last_activity_at",
         "pinned",
     ]
-    list_filter = ["pinned", "framework", "last_status"]
+    list_filter = ["project", "pinned", "framework", "last_status"]
+    list_select_related = ["project"]
     search_fields = ["=session_id", "=user_id", "agent_name"]
     readonly_fields = [f.name for f in models.Session._meta.fields if f.name != "pinned"]
     actions = ["pin_sessions", "unpin_sessions", "prune_selected"]
@@ -147,48 +219,22 @@ class SessionAdmin(BigTableAdmin):
         return deleted, counts, set(), protected
 
     def save_model(self, request: HttpRequest, obj: models.Session, form, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        if change and "pinned" in form.changed_data:
-            action = models.AuditEvent.SESSIONS_PINNED if obj.pinned else models.AuditEvent.SESSIONS_UNPINNED
-            audit.record(
-                actor=request.user.get_username(),
-                action=action,
-                target="1 sessions",
-                sessions=[obj.session_id],
-            )
+        # Only "pinned" can change here: it goes through the audited path.
+        retention.set_pinned(
+            models.Session.objects.filter(pk=obj.pk), pinned=obj.pinned, actor=request.user.get_username()
+        )
 
     def delete_model(self, request: HttpRequest, obj: models.Session) -> None:
-        # SQLite's search index keeps no copy of the text: the runs leave it first.
-        with transaction.atomic():
-            pks = list(models.Run.objects.filter(session=obj).values_list("pk", flat=True))
-            search.unindex_stored(pks)
-            rollups.apply(rollups.stored_contributions(pks))
-            super().delete_model(request, obj)
-            audit.record(
-                actor=request.user.get_username(),
-                action="session_deleted",
-                target=obj.session_id,
-                runs=len(pks),
-            )
+        retention.delete_session(obj, actor=request.user.get_username())
 
     @admin.action(description="Pin (legal hold: never pruned)", permissions=["change"])
     def pin_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
-        ids = list(queryset.values_list("session_id", flat=True)[:1000])
-        count = queryset.update(pinned=True)
-        if count:
-            audit.record(
-                actor=request.user.get_username(), action="pinned", target=f"{count} sessions", sessions=ids
-            )
+        count = retention.set_pinned(queryset, pinned=True, actor=request.user.get_username())
         self.message_user(request, f"Pinned {count} session(s).")
 
     @admin.action(description="Unpin", permissions=["change"])
     def unpin_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
-        ids = list(queryset.values_list("session_id", flat=True)[:1000])
-        count = queryset.update(pinned=False)
-        if count:
-            audit.record(
-                actor=request.user.get_username(), action="unpinned", target=f"{count} sessions", sessions=ids
-            )
+        count = retention.set_pinned(queryset, pinned=False, actor=request.user.get_username())
         self.message_user(request, f"Unpinned {count} session(s).")
 
     @admin.action(
@@ -249,6 +295,7 @@ class SessionAdmin(BigTableAdmin):
 class RunAdmin(ReadOnlyAdmin):
     list_display = [
         "run_id",
+        "project",
         "session",
         "agent_name",
         "status",
@@ -257,9 +304,9 @@ class RunAdmin(ReadOnlyAdmin):
         "iteration_count",
         "tool_call_count",
     ]
-    list_filter = ["status", "kind", "framework"]
+    list_filter = ["project", "status", "kind", "framework"]
     search_fields = ["=run_id", "=session__session_id", "agent_name", "=user_id"]
-    list_select_related = ["session"]
+    list_select_related = ["session", "project"]
     raw_id_fields = ["session"]
 
 
@@ -316,15 +363,25 @@ class InjectedContextAdmin(ReadOnlyAdmin):
 
 @admin.register(models.PruneLog)
 class PruneLogAdmin(ReadOnlyAdmin):
-    list_display = ["started_at", "trigger", "user", "dry_run", "batches", "longest_transaction_ms", "counts"]
-    list_filter = ["trigger", "dry_run"]
+    list_display = [
+        "started_at",
+        "project",
+        "trigger",
+        "user",
+        "dry_run",
+        "batches",
+        "longest_transaction_ms",
+        "counts",
+    ]
+    list_filter = ["project", "trigger", "dry_run"]
+    list_select_related = ["project"]
 
 
 @admin.register(models.IngestReceipt)
 class IngestReceiptAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "source", "token", "label", "shown_state", "counts"]
-    list_filter = ["source", "state"]
-    list_select_related = ["token"]
+    list_display = ["created_at", "project", "source", "token", "label", "shown_state", "counts"]
+    list_filter = ["project", "source", "state"]
+    list_select_related = ["token", "project"]
     raw_id_fields = ["token"]
 
     @admin.display(description="state")

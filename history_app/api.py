@@ -54,9 +54,11 @@ def _read_body(request: HttpRequest) -> bytes | None:
 
 def _refuse(request: HttpRequest, message: str, status: int, path: str = "$", **extra: Any) -> JsonResponse:
     """Refuse the whole request, and leave a receipt saying why."""
+    token = getattr(request, "ingest_token", None)
     ingestion.record_receipt(
         source="api",
-        token=getattr(request, "ingest_token", None),
+        token=token,
+        project_id=token.project_id if token is not None else None,
         results=[ingestion.ItemResult(index=0, errors=[{"path": path, "message": message}])],
     )
     return error_response(message, status, **extra, errors=[{"path": path, "message": message}])
@@ -121,9 +123,14 @@ def _ingest(request: HttpRequest) -> JsonResponse:
         message = f"the body holds {len(items)} runs; at most {limit} per request"
         return _refuse(request, message, 413, count=len(items), limit=limit)
 
-    receipt = ingestion.open_receipt(source="api", token=request.ingest_token, item_count=len(items))
+    project_id = request.ingest_token.project_id
+    receipt = ingestion.open_receipt(
+        source="api", token=request.ingest_token, item_count=len(items), project_id=project_id
+    )
     try:
-        results = ingestion.ingest_items(items=items, format=format_name, receipt=receipt)
+        results = ingestion.ingest_items(
+            items=items, format=format_name, receipt=receipt, project_id=project_id
+        )
     except BaseException:
         # Whatever stopped the request (a bug, a worker timeout's SystemExit), the receipt
         # says so, with the counts of what its items' transactions stored.
@@ -178,7 +185,13 @@ def sessions(request: HttpRequest) -> JsonResponse:
         return error_response(str(exc), 400, parameter=exc.field)
     warnings = [{"parameter": "q", "message": filters.search_notice}] if filters.search_notice else []
     return _json_page(
-        request, listing.sessions_page, listing.session_summary, "sessions", warnings, filters=filters
+        request,
+        listing.sessions_page,
+        listing.session_summary,
+        "sessions",
+        warnings,
+        filters=filters,
+        project=request.project,
     )
 
 
@@ -186,7 +199,7 @@ def sessions(request: HttpRequest) -> JsonResponse:
 @token_required(allow_session=True, scope=models.IngestToken.READ)
 def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
     try:
-        session = listing.get_session(session_id)
+        session = listing.get_session(request.project, session_id)
     except Http404:
         return error_response(f"no session {session_id!r}", 404)
     runs = timeline.session_runs(session=session)
@@ -204,7 +217,7 @@ def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponseBase:
     """The run's canonical record, streamed as it is read (a run of any size)."""
     try:
-        run = transcripts.get_run(run_id)
+        run = transcripts.get_run(request.project, run_id)
     except Http404:
         return error_response(f"no run {run_id!r}", 404)
     (data,) = streams.RunReader(models.Run.objects.filter(pk=run.pk)).dicts()
@@ -214,4 +227,6 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponseBase:
 @require_GET
 @token_required(allow_session=True, scope=models.IngestToken.READ)
 def receipts(request: HttpRequest) -> JsonResponse:
-    return _json_page(request, listing.receipts_page, listing.receipt_summary, "receipts")
+    return _json_page(
+        request, listing.receipts_page, listing.receipt_summary, "receipts", project=request.project
+    )

@@ -7,7 +7,10 @@ from typing import Any
 from . import models
 
 
-def record(*, actor: str, action: str, target: str = "", **details: Any) -> models.AuditEvent:
+def record(
+    *, actor: str, action: str, target: str = "", project: models.Project | None = None, **details: Any
+) -> models.AuditEvent:
+    """Note an action, in ``project`` when it was one project's (its admins see it)."""
     return models.AuditEvent.objects.create(
-        actor=(actor or "unknown")[:150], action=action, target=target[:255], details=details
+        project=project, actor=(actor or "unknown")[:150], action=action, target=target[:255], details=details
     )

@@ -12,10 +12,11 @@ import hmac
 import secrets
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
-from .models import IngestToken
+from . import access
+from .models import IngestToken, Project
 
 TOKEN_PREFIX = "aht_"
 PREFIX_LENGTH = 12
@@ -31,9 +32,10 @@ def register_token(
     token: str | None = None,
     scopes: tuple[str, ...] | list[str] = (IngestToken.INGEST,),
     actor: str = "command",
+    project: Project | None = None,
 ) -> tuple[IngestToken, str]:
-    """Store a token (a new random one unless given) with ``scopes``; returns the row and
-    the plain token.
+    """Store a token (a new random one unless given) of ``project`` (the default project
+    when none is given) with ``scopes``; returns the row and the plain token.
 
     A token registered before is returned as it is: a revoked token stays revoked, and its
     scopes stay what they were.
@@ -42,9 +44,11 @@ def register_token(
     if unknown or not scopes:
         raise ValueError(f"scopes must be some of {', '.join(IngestToken.SCOPES)}; got {sorted(scopes)}")
     token = token or new_token()
+    project = project or Project.default()
     row, created = IngestToken.objects.get_or_create(
         token_hash=IngestToken.hash(token),
         defaults={
+            "project": project,
             "name": name,
             "prefix": token[:PREFIX_LENGTH],
             "scopes": [s for s in IngestToken.SCOPES if s in scopes],
@@ -54,7 +58,11 @@ def register_token(
         from . import audit
 
         audit.record(
-            actor=actor, action="token_created", target=f"{row.name} ({row.prefix}…)", scopes=row.scopes
+            actor=actor,
+            action="token_created",
+            project=project,
+            target=f"{row.name} ({row.prefix}…)",
+            scopes=row.scopes,
         )
     return row, token
 
@@ -66,7 +74,10 @@ def token_from_request(request: HttpRequest) -> IngestToken | None:
     if scheme.lower() != "bearer" or not presented:
         return None
     wanted = IngestToken.hash(presented)
-    for candidate in IngestToken.objects.filter(prefix=presented[:PREFIX_LENGTH], revoked=False):
+    candidates = IngestToken.objects.filter(prefix=presented[:PREFIX_LENGTH], revoked=False).select_related(
+        "project"
+    )
+    for candidate in candidates:
         if hmac.compare_digest(candidate.token_hash, wanted):
             return candidate
     return None
@@ -88,12 +99,26 @@ def token_required(
     *, allow_session: bool, scope: str
 ) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
     """Require a valid bearer token with ``scope`` (403 for a token without it), or, with
-    ``allow_session``, a logged-in user."""
+    ``allow_session``, a logged-in user. Sets ``request.project``: the token's project
+    (a ``project`` parameter naming another is a 404: a token reads nothing else), or for
+    a user the project named by ``project`` that they may see, else the one they last
+    opened."""
 
     def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @functools.wraps(view)
         def wrapped(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+            wanted = request.GET.get("project")
             if allow_session and request.user.is_authenticated:
+                try:
+                    if wanted:
+                        request.project, request.project_role = access.role_in(request.user, wanted)
+                    else:
+                        request.project = access.current_project(request)
+                except Http404:
+                    request.project = None
+                if request.project is None:
+                    message = f"no project {wanted!r}" if wanted else "you are a member of no project"
+                    return error_response(message, 404, parameter="project")
                 return view(request, *args, **kwargs)
             token = token_from_request(request)
             if token is None:
@@ -104,8 +129,11 @@ def token_required(
                 return error_response(
                     f"this token does not have the {scope!r} scope", 403, scopes=token.scopes
                 )
+            if wanted and wanted != token.project.slug:
+                return error_response(f"no project {wanted!r}", 404, parameter="project")
             mark_used(token)
             request.ingest_token = token
+            request.project = token.project
             return view(request, *args, **kwargs)
 
         return wrapped

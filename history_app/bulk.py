@@ -116,17 +116,19 @@ def _table(model: type[db_models.Model]) -> _Table:
     return _Table(model)
 
 
-def insert_runs(runs: list[NewRun], session_pks: list[int], now: datetime) -> list[int]:
+def insert_runs(runs: list[NewRun], session_pks: list[int], now: datetime, project_id: int) -> list[int]:
     """Insert new runs (each in the session given) and all their children; returns the
     runs' primary keys, in order. The runs' ids must not be stored yet (the caller looked
     them up under its locks): a clash raises ``IntegrityError``."""
     run_rows = []
     for new, session_pk in zip(runs, session_pks, strict=True):
-        row = dict(new.run, session_id=session_pk, received_at=now, updated_at=now)
+        row = dict(new.run, project_id=project_id, session_id=session_pk, received_at=now, updated_at=now)
         run_rows.append(row)
     _table(models.Run).insert(run_rows)
     run_ids = [new.run["run_id"] for new in runs]
-    keys = dict(models.Run.objects.filter(run_id__in=run_ids).values_list("run_id", "id"))
+    keys = dict(
+        models.Run.objects.filter(project_id=project_id, run_id__in=run_ids).values_list("run_id", "id")
+    )
     pks = [keys[run_id] for run_id in run_ids]
     iterations = [
         dict(values, run_id=pk) for new, pk in zip(runs, pks, strict=True) for values in new.iterations

@@ -169,3 +169,30 @@ class InspectorForm(QueryForm):
         self.fields["runs"] = WholeNumberField(low=0, high=max_runs, blank_is_default=True)
         self.fields["items"] = WholeNumberField(low=0, high=max_items, blank_is_default=True)
         self.fields["timestamps"] = FlagField()
+
+
+# -- the project settings page's forms (POST) ---------------------------------------------
+
+
+class MemberForm(forms.Form):
+    username = forms.CharField(max_length=150, label="User name")
+    role = forms.ChoiceField(choices=[("viewer", "viewer"), ("editor", "editor"), ("admin", "admin")])
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="What the token is for, e.g. the agent that sends runs.")
+    scopes = forms.MultipleChoiceField(
+        choices=[
+            ("ingest", "ingest: write runs and spans"),
+            ("read", "read: the JSON API"),
+            ("annotate", "annotate: scores and comments"),
+        ],
+        widget=forms.CheckboxSelectMultiple,
+        initial=["ingest"],
+    )
+
+
+class RetentionDaysForm(forms.Form):
+    retention_days = WholeNumberField(
+        low=1, high=100_000, blank_is_default=True, label="Keep idle sessions for (days)"
+    )

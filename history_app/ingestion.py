@@ -216,6 +216,11 @@ class _Pending:
             ]
 
 
+def project_key(project_id: int | None) -> int:
+    """The project runs are written into: the one given, else the default project."""
+    return project_id if project_id is not None else models.Project.default().pk
+
+
 def ingest_items(
     *,
     items: list[Any],
@@ -223,6 +228,7 @@ def ingest_items(
     redactor: Redactor | None = None,
     source_format: str | None = None,
     receipt: models.IngestReceipt | None = None,
+    project_id: int | None = None,
 ) -> list[ItemResult]:
     """Parse, redact and store each item; one result per item, in order.
 
@@ -233,8 +239,10 @@ def ingest_items(
     records). With an open ``receipt``, each batch's transaction also writes the counts
     so far to it, so a request killed partway leaves a receipt saying exactly what was
     stored. After a transient database failure the remaining items are not tried: they
-    are "retry" too."""
+    are "retry" too. Everything goes into the project ``project_id`` (the request's token's;
+    the default project when none is given): no payload names another."""
     redactor = redactor or server_redactor()
+    project_id = project_key(project_id)
     results: list[ItemResult] = []
     counts: Counter[str] = Counter()
     for start in range(0, len(items), BATCH_ITEMS):
@@ -252,7 +260,7 @@ def ingest_items(
             else:
                 pending.append(ready)
         if pending:
-            store_batch(pending, receipt=receipt, counts=counts)
+            store_batch(pending, receipt=receipt, counts=counts, project_id=project_id)
             counts.update(p.result.status for p in pending)
     return results
 
@@ -316,7 +324,11 @@ def _must_roll_back(exc: DatabaseError) -> bool:
 
 
 def store_batch(
-    pending: list[_Pending], *, counts: Counter[str], receipt: models.IngestReceipt | None = None
+    pending: list[_Pending],
+    *,
+    counts: Counter[str],
+    project_id: int,
+    receipt: models.IngestReceipt | None = None,
 ) -> None:
     """Store a batch of items in one transaction (with the receipt's progress) and set
     each item's status; a payload of several runs reports the strongest outcome of them.
@@ -325,7 +337,7 @@ def store_batch(
     while True:
         try:
             with transaction.atomic():
-                outcomes = _write_batch(pending)
+                outcomes = _write_batch(pending, project_id)
                 if receipt is not None:
                     so_far = counts + Counter(status for status, _ in outcomes)
                     models.IngestReceipt.objects.filter(pk=receipt.pk).update(
@@ -355,7 +367,7 @@ def _all_retry(pending: list[_Pending], exc: DatabaseError) -> None:
         item.result.status, item.result.errors = "retry", [{"path": "$", "message": RETRY_MESSAGE}]
 
 
-def _write_batch(pending: list[_Pending]) -> list[tuple[str, list[dict[str, str]]]]:
+def _write_batch(pending: list[_Pending], project_id: int) -> list[tuple[str, list[dict[str, str]]]]:
     """Every item of a batch, in the open transaction: (status, errors) of each.
 
     The runs and sessions the batch touches are looked up and locked once. Items whose
@@ -370,11 +382,11 @@ def _write_batch(pending: list[_Pending]) -> list[tuple[str, list[dict[str, str]
     existing = {
         row.run_id: row
         for row in models.Run.objects.select_for_update()
-        .filter(run_id__in={run.run_id for run in runs})
+        .filter(project_id=project_id, run_id__in={run.run_id for run in runs})
         .only("id", "run_id", "content_hash", "session_id")
         .order_by("pk")
     }
-    sessions = _lock_sessions(runs, {row.session_id for row in existing.values()})
+    sessions = _lock_sessions(runs, {row.session_id for row in existing.values()}, project_id)
     outcomes: list[tuple[str, list[dict[str, str]]] | None] = [None] * len(pending)
     bulk: list[int] = []
     seen: set[str] = set()
@@ -393,7 +405,7 @@ def _write_batch(pending: list[_Pending]) -> list[tuple[str, list[dict[str, str]
     if bulk:
         try:
             with transaction.atomic():
-                _write_new_runs([pending[n] for n in bulk], sessions)
+                _write_new_runs([pending[n] for n in bulk], sessions, project_id)
             for n in bulk:
                 outcomes[n] = ("created", [])
         except (DatabaseError, OverflowError) as exc:
@@ -406,7 +418,7 @@ def _write_batch(pending: list[_Pending]) -> list[tuple[str, list[dict[str, str]
             pass
     for n, item in enumerate(pending):
         if outcomes[n] is None:
-            outcomes[n] = _write_one(item)
+            outcomes[n] = _write_one(item, project_id)
     # A session this batch created for items the database then refused holds no run:
     # it goes too (nothing half-written stays).
     if any(status == "rejected" for status, _ in outcomes):  # type: ignore[misc]
@@ -416,12 +428,12 @@ def _write_batch(pending: list[_Pending]) -> list[tuple[str, list[dict[str, str]
     return outcomes  # type: ignore[return-value]
 
 
-def _write_one(item: _Pending) -> tuple[str, list[dict[str, str]]]:
+def _write_one(item: _Pending, project_id: int) -> tuple[str, list[dict[str, str]]]:
     """One item in its own savepoint: its runs stored, or none of them."""
     try:
         with transaction.atomic():
             statuses = [
-                ingest_run(run=run, source_format=item.source_format, digest=digest)
+                ingest_run(run=run, source_format=item.source_format, digest=digest, project_id=project_id)
                 for run, digest in zip(item.runs, item.digests, strict=True)
             ]
     except (DatabaseError, OverflowError) as exc:
@@ -453,7 +465,7 @@ def _hands_out_tasks(run: Run) -> bool:
     )
 
 
-def _lock_sessions(runs: list[Run], old_pks: set[int]) -> dict[str, models.Session]:
+def _lock_sessions(runs: list[Run], old_pks: set[int], project_id: int) -> dict[str, models.Session]:
     """The sessions of ``runs`` (created where missing) and the sessions existing runs
     leave, locked in primary key order (two batches locking in different orders would
     deadlock); by session id."""
@@ -463,13 +475,15 @@ def _lock_sessions(runs: list[Run], old_pks: set[int]) -> dict[str, models.Sessi
         wanted.setdefault(
             run.session_id,
             models.Session(
+                project_id=project_id,
                 session_id=run.session_id,
                 last_activity_at=now,
                 user_id=run.user_id[:255],
                 framework=run.framework[:32],
             ),
         )
-    known = set(models.Session.objects.filter(session_id__in=wanted).values_list("session_id", flat=True))
+    in_project = models.Session.objects.filter(project_id=project_id)
+    known = set(in_project.filter(session_id__in=wanted).values_list("session_id", flat=True))
     missing = [session for session_id, session in wanted.items() if session_id not in known]
     if missing and connection.vendor == "postgresql":
         # Two batches creating the same new sessions in different orders would each hold
@@ -477,12 +491,14 @@ def _lock_sessions(runs: list[Run], old_pks: set[int]) -> dict[str, models.Sessi
         # first, in id order; the sessions are then created in the order they arrived.
         with connection.cursor() as cursor:
             for session in sorted(missing, key=lambda s: s.session_id):
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [session.session_id])
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"{project_id}:{session.session_id}"]
+                )
     if missing:
         models.Session.objects.bulk_create(missing, ignore_conflicts=True)
     locked = (
         models.Session.objects.select_for_update()
-        .filter(Q(session_id__in=wanted) | Q(pk__in=old_pks))
+        .filter(Q(project_id=project_id, session_id__in=wanted) | Q(pk__in=old_pks))
         .order_by("pk")
     )
     found = {}
@@ -493,13 +509,13 @@ def _lock_sessions(runs: list[Run], old_pks: set[int]) -> dict[str, models.Sessi
     return found
 
 
-def _write_new_runs(items: list[_Pending], sessions: dict[str, models.Session]) -> None:
+def _write_new_runs(items: list[_Pending], sessions: dict[str, models.Session], project_id: int) -> None:
     """New plain runs in bulk (``bulk.insert_runs``: one INSERT per table for all of them,
     rows built before the transaction), and each session's counters brought forward once."""
     now = timezone.now()
     runs = [run for item in items for run in item.runs]
     new = [rows for item in items for rows in item.new_runs]
-    pks = bulk.insert_runs(new, [sessions[run.session_id].pk for run in runs], now)
+    pks = bulk.insert_runs(new, [sessions[run.session_id].pk for run in runs], now, project_id)
     by_session: dict[str, list[SimpleNamespace]] = {}
     for run, rows, pk in zip(runs, new, pks, strict=True):
         by_session.setdefault(run.session_id, []).append(
@@ -510,7 +526,7 @@ def _write_new_runs(items: list[_Pending], sessions: dict[str, models.Session]) 
         _add_to_session(sessions[session_id], added, save=False)
         touched.append(sessions[session_id])
     bulk.update_sessions(touched, SESSION_COUNTERS)
-    rollups.apply(rollups.record_contributions(runs, now))
+    rollups.apply(rollups.record_contributions(runs, now), project_id)
     rollups.add_facets(
         (sessions[run.session_id].pk, facet, value) for run in runs for facet, value in rollups.facets_of(run)
     )
@@ -554,21 +570,34 @@ def _receipt_fields(results: list[ItemResult]) -> dict[str, Any]:
 
 
 def record_receipt(
-    *, source: str, results: list[ItemResult], token: models.IngestToken | None = None, label: str = ""
+    *,
+    source: str,
+    results: list[ItemResult],
+    token: models.IngestToken | None = None,
+    label: str = "",
+    project_id: int | None = None,
 ) -> models.IngestReceipt:
     """What a request or an import did, so a person can answer "why is my run missing?"."""
     return models.IngestReceipt.objects.create(
-        source=source, token=token, label=server_redactor().redact(label)[:255], **_receipt_fields(results)
+        project_id=project_key(project_id),
+        source=source,
+        token=token,
+        label=server_redactor().redact(label)[:255],
+        **_receipt_fields(results),
     )
 
 
 def open_receipt(
-    *, source: str, item_count: int, token: models.IngestToken | None = None
+    *, source: str, item_count: int, token: models.IngestToken | None = None, project_id: int | None = None
 ) -> models.IngestReceipt:
     """A receipt written (committed) before anything is stored; ``ingest_items`` keeps its
     counts current and ``close_receipt`` completes it."""
     return models.IngestReceipt.objects.create(
-        source=source, token=token, item_count=item_count, state=models.IngestReceipt.OPEN
+        project_id=project_key(project_id),
+        source=source,
+        token=token,
+        item_count=item_count,
+        state=models.IngestReceipt.OPEN,
     )
 
 
@@ -590,34 +619,46 @@ def _update_receipt(receipt: models.IngestReceipt, **fields: Any) -> None:
         logger.exception("receipt %s could not be updated", receipt.pk)
 
 
-def ingest_run(*, run: Run, source_format: str = "", digest: str | None = None) -> str:
-    """Store one already-redacted run; returns "created", "updated" or "duplicate".
-    Its answer's HTML is rendered when the run is first shown (``transcripts.answer_html``)."""
+def ingest_run(
+    *, run: Run, source_format: str = "", digest: str | None = None, project_id: int | None = None
+) -> str:
+    """Store one already-redacted run in the project ``project_id`` (the default project
+    when none is given); returns "created", "updated" or "duplicate". Its answer's HTML is
+    rendered when the run is first shown (``transcripts.answer_html``)."""
     digest = digest or content_hash(run)
+    project_id = project_key(project_id)
     try:
-        return _ingest_run(run, digest, source_format)
+        return _ingest_run(run, digest, source_format, project_id)
     except IntegrityError:
         # Another writer stored the same run_id between our read and our insert; the
         # second attempt sees it and reports duplicate/updated instead of failing.
-        return _ingest_run(run, digest, source_format)
+        return _ingest_run(run, digest, source_format, project_id)
 
 
 @transaction.atomic
 def _ingest_run(
-    run: Run, digest: str, source_format: str, *, output_html: str | None = None, rewrite: bool = False
+    run: Run,
+    digest: str,
+    source_format: str,
+    project_id: int,
+    *,
+    output_html: str | None = None,
+    rewrite: bool = False,
 ) -> str:
-    existing = models.Run.objects.select_for_update().filter(run_id=run.run_id).first()
+    existing = models.Run.objects.select_for_update().filter(project_id=project_id, run_id=run.run_id).first()
     if existing is not None and existing.content_hash == digest and not rewrite:
         return "duplicate"
-    session = _session_for(run, old_session_id=existing.session_id if existing is not None else None)
+    session = _session_for(
+        run, project_id=project_id, old_session_id=existing.session_id if existing is not None else None
+    )
     # After the session lock: a team run of the session being written now has committed
     # by the time the lock is ours (PostgreSQL's read committed then sees it).
-    run = _settled_by_team_run(run)
+    run = _settled_by_team_run(run, project_id)
     old_session_id = None
     previous = None
     counted = rollups.Deltas()
     if existing is None:
-        row = models.Run(run_id=run.run_id)
+        row = models.Run(run_id=run.run_id, project_id=project_id)
         status = "created"
     else:
         row = existing
@@ -634,7 +675,7 @@ def _ingest_run(
     ((_, contexts),) = _write_children_of([(row, run)])
     search.index_runs([(row.pk, search.document_for(run))])
     provenance.link_run(row, contexts, previous=previous)
-    rollups.apply(rollups.merge(counted, rollups.record_contributions([run], row.received_at)))
+    rollups.apply(rollups.merge(counted, rollups.record_contributions([run], row.received_at)), project_id)
     if status == "created":
         _add_to_session(session, [row])
         rollups.add_facets((session.pk, facet, value) for facet, value in rollups.facets_of(run))
@@ -643,14 +684,14 @@ def _ingest_run(
         rollups.refresh_facets({session.pk} | ({old_session_id} if old_session_id else set()))
     if old_session_id is not None:
         _refresh_session(models.Session.objects.get(pk=old_session_id))
-    _settle_members(run)
+    _settle_members(run, project_id)
     return status
 
 
 # -- member blocks settled by their team run, whichever arrives first -------------------
 
 
-def _settled_by_team_run(run: Run) -> Run:
+def _settled_by_team_run(run: Run, project_id: int) -> Run:
     """A member run whose history blocks could end at more than one closing tag (the
     content forged one) is settled by the tasks its stored team run, in the same session,
     delegated to it: the text after the blocks is its task, so only one reading is right.
@@ -659,7 +700,7 @@ def _settled_by_team_run(run: Run) -> Run:
         return run
     team = (
         mapper.transcript_queryset()
-        .filter(run_id=run.parent_run_id, session__session_id=run.session_id)
+        .filter(project_id=project_id, run_id=run.parent_run_id, session__session_id=run.session_id)
         .first()
     )
     if team is None:
@@ -669,7 +710,7 @@ def _settled_by_team_run(run: Run) -> Run:
     return run if settled is None else replace(run, injected_contexts=settled)
 
 
-def _settle_members(team: Run) -> None:
+def _settle_members(team: Run, project_id: int) -> None:
     """A team run arriving after its members settles the ambiguous blocks they were
     stored with (members of its session, under the session lock this transaction holds):
     each such member run is rewritten with the exact blocks (its content hash kept, so the
@@ -677,6 +718,7 @@ def _settle_members(team: Run) -> None:
     if not _hands_out_tasks(team):
         return
     waiting = mapper.transcript_queryset().filter(
+        project_id=project_id,
         parent_run_id=team.run_id,
         session__session_id=team.session_id,
         injected_contexts__kind__in=sorted(blocks.MEMBER_KINDS),
@@ -692,6 +734,7 @@ def _settle_members(team: Run) -> None:
                 record,
                 member.content_hash,
                 member.source_format,
+                project_id,
                 output_html=member.output_html,
                 rewrite=True,
             )
@@ -712,13 +755,14 @@ def delete_children(row: models.Run) -> None:
         queryset._raw_delete(queryset.db)
 
 
-def _session_for(run: Run, *, old_session_id: int | None) -> models.Session:
+def _session_for(run: Run, *, project_id: int, old_session_id: int | None) -> models.Session:
     """The run's session, locked (with the session the run leaves, if any) so concurrent
     runs of one session update its counts one at a time. Both rows are locked in primary
     key order: two requests moving runs between two sessions in opposite directions
     would otherwise each hold one and wait for the other (a deadlock)."""
     now = timezone.now()
     session, _ = models.Session.objects.get_or_create(
+        project_id=project_id,
         session_id=run.session_id,
         defaults={"last_activity_at": now, "user_id": run.user_id[:255], "framework": run.framework[:32]},
     )
@@ -731,6 +775,7 @@ def _session_for(run: Run, *, old_session_id: int | None) -> models.Session:
 
 def _fill_run(row: models.Run, run: Run, session: models.Session, digest: str, source_format: str) -> None:
     row.session = session
+    row.project_id = session.project_id
     mapper.fill_run(row, run)
     row.source_format = source_format[:32]
     row.content_hash = digest

@@ -15,7 +15,6 @@ from typing import Any
 
 from django.db.models import Q
 from django.http import Http404
-from django.urls import reverse
 
 from . import models, provenance
 from .agent_history import blocks
@@ -72,17 +71,20 @@ class Inspection:
         return self.context.kind in RERENDERABLE
 
 
-def inspect(run_id: str, position: int, params: Any) -> Inspection:
-    """Everything the inspector page shows, in at most six queries whatever the sizes."""
+def inspect(project: models.Project, run_id: str, position: int, params: Any) -> Inspection:
+    """Everything the inspector page shows, in at most six queries whatever the sizes.
+    Its sources are runs of the same project only: a source id that names a run of
+    another project is shown as not stored, never linked."""
     try:
         context = models.InjectedContext.objects.select_related("run__session").get(
-            run__run_id=run_id, position=position
+            run__project=project, run__run_id=run_id, position=position
         )
     except models.InjectedContext.DoesNotExist:
         raise Http404("No such injected context") from None
     run = context.run
     source_ids = [str(s) for s in context.source_run_ids if s]
-    stored = {r.run_id: r for r in models.Run.objects.filter(run_id__in=source_ids).only(*_RUN_FIELDS)}
+    in_project = models.Run.objects.filter(project=project, run_id__in=source_ids)
+    stored = {r.run_id: r for r in in_project.only(*_RUN_FIELDS)}
     sources = [(run_id, stored.get(run_id)) for run_id in source_ids]
     defaults = _defaults(context)
     settings = Settings.from_query(params, defaults)
@@ -121,7 +123,17 @@ def inspect(run_id: str, position: int, params: Any) -> Inspection:
     return inspection
 
 
-_RUN_FIELDS = ("run_id", "input", "output", "agent_name", "kind", "status", "started_at", "parent_run_id")
+_RUN_FIELDS = (
+    "project_id",
+    "run_id",
+    "input",
+    "output",
+    "agent_name",
+    "kind",
+    "status",
+    "started_at",
+    "parent_run_id",
+)
 
 
 def _defaults(context: models.InjectedContext) -> Settings:
@@ -293,7 +305,7 @@ def link_sources(
     for start, end, source in headers:
         if source is None or source not in stored:
             continue
-        url = reverse("history_app:run_detail", args=[source])
+        url = stored[source].get_absolute_url()
         segments += [Segment(text[last:start]), Segment(text[start:end], url, source)]
         last = end
     segments.append(Segment(text[last:]))

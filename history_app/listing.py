@@ -71,12 +71,13 @@ class SessionFilters:
         return any(texts) or bool(self.date_from or self.date_to or self.errors) or self.sort != "recent"
 
     def apply(self, queryset: Any, *, searching: bool = True) -> Any:
+        """``queryset`` (one project's sessions) narrowed to what the filters match."""
         if self.q and searching:
             matched = search.matching_sessions(self.q)
             if matched is not None:
                 queryset = queryset.filter(pk__in=matched)
         if self.framework:
-            if _common(models.Session.objects.filter(framework=self.framework)):
+            if _common(queryset.filter(framework=self.framework)):
                 # Probed session by session in list order (a filter the planner could
                 # answer from the framework index would sort every match first).
                 same = models.Session.objects.filter(pk=OuterRef("pk"), framework=self.framework)
@@ -124,16 +125,24 @@ def _having(facet: str, value: str) -> Any:
 
 
 def sessions_page(
-    *, after: str | None = None, limit: int = 50, filters: SessionFilters | None = None
+    *,
+    project: models.Project,
+    after: str | None = None,
+    limit: int = 50,
+    filters: SessionFilters | None = None,
 ) -> Page:
-    """Sessions matching ``filters``, newest activity first unless sorted otherwise."""
+    """The project's sessions matching ``filters``, newest activity first unless sorted
+    otherwise."""
     filters = filters or SessionFilters()
     field, descending = SESSION_SORTS[filters.sort]
+    sessions = models.Session.objects.filter(project=project)
     if filters.q and connection.vendor == "sqlite" and search.terms(filters.q):
-        page = _broad_search_page(filters, field=field, after=after, limit=limit, descending=descending)
+        page = _broad_search_page(
+            sessions, filters, field=field, after=after, limit=limit, descending=descending
+        )
         if page is not None:
             return page
-    queryset = filters.apply(models.Session.objects.all())
+    queryset = filters.apply(sessions)
     return keyset_page(queryset, field=field, after=after, limit=limit, descending=descending)
 
 
@@ -147,7 +156,7 @@ NARROW_RATIO = 20
 
 
 def _broad_search_page(
-    filters: SessionFilters, *, field: str, after: str | None, limit: int, descending: bool
+    sessions: Any, filters: SessionFilters, *, field: str, after: str | None, limit: int, descending: bool
 ) -> Page | None:
     """The sessions list for a broad search (SQLite): found among the next sessions in
     list order (``search.matching_runs_in``) rather than by reading every match in the
@@ -157,7 +166,7 @@ def _broad_search_page(
     candidates match): the caller gathers its matches. No sample decides first: on
     SQLite each read of a common prefix term costs tens of milliseconds at a million runs,
     and the first round is the sample."""
-    base = filters.apply(models.Session.objects.all(), searching=False)
+    base = filters.apply(sessions, searching=False)
     wanted = BROAD_CANDIDATES
     while wanted <= BROAD_CANDIDATES_MAX:
         candidates = keyset_page(
@@ -201,7 +210,7 @@ def search_hits(
     newest_first = [F("started_at").desc(nulls_last=True), F("id").desc()]
     rows = (
         models.Run.objects.filter(session__in=sessions, pk__in=matching)
-        .only("run_id", "session_id", "input", "status", "agent_name", "started_at")
+        .only("project_id", "run_id", "session_id", "input", "status", "agent_name", "started_at")
         .annotate(rank=Window(RowNumber(), partition_by=[F("session_id")], order_by=newest_first))
         .filter(rank__lte=per_session)
         .order_by("session_id", "rank")
@@ -217,28 +226,30 @@ def search_hits(
 # session.
 _FRAMEWORKS_SQL = (
     "WITH RECURSIVE f(name) AS ("
-    "SELECT (SELECT min(framework) FROM history_app_session WHERE framework > '') "
-    "UNION ALL SELECT (SELECT min(framework) FROM history_app_session WHERE framework > f.name) "
+    "SELECT (SELECT min(framework) FROM history_app_session WHERE project_id = %s AND framework > '') "
+    "UNION ALL SELECT (SELECT min(framework) FROM history_app_session "
+    "WHERE project_id = %s AND framework > f.name) "
     "FROM f WHERE f.name IS NOT NULL) "
     "SELECT name FROM f WHERE name IS NOT NULL LIMIT 1000"
 )
 
 
-def filter_choices() -> dict[str, list[str]]:
-    """Values for the filter menus: the frameworks present (one query) and the statuses."""
+def filter_choices(project: models.Project) -> dict[str, list[str]]:
+    """Values for the filter menus: the frameworks present in the project (one query) and
+    the statuses."""
     with connection.cursor() as cursor:
-        cursor.execute(_FRAMEWORKS_SQL)
+        cursor.execute(_FRAMEWORKS_SQL, [project.pk, project.pk])
         frameworks = [name for (name,) in cursor.fetchall()]
     return {"frameworks": frameworks, "statuses": list(records.RUN_STATUSES)}
 
 
-def anything_running() -> bool:
-    return models.Run.objects.filter(status__in=("running", "pending")).exists()
+def anything_running(project: models.Project) -> bool:
+    return models.Run.objects.filter(project=project, status__in=("running", "pending")).exists()
 
 
-def get_session(session_id: str) -> models.Session:
+def get_session(project: models.Project, session_id: str) -> models.Session:
     try:
-        return models.Session.objects.get(session_id=session_id)
+        return models.Session.objects.get(project=project, session_id=session_id)
     except models.Session.DoesNotExist:
         raise Http404("No such session") from None
 
@@ -292,11 +303,10 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def receipts_page(*, after: str | None = None, limit: int = 50) -> Page:
-    """Ingestion receipts, newest first."""
-    return keyset_page(
-        models.IngestReceipt.objects.select_related("token"), field="created_at", after=after, limit=limit
-    )
+def receipts_page(*, project: models.Project, after: str | None = None, limit: int = 50) -> Page:
+    """The project's ingestion receipts, newest first."""
+    receipts = models.IngestReceipt.objects.filter(project=project).select_related("token")
+    return keyset_page(receipts, field="created_at", after=after, limit=limit)
 
 
 def receipt_summary(receipt: models.IngestReceipt) -> dict[str, Any]:

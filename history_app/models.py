@@ -9,10 +9,12 @@ distribution key if a deployment ever partitions by session).
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import models
 from django.db.models import F
 from django.db.models.functions import Coalesce
@@ -26,8 +28,66 @@ def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
     return [(v, v.replace("_", " ")) for v in values]
 
 
+class Project(models.Model):
+    """A team's own space (issue #16): every session belongs to one, and session and run
+    ids are unique within it. Its slug is in every page's URL and never changes once
+    created (links and bookmarks hold it)."""
+
+    DEFAULT_SLUG = "default"
+
+    slug = models.SlugField(max_length=50, unique=True)
+    name = models.CharField(max_length=100)
+    retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Prune unpinned sessions idle longer than this; empty: HISTORY_RETENTION_DAYS.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "slug"]
+
+    def __str__(self) -> str:
+        return self.name or self.slug
+
+    @classmethod
+    def default(cls) -> Project:
+        """The default project (created when missing): where runs go when nothing says
+        otherwise, and where ``quickstart`` puts its demo."""
+        project, _ = cls.objects.get_or_create(slug=cls.DEFAULT_SLUG, defaults={"name": "Default"})
+        return project
+
+    def effective_retention_days(self) -> int | None:
+        return self.retention_days if self.retention_days is not None else settings.HISTORY_RETENTION_DAYS
+
+
+class Membership(models.Model):
+    """A user's role in a project: viewer (reads), editor (and pins, annotates, exports),
+    admin (and manages tokens, members, retention and deletions). Superusers act as admins
+    of every project without a membership."""
+
+    VIEWER, EDITOR, ADMIN = "viewer", "editor", "admin"
+    ROLES = [(VIEWER, "viewer"), (EDITOR, "editor"), (ADMIN, "admin")]
+    RANK = {VIEWER: 1, EDITOR: 2, ADMIN: 3}
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=ROLES, default=VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project", "user"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="membership_project_user_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} of {self.project}"
+
+
 class Session(models.Model):
-    session_id = models.CharField(max_length=255, unique=True)
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="sessions")
+    session_id = models.CharField(max_length=255, db_index=True)
     user_id = models.CharField(max_length=255, blank=True, db_index=True)
     framework = models.CharField(max_length=32, blank=True)
     agent_name = models.CharField(
@@ -51,19 +111,24 @@ class Session(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "session_id"], name="session_project_id_uniq")
+        ]
         indexes = [
-            models.Index(fields=["-last_activity_at", "-id"], name="session_activity_idx"),
-            # The list's other sorts walk an index too, whatever the number of sessions.
-            models.Index(fields=["-run_count", "-id"], name="session_runs_idx"),
-            models.Index(fields=["-failed_count", "-id"], name="session_failures_idx"),
-            models.Index(fields=["framework"], name="session_framework_idx"),
+            # A project's list, in each of its sorts, walks an index whatever the number of
+            # sessions; pruning walks the activity one across projects.
+            models.Index(fields=["project", "-last_activity_at", "-id"], name="session_activity_idx"),
+            models.Index(fields=["last_activity_at"], name="session_activity_all_idx"),
+            models.Index(fields=["project", "-run_count", "-id"], name="session_runs_idx"),
+            models.Index(fields=["project", "-failed_count", "-id"], name="session_failures_idx"),
+            models.Index(fields=["project", "framework"], name="session_framework_idx"),
         ]
 
     def __str__(self) -> str:
         return self.session_id
 
     def get_absolute_url(self) -> str:
-        return reverse("history_app:session_detail", args=[self.session_id])
+        return reverse("history_app:session_detail", args=[project_slug(self.project_id), self.session_id])
 
     @property
     def total_tokens(self) -> int:
@@ -76,7 +141,9 @@ class Session(models.Model):
 
 
 class Run(models.Model):
-    run_id = models.CharField(max_length=255, unique=True)
+    # Its session's project, kept on the run too: run ids are unique within a project.
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    run_id = models.CharField(max_length=255, db_index=True)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
     # Not a foreign key: a member run may arrive before the team run that spawned it.
     parent_run_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)
@@ -116,22 +183,28 @@ class Run(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="run_project_id_uniq")]
         indexes = [
             models.Index(fields=["session", "started_at", "id"], name="run_session_order_idx"),
-            models.Index(fields=["status"], name="run_status_idx"),
+            models.Index(fields=["project", "status"], name="run_status_idx"),
             # The stats page's window, on when a run started (else was received): its
             # durations, and its failed runs' errors, read from the index.
             models.Index(
-                Coalesce("started_at", "received_at"), F("duration_ms"), name="run_when_duration_idx"
+                F("project"),
+                Coalesce("started_at", "received_at"),
+                F("duration_ms"),
+                name="run_when_duration_idx",
             ),
-            models.Index(F("status"), Coalesce("started_at", "received_at"), name="run_status_when_idx"),
+            models.Index(
+                F("project"), F("status"), Coalesce("started_at", "received_at"), name="run_status_when_idx"
+            ),
         ]
 
     def __str__(self) -> str:
         return self.run_id
 
     def get_absolute_url(self) -> str:
-        return reverse("history_app:run_detail", args=[self.run_id])
+        return reverse("history_app:run_detail", args=[project_slug(self.project_id), self.run_id])
 
     @property
     def redaction_total(self) -> int:
@@ -337,6 +410,12 @@ class IngestToken(models.Model):
     INGEST, READ, ANNOTATE = "ingest", "read", "annotate"
     SCOPES = (INGEST, READ, ANNOTATE)
 
+    project = models.ForeignKey(
+        Project,
+        on_delete=models.CASCADE,
+        related_name="tokens",
+        help_text="Where its runs go and what it reads.",
+    )
     name = models.CharField(max_length=100)
     scopes = models.JSONField(default=list, help_text="What the token may do: ingest, read, annotate.")
     token_hash = models.CharField(max_length=64, unique=True)
@@ -361,6 +440,8 @@ class AuditEvent(models.Model):
     deleted, pinned and unpinned, prunes (whose counts are in their ``PruneLog``)."""
 
     TOKEN_CREATED, TOKEN_REVOKED = "token_created", "token_revoked"
+    MEMBER_ADDED, ROLE_CHANGED, MEMBER_REMOVED = "member_added", "role_changed", "member_removed"
+    RETENTION_CHANGED, PROJECT_CREATED = "retention_changed", "project_created"
     SESSION_DELETED, SESSIONS_PINNED, SESSIONS_UNPINNED, PRUNED = (
         "session_deleted",
         "pinned",
@@ -370,6 +451,11 @@ class AuditEvent(models.Model):
     ACTIONS = [
         (TOKEN_CREATED, "token created"),
         (TOKEN_REVOKED, "token revoked"),
+        (MEMBER_ADDED, "member added"),
+        (ROLE_CHANGED, "role changed"),
+        (MEMBER_REMOVED, "member removed"),
+        (RETENTION_CHANGED, "retention changed"),
+        (PROJECT_CREATED, "project created"),
         (SESSION_DELETED, "session deleted"),
         (SESSIONS_PINNED, "sessions pinned"),
         (SESSIONS_UNPINNED, "sessions unpinned"),
@@ -377,6 +463,9 @@ class AuditEvent(models.Model):
     ]
 
     at = models.DateTimeField(default=timezone.now, db_index=True)
+    # The project acted in (none for what spans projects: a prune of every project's
+    # sessions records one event per project it touched).
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     actor = models.CharField(max_length=150, help_text="A user name, or the command or trigger that acted.")
     action = models.CharField(max_length=32, choices=ACTIONS)
     target = models.CharField(max_length=255, blank=True)
@@ -400,6 +489,14 @@ class PruneLog(models.Model):
     ]
 
     started_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    project = models.ForeignKey(
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Empty: every project.",
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
     trigger = models.CharField(max_length=16, choices=TRIGGERS)
     user = models.CharField(max_length=150, blank=True, help_text="Who ran it (user name or OS user).")
@@ -436,6 +533,7 @@ class IngestReceipt(models.Model):
     IDLE_LIMIT = timedelta(minutes=2)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     source = models.CharField(max_length=32, choices=SOURCES)
     token = models.ForeignKey(IngestToken, null=True, blank=True, on_delete=models.SET_NULL)
     label = models.CharField(max_length=255, blank=True, help_text="The file or folder imported.")
@@ -448,6 +546,7 @@ class IngestReceipt(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at", "-id"], name="receipt_project_created_idx")]
 
     def __str__(self) -> str:
         return f"{self.get_source_display()} at {self.created_at:%Y-%m-%d %H:%M:%S}"
@@ -479,11 +578,15 @@ class SpanBatch(models.Model):
     is the trace's session once its runs are stored: retention and deletion take its
     spans with it."""
 
-    trace_id = models.CharField(max_length=32, db_index=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trace_id = models.CharField(max_length=32)
     session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     received_at = models.DateTimeField(default=timezone.now, db_index=True)
     span_count = models.PositiveIntegerField(default=0)
     data = models.BinaryField()
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "trace_id"], name="spanbatch_project_trace_idx")]
 
     def __str__(self) -> str:
         return f"{self.span_count} spans of trace {self.trace_id}"
@@ -516,6 +619,7 @@ class DailyStat(models.Model):
     received): with ``tool`` empty, the day's runs and failed runs; with a tool, its calls
     and the calls that failed. Kept by ingestion and pruning (``rollups.py``)."""
 
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     day = models.DateField()
     tool = models.CharField(max_length=255, blank=True)
     runs = models.BigIntegerField(default=0)
@@ -524,7 +628,9 @@ class DailyStat(models.Model):
     errors = models.BigIntegerField(default=0)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["day", "tool"], name="dailystat_day_tool_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "day", "tool"], name="dailystat_day_tool_uniq")
+        ]
 
     def __str__(self) -> str:
         return f"{self.day} {self.tool or 'runs'}"
@@ -534,6 +640,7 @@ class DailyUsage(models.Model):
     """Model calls per day (of their run, as ``DailyStat``), model and agent: calls,
     tokens and cost, and the calls with tokens but no price (issue #14)."""
 
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     day = models.DateField()
     model = models.CharField(max_length=255, blank=True)
     agent = models.CharField(max_length=255, blank=True)
@@ -545,7 +652,9 @@ class DailyUsage(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["day", "model", "agent"], name="dailyusage_day_model_agent_uniq")
+            models.UniqueConstraint(
+                fields=["project", "day", "model", "agent"], name="dailyusage_day_model_agent_uniq"
+            )
         ]
 
     def __str__(self) -> str:
@@ -559,6 +668,7 @@ class DailyLatency(models.Model):
 
     RUN, MODEL = "run", "model"
 
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     day = models.DateField()
     kind = models.CharField(max_length=8)
     bucket = models.IntegerField()
@@ -567,9 +677,31 @@ class DailyLatency(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["day", "kind", "bucket"], name="dailylatency_day_kind_bucket_uniq"
+                fields=["project", "day", "kind", "bucket"], name="dailylatency_day_kind_bucket_uniq"
             )
         ]
 
     def __str__(self) -> str:
         return f"{self.day} {self.kind} bucket {self.bucket}"
+
+
+# -- the project of the page being drawn -------------------------------------------------
+
+_current_project: contextvars.ContextVar[Project | None] = contextvars.ContextVar("project", default=None)
+
+
+def set_current_project(project: Project | None) -> contextvars.Token:
+    """Note the project a request is drawing (``project_slug`` then needs no query)."""
+    return _current_project.set(project)
+
+
+def reset_current_project(token: contextvars.Token) -> None:
+    _current_project.reset(token)
+
+
+def project_slug(project_id: int) -> str:
+    """The slug of a project, for a link: the current request's project, else read."""
+    current = _current_project.get()
+    if current is not None and current.pk == project_id:
+        return current.slug
+    return Project.objects.values_list("slug", flat=True).get(pk=project_id)

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from . import models
 from .agent_history import jsonstream
 
 FOLD_STRING_CHARS = 240  # a JSON string longer than this shows its head and "show all"
@@ -193,7 +194,10 @@ def waterfall_bars(
                         "model",
                         model_call.started_at,
                         model_call.ended_at,
-                        reverse("history_app:model_call_detail", args=[run.run_id, model_call.number]),
+                        reverse(
+                            "history_app:model_call_detail",
+                            args=[models.project_slug(run.project_id), run.run_id, model_call.number],
+                        ),
                     )
                 )
         for call in calls:

@@ -125,7 +125,10 @@ def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str | None, str
             ingestion.delete_children(row)
             ((_, contexts),) = ingestion._write_children_of([(row, prepared)])
             provenance.link_run(row, contexts, previous=previous)
-            rollups.apply(rollups.merge(counted, rollups.record_contributions([prepared], row.received_at)))
+            rollups.apply(
+                rollups.merge(counted, rollups.record_contributions([prepared], row.received_at)),
+                row.project_id,
+            )
             sessions.add(row.session_id)
             if old_document is not None:
                 search.unindex_runs([(row.pk, old_document)])

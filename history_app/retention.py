@@ -56,6 +56,7 @@ class PruneResult:
 
 def prune_candidates(
     *,
+    project: models.Project | None = None,
     cutoff: datetime | None = None,
     session_ids: list[int] | None = None,
     statuses: list[str] | tuple[str, ...] = (),
@@ -67,6 +68,8 @@ def prune_candidates(
     any run of the session, falling back to when we received it.
     """
     queryset = models.Session.objects.filter(pinned=False)
+    if project is not None:
+        queryset = queryset.filter(project=project)
     if cutoff is not None:
         queryset = queryset.filter(last_activity_at__lt=cutoff)
     if session_ids is not None:
@@ -116,8 +119,10 @@ def prune_sessions(
     trigger: str = "command",
     user: str = "",
     progress: Any = None,
+    project: models.Project | None = None,
 ) -> PruneResult:
-    """Delete old (or chosen) unpinned sessions and every row that belongs to them.
+    """Delete old (or chosen) unpinned sessions of ``project`` (of every project when it is
+    None) and every row that belongs to them.
 
     Each batch of at most ``batch_size`` sessions is deleted in its own short transaction,
     children first, with ``DELETE … WHERE … IN (subquery)`` statements: no row is loaded
@@ -138,14 +143,22 @@ def prune_sessions(
         "statuses": list(statuses),
         "agents": list(agents),
         "batch_size": batch_size,
+        "project": project.slug if project is not None else None,
     }
-    log = models.PruneLog.objects.create(trigger=trigger, user=user[:150], dry_run=dry_run, criteria=criteria)
+    log = models.PruneLog.objects.create(
+        project=project, trigger=trigger, user=user[:150], dry_run=dry_run, criteria=criteria
+    )
     result = PruneResult(dry_run=dry_run, log_id=log.pk)
+    pinned = models.Session.objects.filter(pinned=True)
+    if project is not None:
+        pinned = pinned.filter(project=project)
     if session_ids is not None:
-        result.skipped_pinned = models.Session.objects.filter(pk__in=session_ids, pinned=True).count()
+        result.skipped_pinned = pinned.filter(pk__in=session_ids).count()
 
     def candidates() -> Any:
-        return prune_candidates(cutoff=cutoff, session_ids=session_ids, statuses=statuses, agents=agents)
+        return prune_candidates(
+            project=project, cutoff=cutoff, session_ids=session_ids, statuses=statuses, agents=agents
+        )
 
     if dry_run:
         selected = candidates().values("pk")
@@ -160,6 +173,7 @@ def prune_sessions(
         event = audit.record(
             actor=user or trigger,
             action="pruned",
+            project=project,
             target=f"prune log {log.pk}",
             trigger=trigger,
             sessions=0,
@@ -176,7 +190,7 @@ def prune_sessions(
                 run_ids = list(models.Run.objects.filter(session_id__in=batch).values_list("pk", flat=True))
                 # Before the rows it is rebuilt from go (SQLite's index keeps no copy).
                 result.counts["search_documents"] += search.unindex_stored(run_ids)
-                rollups.apply(rollups.stored_contributions(run_ids))
+                rollups.take_off_stored(run_ids)
                 facets = models.SessionFacet.objects.filter(session_id__in=batch)
                 facets._raw_delete(facets.db)
                 for key, queryset in _child_querysets(batch, run_ids):
@@ -195,6 +209,8 @@ def prune_sessions(
         if cutoff is not None and session_ids is None and not statuses and not agents:
             # Spans whose trace never became a stored run (every span of it refused).
             orphans = models.SpanBatch.objects.filter(session__isnull=True, received_at__lt=cutoff)
+            if project is not None:
+                orphans = orphans.filter(project=project)
             result.counts["span_batches"] += orphans._raw_delete(orphans.db)
     log.counts = result.counts
     log.batches = result.batches
@@ -205,26 +221,82 @@ def prune_sessions(
     return result
 
 
+def delete_session(session: models.Session, *, actor: str) -> int:
+    """Delete one session (pinned or not: the caller decides) with everything it holds, in
+    one transaction, audited in its project; returns how many runs went."""
+    with transaction.atomic():
+        pks = list(models.Run.objects.filter(session=session).values_list("pk", flat=True))
+        # SQLite's search index keeps no copy of the text: the runs leave it first.
+        search.unindex_stored(pks)
+        rollups.take_off_stored(pks)
+        session.delete()
+        audit.record(
+            actor=actor,
+            action="session_deleted",
+            project=session.project,
+            target=session.session_id,
+            runs=len(pks),
+        )
+    return len(pks)
+
+
+def set_pinned(sessions: Any, *, pinned: bool, actor: str) -> int:
+    """Pin (legal hold: never pruned) or unpin ``sessions`` (a queryset), audited once per
+    project they are in; returns how many changed."""
+    changed = sessions.exclude(pinned=pinned)
+    by_project: dict[int, list[str]] = {}
+    for project_id, session_id in changed.values_list("project_id", "session_id")[:10_000]:
+        by_project.setdefault(project_id, []).append(session_id)
+    count = changed.update(pinned=pinned)
+    projects = models.Project.objects.in_bulk(list(by_project))
+    for project_id, ids in sorted(by_project.items()):
+        audit.record(
+            actor=actor,
+            action=models.AuditEvent.SESSIONS_PINNED if pinned else models.AuditEvent.SESSIONS_UNPINNED,
+            project=projects.get(project_id),
+            target=f"{len(ids)} session{'' if len(ids) == 1 else 's'}",
+            sessions=ids[:1000],
+        )
+    return count
+
+
+def retention_plan() -> list[tuple[models.Project, int]]:
+    """Each project with a retention, and its days: its own, else HISTORY_RETENTION_DAYS."""
+    return [
+        (project, days)
+        for project in models.Project.objects.order_by("pk")
+        if (days := project.effective_retention_days()) is not None
+    ]
+
+
+def prune_by_retention(**kwargs: Any) -> list[tuple[models.Project, PruneResult]]:
+    """``prune_sessions`` in each project that has a retention, with its days."""
+    return [
+        (project, prune_sessions(project=project, older_than_days=days, **kwargs))
+        for project, days in retention_plan()
+    ]
+
+
 _runs_since_prune = 0
 _auto_prune_lock = threading.Lock()
 
 
-def maybe_prune_automatically(*, new_runs: int) -> PruneResult | None:
-    """With HISTORY_RETENTION_DAYS set, run one bounded prune batch every
-    HISTORY_RETENTION_EVERY_RUNS ingested runs (counted per process), so retention
-    happens without anyone remembering a cron job; the command remains for cron/systemd."""
+def maybe_prune_automatically(*, new_runs: int) -> list[tuple[models.Project, PruneResult]] | None:
+    """Where a retention is set (a project's own, or HISTORY_RETENTION_DAYS), run one
+    bounded prune batch per project every HISTORY_RETENTION_EVERY_RUNS ingested runs
+    (counted per process), so retention happens without anyone remembering a cron job;
+    the command remains for cron/systemd."""
     global _runs_since_prune
-    days = settings.HISTORY_RETENTION_DAYS
-    if days is None or new_runs <= 0:
+    if new_runs <= 0:
         return None
     with _auto_prune_lock:
         _runs_since_prune += new_runs
         if _runs_since_prune < settings.HISTORY_RETENTION_EVERY_RUNS:
             return None
         _runs_since_prune = 0
-    return prune_sessions(
-        older_than_days=days,
-        batch_size=settings.HISTORY_RETENTION_BATCH_SIZE,
-        max_batches=1,
-        trigger="automatic",
+    return (
+        prune_by_retention(
+            batch_size=settings.HISTORY_RETENTION_BATCH_SIZE, max_batches=1, trigger="automatic"
+        )
+        or None
     )

@@ -176,12 +176,16 @@ def merge(*all_deltas: Deltas) -> Deltas:
     return total
 
 
-def apply(deltas: Deltas) -> None:
-    """Add ``deltas`` to ``DailyStat``, ``DailyUsage`` and ``DailyLatency`` (one upsert per
-    row, in key order)."""
-    _upsert(models.DailyStat, ("day", "tool"), ("runs", "failed", "calls", "errors"), deltas.items())
+def apply(deltas: Deltas, project_id: int | None) -> None:
+    """Add ``deltas`` to the project's ``DailyStat``, ``DailyUsage`` and ``DailyLatency``
+    rows (one upsert per row, in key order). ``None`` is for migrations 0009 and 0011,
+    which run on these tables as they were before projects (no project column)."""
+    _upsert(
+        models.DailyStat, project_id, ("day", "tool"), ("runs", "failed", "calls", "errors"), deltas.items()
+    )
     _upsert(
         models.DailyUsage,
+        project_id,
         ("day", "model", "agent"),
         ("calls", "input_tokens", "output_tokens", "cost", "unpriced"),
         getattr(deltas, "usage", {}).items(),
@@ -190,27 +194,40 @@ def apply(deltas: Deltas) -> None:
     )
     _upsert(
         models.DailyLatency,
+        project_id,
         ("day", "kind", "bucket"),
         ("count",),
         ((key, [count]) for key, count in getattr(deltas, "latency", {}).items()),
     )
 
 
+def take_off_stored(run_pks: list[int]) -> None:
+    """Take stored runs (of any projects) off their projects' daily counts."""
+    by_project: dict[int, list[int]] = defaultdict(list)
+    for pk, project_id in models.Run.objects.filter(pk__in=run_pks).values_list("pk", "project_id"):
+        by_project[project_id].append(pk)
+    for project_id, pks in sorted(by_project.items()):
+        apply(stored_contributions(pks), project_id)
+
+
 def _upsert(
     model: Any,
+    project_id: int | None,
     keys: tuple[str, ...],
     columns: tuple[str, ...],
     items: Iterable[tuple[tuple[Any, ...], list[Any]]],
     *,
     counts: tuple[str, ...] | None = None,
 ) -> None:
-    """Add each (key, values) to ``model``'s row of that key (the key's first part a day),
-    in key order. A row brought down to nothing goes: it would keep a name no run has any
+    """Add each (key, values) to ``model``'s row of the project and that key (the key's
+    first part a day), in key order. A row brought down to nothing goes: it would keep a name no run has any
     more (a tool or agent name redact_history has since redacted, a pruned model)."""
     rows = [(key, values) for key, values in sorted(items) if any(values)]
     if not rows:
         return
     table = model._meta.db_table
+    scope = () if project_id is None else (project_id,)
+    keys = ("project_id", *keys) if scope else keys
     adapt = connection.ops.adapt_datefield_value
     sums = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in columns)
     marks = ", ".join(["%s"] * (len(keys) + len(columns)))
@@ -218,9 +235,9 @@ def _upsert(
         cursor.executemany(
             f"INSERT INTO {table} ({', '.join(keys + columns)}) VALUES ({marks}) "
             f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sums}",
-            [(adapt(key[0]), *key[1:], *values) for key, values in rows],
+            [(*scope, adapt(key[0]), *key[1:], *values) for key, values in rows],
         )
-        taken = [(adapt(key[0]), *key[1:]) for key, values in rows if min(values) < 0]
+        taken = [(*scope, adapt(key[0]), *key[1:]) for key, values in rows if min(values) < 0]
         if taken:
             empty = " AND ".join(f"{c} = 0" for c in counts or columns)
             cursor.executemany(

@@ -24,16 +24,16 @@ def _percentile_at(values: list[int], fraction: float) -> int | None:
     return values[min(len(values) - 1, max(0, round(fraction * (len(values) - 1))))]
 
 
-def stats(*, days: int) -> dict[str, Any]:
-    """The stats page's numbers for the last ``days`` days, in eight queries whatever the
-    volume (the window's durations, when it holds few enough to be exact)."""
+def stats(*, project: models.Project, days: int) -> dict[str, Any]:
+    """The project's stats page numbers for the last ``days`` days, in eight queries
+    whatever the volume (the window's durations, when it holds few enough to be exact)."""
     today = timezone.now().date()
     since = day_start(today - timedelta(days=days - 1))
     when = Coalesce("started_at", "received_at")
-    runs = models.Run.objects.annotate(when=when).filter(when__gte=since)
+    runs = models.Run.objects.filter(project=project).annotate(when=when).filter(when__gte=since)
     # Counts per day and per tool are kept at ingestion (rollups.py): the page reads at
     # most a row per day and tool, whatever the number of runs.
-    daily = models.DailyStat.objects.filter(day__gte=since.date())
+    daily = models.DailyStat.objects.filter(project=project, day__gte=since.date())
     per_day = {
         row["day"]: {"total": row["runs"], "failed": row["failed"]}
         for row in daily.filter(tool="").values("day", "runs", "failed")
@@ -45,7 +45,7 @@ def stats(*, days: int) -> dict[str, Any]:
         series.append({"day": day, "total": row["total"], "failed": row["failed"]})
     total = sum(p["total"] for p in series)
     failed = sum(p["failed"] for p in series)
-    usage = _usage(days=days, today=today, since=since)
+    usage = _usage(project=project, days=days, today=today, since=since)
     # How many timed runs the window holds, from the latency rollup. Up to
     # EXACT_DURATIONS of them, their durations are read once from the (when, duration)
     # index and sorted here: exact percentiles. Beyond, the percentiles are read from the
@@ -91,11 +91,11 @@ def stats(*, days: int) -> dict[str, Any]:
     }
 
 
-def _usage(*, days: int, today: Any, since: Any) -> dict[str, Any]:
+def _usage(*, project: models.Project, days: int, today: Any, since: Any) -> dict[str, Any]:
     """Model calls, tokens and cost per day, per model and per agent, and the p50 and p95
     latency of runs and model calls per day (issue #14): four reads of the daily rollups
     (a row per day, model and agent; a row per day, kind and latency bucket)."""
-    usage = models.DailyUsage.objects.filter(day__gte=since.date())
+    usage = models.DailyUsage.objects.filter(project=project, day__gte=since.date())
     sums = {
         "calls": Sum("calls"),
         "input_tokens": Sum("input_tokens"),
@@ -106,7 +106,7 @@ def _usage(*, days: int, today: Any, since: Any) -> dict[str, Any]:
     by_day = {row["day"]: row for row in usage.values("day").annotate(**sums).order_by()}
     latency: dict[tuple[Any, str], dict[int, int]] = {}
     for day, kind, bucket, count in (
-        models.DailyLatency.objects.filter(day__gte=since.date())
+        models.DailyLatency.objects.filter(project=project, day__gte=since.date())
         .values_list("day", "kind", "bucket", "count")
         .order_by()
     ):

@@ -255,6 +255,7 @@ def _refuse(token: models.IngestToken, status: int, code: int, message: str, enc
     ingestion.record_receipt(
         source="otlp",
         token=token,
+        project_id=token.project_id,
         results=[ingestion.ItemResult(index=0, errors=[{"path": path, "message": message}])],
     )
     return _error(status, code, message, encoding)
@@ -461,12 +462,14 @@ def _unpack(data: bytes | memoryview) -> list[otlp.Span]:
     return json.loads(zlib.decompress(bytes(data)))
 
 
-def kept_spans(trace_ids: list[str]) -> tuple[dict[str, dict[str, otlp.Span]], dict[str, int]]:
+def kept_spans(
+    trace_ids: list[str], project_id: int
+) -> tuple[dict[str, dict[str, otlp.Span]], dict[str, int]]:
     """The spans kept of each trace (the latest copy of each span), and the id of the
     trace's latest batch (how a writer tells that another request added to it since)."""
     spans: dict[str, dict[str, otlp.Span]] = {trace_id: {} for trace_id in trace_ids}
     latest: dict[str, int] = dict.fromkeys(trace_ids, 0)
-    rows = models.SpanBatch.objects.filter(trace_id__in=trace_ids).order_by("pk")
+    rows = models.SpanBatch.objects.filter(project_id=project_id, trace_id__in=trace_ids).order_by("pk")
     for pk, trace_id, data in rows.values_list("pk", "trace_id", "data"):
         for span in _unpack(data):
             spans[trace_id][span["span_id"]] = span
@@ -474,9 +477,11 @@ def kept_spans(trace_ids: list[str]) -> tuple[dict[str, dict[str, otlp.Span]], d
     return spans, latest
 
 
-def _latest_batches(trace_ids: list[str]) -> dict[str, int]:
+def _latest_batches(trace_ids: list[str], project_id: int) -> dict[str, int]:
     rows = (
-        models.SpanBatch.objects.filter(trace_id__in=trace_ids).values("trace_id").annotate(latest=Max("pk"))
+        models.SpanBatch.objects.filter(project_id=project_id, trace_id__in=trace_ids)
+        .values("trace_id")
+        .annotate(latest=Max("pk"))
     )
     return dict.fromkeys(trace_ids, 0) | {row["trace_id"]: row["latest"] for row in rows}
 
@@ -491,7 +496,9 @@ def intake_spans(
     while one is open): the traces' kept spans are read, assembled with the new ones, and
     their runs parsed, redacted and hashed. The transaction then locks the traces, checks
     that no other request added spans to them meanwhile (a trace that changed is planned
-    again, inside), and writes the runs and the new spans together: both or neither."""
+    again, inside), and writes the runs and the new spans together: both or neither.
+    Everything goes into the token's project (the default project without a token)."""
+    project_id = token.project_id if token is not None else ingestion.project_key(None)
     outcome = Outcome(rejected=len(errors))
     outcome.reasons.extend(f"{e.path}: {e}" for e in errors)
     span_results = [
@@ -501,23 +508,25 @@ def intake_spans(
     redactor = ingestion.server_redactor()
     changed_fields = redact_spans(spans, redactor) if spans else []
     traces = otlp.group_by_trace(spans)
-    receipt = ingestion.open_receipt(source="otlp", token=token, item_count=len(traces) + len(errors))
+    receipt = ingestion.open_receipt(
+        source="otlp", token=token, item_count=len(traces) + len(errors), project_id=project_id
+    )
     results: list[ingestion.ItemResult] = []
     try:
-        kept, latest = kept_spans(list(traces))
+        kept, latest = kept_spans(list(traces), project_id)
         plans = {
             trace_id: _plan(trace_id, news, kept[trace_id], redactor) for trace_id, news in traces.items()
         }
         try:
             with transaction.atomic():
-                _lock_traces(list(traces))
-                now = _latest_batches(list(traces))
+                _lock_traces(list(traces), project_id)
+                now = _latest_batches(list(traces), project_id)
                 moved = [trace_id for trace_id in traces if now[trace_id] != latest[trace_id]]
                 if moved:  # another request added spans to these traces since they were read
-                    kept_now, _ = kept_spans(moved)
+                    kept_now, _ = kept_spans(moved, project_id)
                     for trace_id in moved:
                         plans[trace_id] = _plan(trace_id, traces[trace_id], kept_now[trace_id], redactor)
-                results = _write(plans, outcome)
+                results = _write(plans, outcome, project_id)
                 if any(r.status == "retry" for r in results):
                     raise _Retry
         except _Retry:
@@ -537,13 +546,15 @@ def intake_spans(
     return outcome
 
 
-def _lock_traces(trace_ids: list[str]) -> None:
+def _lock_traces(trace_ids: list[str], project_id: int) -> None:
     """Two requests carrying spans of one trace write it one after the other (SQLite
     writes one transaction at a time already; IMMEDIATE takes its lock at BEGIN)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             for trace_id in sorted(trace_ids):
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["otlp:" + trace_id])
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"otlp:{project_id}:{trace_id}"]
+                )
 
 
 @dataclass
@@ -630,7 +641,7 @@ def _without_metadata(run: dict[str, Any]) -> dict[str, Any]:
     return run
 
 
-def _write(plans: dict[str, _Plan], outcome: Outcome) -> list[ingestion.ItemResult]:
+def _write(plans: dict[str, _Plan], outcome: Outcome, project_id: int) -> list[ingestion.ItemResult]:
     """In the open transaction: every planned run stored (in batches, as ingestion stores
     any), then the new spans of the traces whose runs were all stored, one row a trace."""
     owners: dict[int, str] = {}
@@ -643,7 +654,9 @@ def _write(plans: dict[str, _Plan], outcome: Outcome) -> list[ingestion.ItemResu
             pending.append(item)
     counts: Counter[str] = Counter()
     for start in range(0, len(pending), ingestion.BATCH_ITEMS):
-        ingestion.store_batch(pending[start : start + ingestion.BATCH_ITEMS], counts=counts)
+        ingestion.store_batch(
+            pending[start : start + ingestion.BATCH_ITEMS], counts=counts, project_id=project_id
+        )
     results = [result for plan in plans.values() for result in plan.results]
     refused: set[str] = set()
     for item in pending:
@@ -655,19 +668,21 @@ def _write(plans: dict[str, _Plan], outcome: Outcome) -> list[ingestion.ItemResu
                 problems = "; ".join(f"{e['path']}: {e['message']}" for e in item.result.errors[:3])
                 outcome.reasons.append(f"trace {trace_id}: run {item.result.run_id} refused ({problems})")
     rows = [
-        models.SpanBatch(trace_id=trace_id, span_count=len(plan.spans), data=_pack(plan.spans))
+        models.SpanBatch(
+            project_id=project_id, trace_id=trace_id, span_count=len(plan.spans), data=_pack(plan.spans)
+        )
         for trace_id, plan in plans.items()
         if plan.spans and plan.pending and trace_id not in refused
     ]
     models.SpanBatch.objects.bulk_create(rows, batch_size=200)
     outcome.changed = sum(1 for r in results if r.status in ("created", "updated"))
     stored = [(item.result, owners[id(item.result)]) for item in pending]
-    _link_sessions(stored)
-    _drop_left_sessions(stored)
+    _link_sessions(stored, project_id)
+    _drop_left_sessions(stored, project_id)
     return results
 
 
-def _link_sessions(stored: list[tuple[ingestion.ItemResult, str]]) -> None:
+def _link_sessions(stored: list[tuple[ingestion.ItemResult, str]], project_id: int) -> None:
     """Each trace's spans go with the session of its run (retention and deletion of the
     session take them too)."""
     by_session: dict[str, set[str]] = {}
@@ -676,15 +691,16 @@ def _link_sessions(stored: list[tuple[ingestion.ItemResult, str]]) -> None:
             by_session.setdefault(result.session_id, set()).add(trace_id)
     if not by_session:
         return
-    pks = dict(models.Session.objects.filter(session_id__in=list(by_session)).values_list("session_id", "pk"))
+    in_project = models.Session.objects.filter(project_id=project_id, session_id__in=list(by_session))
+    pks = dict(in_project.values_list("session_id", "pk"))
     for session_id, trace_ids in by_session.items():
         if session_id in pks:
-            models.SpanBatch.objects.filter(trace_id__in=trace_ids).exclude(
+            models.SpanBatch.objects.filter(project_id=project_id, trace_id__in=trace_ids).exclude(
                 session_id=pks[session_id]
             ).update(session_id=pks[session_id])
 
 
-def _drop_left_sessions(stored: list[tuple[ingestion.ItemResult, str]]) -> None:
+def _drop_left_sessions(stored: list[tuple[ingestion.ItemResult, str]], project_id: int) -> None:
     """A trace whose first spans named no session was put in ``trace-<id>``; once a span
     names its session the runs move there, and the placeholder, now empty, goes."""
     left = {
@@ -693,6 +709,6 @@ def _drop_left_sessions(stored: list[tuple[ingestion.ItemResult, str]]) -> None:
         if result.session_id and result.session_id != otlp.default_session_id(trace_id)
     }
     if left:
-        models.Session.objects.filter(session_id__in=left, run_count=0).exclude(
+        models.Session.objects.filter(project_id=project_id, session_id__in=left, run_count=0).exclude(
             Exists(models.Run.objects.filter(session=OuterRef("pk")))
         ).delete()

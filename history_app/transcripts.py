@@ -71,9 +71,9 @@ class ContextSlice:
     total: int  # the run's injected contexts
 
 
-def get_run(run_id: str) -> models.Run:
+def get_run(project: models.Project, run_id: str) -> models.Run:
     try:
-        return models.Run.objects.select_related("session").get(run_id=run_id)
+        return models.Run.objects.select_related("session").get(project=project, run_id=run_id)
     except models.Run.DoesNotExist:
         raise Http404("No such run") from None
 
@@ -90,10 +90,10 @@ def answer_html(run: models.Run) -> str:
     return run.output_html
 
 
-def get_iteration(run_id: str, position: int) -> models.Iteration:
+def get_iteration(project: models.Project, run_id: str, position: int) -> models.Iteration:
     try:
         return models.Iteration.objects.select_related("run__session").get(
-            run__run_id=run_id, position=position
+            run__project=project, run__run_id=run_id, position=position
         )
     except models.Iteration.DoesNotExist:
         raise Http404("No such iteration") from None

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path, register_converter
 
-from . import api, traces, views
+from . import api, project_pages, traces, views
 
 
 class IdConverter:
@@ -24,9 +24,12 @@ register_converter(IdConverter, "id")
 
 app_name = "history_app"
 
-history_patterns = [
+# A project's pages: /p/<slug>/… (``access.project_view`` reads the slug).
+project_patterns = [
     path("", views.session_list, name="session_list"),
     path("sessions/<id:session_id>/", views.session_detail, name="session_detail"),
+    path("sessions/<id:session_id>/pin/", project_pages.session_pin, name="session_pin"),
+    path("sessions/<id:session_id>/delete/", project_pages.session_delete, name="session_delete"),
     path("runs/<id:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<id:run_id>/iterations/", views.run_iterations, name="run_iterations"),
     path("runs/<id:run_id>/iterations/<int:position>/calls/", views.run_tool_calls, name="run_tool_calls"),
@@ -38,6 +41,26 @@ history_patterns = [
     path("sessions/<id:session_id>/export.<str:fmt>", views.session_export, name="session_export"),
     path("receipts/", views.receipt_list, name="receipt_list"),
     path("stats/", views.stats, name="stats"),
+    path("settings/", project_pages.project_settings, name="project_settings"),
+    path("settings/members/", project_pages.member_add, name="member_add"),
+    path("settings/members/<int:pk>/", project_pages.member_change, name="member_change"),
+    path("settings/tokens/", project_pages.token_create, name="token_create"),
+    path("settings/tokens/<int:pk>/revoke/", project_pages.token_revoke, name="token_revoke"),
+    path("settings/retention/", project_pages.retention_settings, name="retention_settings"),
+]
+
+history_patterns = [
+    path("", project_pages.home, name="home"),
+    path("p/<slug:project>/", include(project_patterns)),
+    path("switch/<slug:slug>/", project_pages.switch_project, name="switch_project"),
+    # The addresses from before projects: redirected into the one project the user sees
+    # that holds the id (a choice when several do, 404 when none).
+    path("sessions/<id:ident>/", project_pages.legacy, {"kind": "session"}, name="legacy_session"),
+    path("sessions/<id:ident>/<path:rest>", project_pages.legacy, {"kind": "session"}),
+    path("runs/<id:ident>/", project_pages.legacy, {"kind": "run"}, name="legacy_run"),
+    path("runs/<id:ident>/<path:rest>", project_pages.legacy, {"kind": "run"}),
+    path("stats/", project_pages.legacy, {"kind": "page"}),
+    path("receipts/", project_pages.legacy, {"kind": "page"}),
     path("api/v1/receipts", api.receipts, name="api_receipts"),
     path("api/v1/ingest", api.ingest, name="api_ingest"),
     path("v1/traces", traces.traces, name="otlp_traces"),

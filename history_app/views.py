@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -21,6 +20,7 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from . import inspector, listing, models, paging, present, streams, transcripts
+from .access import project_view
 from .agent_history import jsonstream
 from .agent_history.jsonstream import Lazy
 from .forms import ModelCallForm, SliceForm, StatsForm
@@ -64,7 +64,7 @@ def _bad_request(request: HttpRequest, message: str, field: str) -> HttpResponse
 
 
 @require_GET
-@login_required
+@project_view()
 @vary_on_headers("HX-Request")
 def session_list(request: HttpRequest) -> HttpResponse:
     """Sessions, searchable and filterable; every filter lives in the URL.
@@ -75,7 +75,10 @@ def session_list(request: HttpRequest) -> HttpResponse:
     try:
         filters = listing.SessionFilters.from_query(request.GET)
         page = listing.sessions_page(
-            after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE, filters=filters
+            project=request.project,
+            after=request.GET.get("_next"),
+            limit=settings.HISTORY_PAGE_SIZE,
+            filters=filters,
         )
     except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
@@ -85,13 +88,13 @@ def session_list(request: HttpRequest) -> HttpResponse:
         filters=filters,
         hits=listing.search_hits(page.items, filters.q, found=filters.found_runs) if filters.q else {},
         live=live,
-        polling=live and listing.anything_running(),
+        polling=live and listing.anything_running(request.project),
         live_query=_with(request, live="1"),
         still_query=_with(request, live=None),
     )
     template = _template(request, "session_list", "session-rows" if context["is_next_page"] else "results")
     if "#" not in template:
-        context["choices"] = listing.filter_choices()
+        context["choices"] = listing.filter_choices(request.project)
     return render(request, template, context)
 
 
@@ -107,10 +110,10 @@ def _with(request: HttpRequest, **changes: str | None) -> str:
 
 
 @require_GET
-@login_required
+@project_view()
 @vary_on_headers("HX-Request")
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
-    session = listing.get_session(session_id)
+    session = listing.get_session(request.project, session_id)
     timeline = session_timeline(
         session=session,
         idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000,
@@ -124,13 +127,13 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
 
 
 @require_GET
-@login_required
+@project_view()
 @vary_on_headers("HX-Request")
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     """A run's transcript: its first injected contexts, its first iterations and the first
     tool calls of each (the page stays bounded whatever the run holds; "show more" links
     load the rest)."""
-    run = transcripts.get_run(run_id)
+    run = transcripts.get_run(request.project, run_id)
     iterations = transcripts.iteration_slice(run=run)
     context = {
         "run": run,
@@ -177,44 +180,44 @@ def _slice_response(
 
 
 @require_GET
-@login_required
+@project_view()
 @vary_on_headers("HX-Request")
 def run_iterations(request: HttpRequest, run_id: str) -> HttpResponse:
     """The next iterations of a run, from position ``start``."""
-    run = transcripts.get_run(run_id)
+    run = transcripts.get_run(request.project, run_id)
     build = lambda start: transcripts.iteration_slice(run=run, start=start)  # noqa: E731
     return _slice_response(request, run, build, "slice", "iterations", "iterations")
 
 
 @require_GET
-@login_required
+@project_view()
 @vary_on_headers("HX-Request")
 def run_contexts(request: HttpRequest, run_id: str) -> HttpResponse:
     """The next injected contexts of a run, from position ``start``."""
-    run = transcripts.get_run(run_id)
+    run = transcripts.get_run(request.project, run_id)
     build = lambda start: transcripts.context_slice(run=run, start=start)  # noqa: E731
     return _slice_response(request, run, build, "contexts", "contexts", "context-items")
 
 
 @require_GET
-@login_required
+@project_view()
 @vary_on_headers("HX-Request")
 def run_model_calls(request: HttpRequest, run_id: str) -> HttpResponse:
     """The next model calls of a run, from position ``start``."""
-    run = transcripts.get_run(run_id)
+    run = transcripts.get_run(request.project, run_id)
     build = lambda start: transcripts.model_call_slice(run=run, start=start)  # noqa: E731
     return _slice_response(request, run, build, "model_calls", "model-calls", "model-call-rows")
 
 
 @require_GET
-@login_required
+@project_view()
 def model_call_detail(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
     """One model call: what it received (each message marked as instructions, history,
     injected context, new input or the run's own turns, linked to the inspector where it
     carries an injected context), what it answered, its tokens, cost and timing. Each
     message shows its first ``HISTORY_MESSAGE_PREVIEW_CHARS`` characters; ``?full=N``
     shows message N whole."""
-    run = transcripts.get_run(run_id)
+    run = transcripts.get_run(request.project, run_id)
     call = transcripts.get_model_call(run, number)
     try:
         full = ModelCallForm.read(request.GET)["full"]
@@ -231,22 +234,24 @@ def model_call_detail(request: HttpRequest, run_id: str, number: int) -> HttpRes
 
 
 @require_GET
-@login_required
+@project_view()
 @vary_on_headers("HX-Request")
 def run_tool_calls(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
     """The next tool calls of one iteration, from position ``start``."""
-    iteration = transcripts.get_iteration(run_id, position)
+    iteration = transcripts.get_iteration(request.project, run_id, position)
     build = lambda start: transcripts.call_slice(iteration=iteration, start=start)  # noqa: E731
     return _slice_response(request, iteration.run, build, "part", "tool-calls", "tool-calls")
 
 
 @require_GET
-@login_required
+@project_view()
 @vary_on_headers("HX-Request")
 def receipt_list(request: HttpRequest) -> HttpResponse:
     """Recent ingestion receipts: the answer to "why is my run missing?"."""
     try:
-        page = listing.receipts_page(after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE)
+        page = listing.receipts_page(
+            project=request.project, after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE
+        )
     except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     context = _keyset_context(request, page, "receipts")
@@ -254,13 +259,13 @@ def receipt_list(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-@login_required
+@project_view()
 @vary_on_headers("HX-Request")
 def context_detail(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
     """The context inspector: one injected context, exactly as sent, with its sources,
     a rebuild check, a re-render under other settings and the delta from the step before."""
     try:
-        inspection = inspector.inspect(run_id, position, request.GET)
+        inspection = inspector.inspect(request.project, run_id, position, request.GET)
     except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     context = {"i": inspection, "run": inspection.run, "session": inspection.run.session}
@@ -279,13 +284,13 @@ def _safe_name(text: str) -> str:
 
 
 @require_GET
-@login_required
+@project_view("export")
 def run_export(request: HttpRequest, run_id: str, fmt: str) -> HttpResponse:
     """A run as autourgos-style Markdown (``.md``) or as its canonical JSON (``.json``),
     streamed as it is read (see ``streams``)."""
     if fmt not in {"md", "json"}:
         raise Http404("Runs export as .md or .json")
-    run = transcripts.get_run(run_id)
+    run = transcripts.get_run(request.project, run_id)
     reader = streams.RunReader(models.Run.objects.filter(pk=run.pk))
     name = _safe_name(run_id)
     if fmt == "md":
@@ -296,13 +301,13 @@ def run_export(request: HttpRequest, run_id: str, fmt: str) -> HttpResponse:
 
 
 @require_GET
-@login_required
+@project_view("export")
 def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpResponse:
     """A session as a JSON bundle, or as one self-contained HTML file that opens offline;
     both streamed a run at a time."""
     if fmt not in {"json", "html"}:
         raise Http404("Sessions export as .json or .html")
-    session = listing.get_session(session_id)
+    session = listing.get_session(request.project, session_id)
     reader = streams.RunReader(session.runs.all())
     name = _safe_name(session_id)
     if fmt == "json":
@@ -326,7 +331,7 @@ def _offline_html(session: models.Session, reader: streams.RunReader) -> Iterato
 
 
 @require_GET
-@login_required
+@project_view()
 def stats(request: HttpRequest) -> HttpResponse:
     """Runs per day, failure rate, duration percentiles, top tools and errors: server-drawn
     SVG charts, each beside a table with the same numbers."""
@@ -334,7 +339,7 @@ def stats(request: HttpRequest) -> HttpResponse:
         days = StatsForm.read(request.GET)["days"]
     except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
-    data = stats_numbers(days=days)
+    data = stats_numbers(project=request.project, days=days)
     per_day = [(p["day"].isoformat(), p["total"]) for p in data["series"]]
     rates = [
         (p["day"].isoformat(), round(100 * p["failed"] / p["total"], 1) if p["total"] else 0)

@@ -58,13 +58,23 @@ def auth_headers(token):
 
 @pytest.fixture
 def alice(db, django_user_model):
-    """A logged-in dashboard user."""
-    return django_user_model.objects.create_user("alice", password="alice-password-1")
+    """A logged-in dashboard user, an editor of the default project (where runs go
+    unless a token of another project sends them)."""
+    from history_app.models import Membership, Project
+
+    user = django_user_model.objects.create_user("alice", password="alice-password-1")
+    Membership.objects.create(project=Project.default(), user=user, role=Membership.EDITOR)
+    return user
 
 
 @pytest.fixture
 def alice_client(client, alice):
     client.force_login(alice)
+    # The project she last opened, as her first page would remember it: the pages' query
+    # counts are then what every later page makes.
+    session = client.session
+    session["history_project"] = "default"
+    session.save()
     return client
 
 

@@ -149,8 +149,8 @@ def test_a_run_is_stored_whole_or_not_at_all(ingest, monkeypatch):
 
     real_insert = bulk.insert_runs
 
-    def explode_in_bulk(runs, session_pks, now):
-        real_insert(runs, session_pks, now)  # the runs and children written, then the failure
+    def explode_in_bulk(runs, session_pks, now, project_id):
+        real_insert(runs, session_pks, now, project_id)  # the runs and children written, then the failure
         raise DatabaseError("disk full")
 
     # Both ways a run is written: in bulk (new plain runs) and one by one (the rest, and

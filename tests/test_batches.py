@@ -58,12 +58,12 @@ def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_r
     real = ingestion._write_batch
     seen = []
 
-    def dies_in_the_second(pending):
+    def dies_in_the_second(pending, project_id):
         receipt = models.IngestReceipt.objects.get()
         seen.append((receipt.state, receipt.counts.get("created", 0)))
         if len(seen) == 2:
             raise RuntimeError("the worker was killed")  # not a database error
-        return real(pending)
+        return real(pending, project_id)
 
     monkeypatch.setattr(ingestion, "_write_batch", dies_in_the_second)
     with pytest.raises(RuntimeError):
@@ -74,7 +74,7 @@ def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_r
     assert models.Run.objects.count() == 2
     assert (receipt.shown_state, receipt.stored, receipt.item_count) == ("interrupted", 2, 5)
     assert receipt.counts == {"created": 2, "updated": 0, "duplicate": 0, "rejected": 0}
-    page = alice_client.get("/receipts/").content.decode()
+    page = alice_client.get("/p/default/receipts/").content.decode()
     assert "Interrupted" in page and "2 of 5 items stored" in page
     assert alice_client.get("/api/v1/receipts").json()["receipts"][0]["state"] == "interrupted"
 
@@ -82,12 +82,16 @@ def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_r
 def test_an_open_receipt_gone_idle_is_shown_interrupted(alice_client, admin_client):
     """A SIGKILLed worker runs no code: its receipt stays open, and is shown interrupted."""
     receipt = models.IngestReceipt.objects.create(
-        source="api", state="open", item_count=10, counts={"created": 4, "rejected": 1}
+        project=models.Project.default(),
+        source="api",
+        state="open",
+        item_count=10,
+        counts={"created": 4, "rejected": 1},
     )
     assert receipt.shown_state == "open"
-    assert "In progress — 4 of 10" in alice_client.get("/receipts/").content.decode()
+    assert "In progress — 4 of 10" in alice_client.get("/p/default/receipts/").content.decode()
     models.IngestReceipt.objects.update(updated_at=timezone.now() - models.IngestReceipt.IDLE_LIMIT * 2)
-    assert "Interrupted</strong> — 4 of 10" in alice_client.get("/receipts/").content.decode()
+    assert "Interrupted</strong> — 4 of 10" in alice_client.get("/p/default/receipts/").content.decode()
     assert alice_client.get("/api/v1/receipts").json()["receipts"][0]["state"] == "interrupted"
     assert "interrupted" in admin_client.get("/admin/history_app/ingestreceipt/").content.decode()
 
@@ -97,11 +101,11 @@ def _fails_on(calls: set[int], exc: Exception):
     real = ingestion._write_batch
     count = [0]
 
-    def flaky(pending):
+    def flaky(pending, project_id):
         count[0] += 1
         if count[0] in calls:
             raise exc
-        return real(pending)
+        return real(pending, project_id)
 
     return flaky
 

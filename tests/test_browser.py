@@ -208,7 +208,7 @@ def test_keyboard_navigation(browser_page, live_server, django_user_model):
     load_demo()
     page = browser_page
     log_in(page, live_server, django_user_model)
-    page.goto(f"{live_server.url}/sessions/demo-workflow-blog/")
+    page.goto(f"{live_server.url}/p/default/sessions/demo-workflow-blog/")
     page.keyboard.press("j")
     page.keyboard.press("j")
     assert page.evaluate("document.activeElement.id") == "run-demo-wf-run-2"
@@ -264,7 +264,7 @@ def test_pages_work_without_javascript(live_server, django_user_model):
         assert "q=partitioning" in page.url
         assert page.locator("#session-rows tr").count() == 1
         # The inspector's re-render is a plain GET form too.
-        page.goto(f"{live_server.url}/runs/demo-wf-run-3/context/0/")
+        page.goto(f"{live_server.url}/p/default/runs/demo-wf-run-3/context/0/")
         page.fill("input[name=runs]", "1")
         page.click("#rerender-card button[type=submit]")
         assert "runs=1" in page.url and "-[run-2]" in page.inner_text("#rerender pre.diff")
@@ -296,14 +296,14 @@ def test_xss_payloads_open_no_dialog_and_fetch_nothing(browser_page, live_server
     ingestion.ingest_items(items=runs)
     page = browser_page
     log_in(page, live_server, django_user_model)
-    page.goto(f"{live_server.url}/sessions/xss-session/")
-    page.goto(f"{live_server.url}/stats/")
-    page.goto(f"{live_server.url}/?errors=1")
+    page.goto(f"{live_server.url}/p/default/sessions/xss-session/")
+    page.goto(f"{live_server.url}/p/default/stats/")
+    page.goto(f"{live_server.url}/p/default/?errors=1")
     for i in range(len(payloads)):
-        page.goto(f"{live_server.url}/?{urlencode({'q': payloads[i]})}")
-        page.goto(f"{live_server.url}/runs/xss-{i}/context/0/?runs=2")
+        page.goto(f"{live_server.url}/p/default/?{urlencode({'q': payloads[i]})}")
+        page.goto(f"{live_server.url}/p/default/runs/xss-{i}/context/0/?runs=2")
         page.wait_for_selector("#context-text")
-        page.goto(f"{live_server.url}/runs/xss-{i}/")
+        page.goto(f"{live_server.url}/p/default/runs/xss-{i}/")
         page.wait_for_selector("#transcript")
         for link in page.query_selector_all(".markdown a, .markdown details, pre"):
             link.hover()
@@ -324,11 +324,11 @@ def test_show_more_loads_the_next_tool_calls_in_place(browser_page, live_server,
     ingestion.ingest_items(items=[{**native("big-run", "big"), "iterations": [{"tool_calls": calls}]}])
     page = browser_page
     log_in(page, live_server, django_user_model)
-    page.goto(f"{live_server.url}/runs/big-run/")
+    page.goto(f"{live_server.url}/p/default/runs/big-run/")
     assert page.locator(".tool-call").count() == 20
     page.click("text=Show more tool calls")
     page.locator(".tool-call").nth(39).wait_for()  # no wait_for_function: the CSP forbids eval
-    assert urlparse(page.url).path == "/runs/big-run/"  # loaded in place, not a new page
+    assert urlparse(page.url).path == "/p/default/runs/big-run/"  # loaded in place, not a new page
     page.click("text=Show more tool calls")
     page.locator(".tool-call").nth(44).wait_for()
     assert page.locator(".tool-call").count() == 45 and page.locator("text=Show more tool calls").count() == 0
@@ -341,17 +341,17 @@ def test_show_more_loads_the_next_contexts_in_place(browser_page, live_server, d
     ingestion.ingest_items(items=[{**native("ctx-run", "ctx"), "injected_contexts": contexts}])
     page = browser_page
     log_in(page, live_server, django_user_model)
-    page.goto(f"{live_server.url}/runs/ctx-run/")
+    page.goto(f"{live_server.url}/p/default/runs/ctx-run/")
     items = page.locator(".context-list > li:not(.more)")
     assert items.count() == 20
     page.click("text=Show more contexts")
     items.nth(39).wait_for()  # no wait_for_function: the CSP forbids eval
-    assert urlparse(page.url).path == "/runs/ctx-run/"  # loaded in place, not a new page
+    assert urlparse(page.url).path == "/p/default/runs/ctx-run/"  # loaded in place, not a new page
     assert page.locator(".context-list").count() == 1  # the items joined the list
     page.click("text=Show more contexts")
     items.nth(44).wait_for()
     assert items.count() == 45 and page.locator("text=Show more contexts").count() == 0
-    assert items.last.locator("a").get_attribute("href") == "/runs/ctx-run/context/44/"
+    assert items.last.locator("a").get_attribute("href") == "/p/default/runs/ctx-run/context/44/"
     assert page.problems == []
 
 
@@ -369,7 +369,7 @@ def test_model_calls_from_run_to_call_to_inspector_and_stats(browser_page, live_
     ingestion.ingest_items(items=[payload, {**native("many-calls", "many"), "model_calls": calls}])
     page = browser_page
     log_in(page, live_server, django_user_model)
-    page.goto(f"{live_server.url}/runs/{payload['run_id']}/")
+    page.goto(f"{live_server.url}/p/default/runs/{payload['run_id']}/")
     assert page.locator(".model-call-line").count() == 2
     assert page.locator("#model-calls tbody tr").count() == 2
     page.click(".model-call-line >> text=Model call 1")
@@ -380,14 +380,14 @@ def test_model_calls_from_run_to_call_to_inspector_and_stats(browser_page, live_
     page.locator("text=carries an injected context: inspect it").first.click()
     page.wait_for_url("**/context/0/")
     assert "user: What's the weather in Tokyo and Kyoto?" in page.content()
-    page.goto(f"{live_server.url}/runs/many-calls/")
+    page.goto(f"{live_server.url}/p/default/runs/many-calls/")
     rows = page.locator("#model-calls tbody tr:not(.more)")
     assert rows.count() == 50
     page.click("text=Show more model calls")
     rows.nth(59).wait_for()  # no wait_for_function: the CSP forbids eval
-    assert urlparse(page.url).path == "/runs/many-calls/" and rows.count() == 60
+    assert urlparse(page.url).path == "/p/default/runs/many-calls/" and rows.count() == 60
     assert page.locator("text=Show more model calls").count() == 0
-    page.goto(f"{live_server.url}/stats/?days=365")
+    page.goto(f"{live_server.url}/p/default/stats/?days=365")
     assert page.locator("svg[aria-label^='Model cost per day']").count() == 1
     assert page.locator("#per-model ~ table code:has-text('gpt-4o')").count() == 1
     shot(page, "model-calls-stats")

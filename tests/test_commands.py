@@ -102,7 +102,7 @@ def test_quickstart_sets_everything_up_idempotently(client, monkeypatch):
     assert models.InjectedContext.objects.exists()
     login = client.post("/accounts/login/", {"username": "admin", "password": "quick-start-pw-1"})
     assert login.status_code == 302
-    assert client.get("/").status_code == 200
+    assert client.get("/p/default/").status_code == 200
 
     again = run("quickstart", "--no-serve")
     assert "User 'admin' exists" in again

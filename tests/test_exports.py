@@ -26,7 +26,7 @@ def stored(ingest):
 
 def test_run_markdown_export_is_an_autourgos_log_that_parses_back(alice_client, stored):
     data, run_id, _ = stored
-    response = alice_client.get(f"/runs/{run_id}/export.md")
+    response = alice_client.get(f"/p/default/runs/{run_id}/export.md")
     assert response["Content-Disposition"] == f'attachment; filename="{run_id}.md"'
     (back,) = autourgos.parse_markdown(response.getvalue().decode())
     original = parse(data)[0]
@@ -39,14 +39,14 @@ def test_run_markdown_export_is_an_autourgos_log_that_parses_back(alice_client, 
 
 def test_run_json_export_is_the_canonical_record(alice_client, stored, ingest):
     _, run_id, _ = stored
-    record = json.loads(alice_client.get(f"/runs/{run_id}/export.json").getvalue())
+    record = json.loads(alice_client.get(f"/p/default/runs/{run_id}/export.json").getvalue())
     assert record["schema"] == "agent-history/v1" and record["run_id"] == run_id
     assert ingest(record).json()["results"][0]["status"] == "duplicate"
 
 
 def test_session_bundle(alice_client, stored):
     _, run_id, session_id = stored
-    bundle = json.loads(alice_client.get(f"/sessions/{session_id}/export.json").getvalue())
+    bundle = json.loads(alice_client.get(f"/p/default/sessions/{session_id}/export.json").getvalue())
     assert bundle["schema"] == "agent-history/session-bundle/v1"
     assert bundle["session"]["session_id"] == session_id
     assert [r["run_id"] for r in bundle["runs"]] == [run_id]
@@ -54,7 +54,7 @@ def test_session_bundle(alice_client, stored):
 
 def test_offline_html_is_self_contained(alice_client, stored):
     _, _, session_id = stored
-    html = alice_client.get(f"/sessions/{session_id}/export.html").getvalue().decode()
+    html = alice_client.get(f"/p/default/sessions/{session_id}/export.html").getvalue().decode()
     assert "Compare Tokyo and Osaka" in html and "web_search" in html and "Tokyo (~37.4M metro)" in html
     assert "<style>" in html and "<script" not in html and "<link" not in html
     assert 'src="' not in html and "url(" not in html  # nothing for the browser to fetch
@@ -63,10 +63,10 @@ def test_offline_html_is_self_contained(alice_client, stored):
 def test_exports_are_login_only_and_validate_the_format(client, stored, alice_client):
     _, run_id, session_id = stored
     anonymous = __import__("django.test", fromlist=["Client"]).Client()
-    assert anonymous.get(f"/runs/{run_id}/export.md").status_code == 302
-    assert alice_client.get(f"/runs/{run_id}/export.exe").status_code == 404
-    assert alice_client.get(f"/sessions/{session_id}/export.pdf").status_code == 404
-    assert alice_client.get("/sessions/nope/export.json").status_code == 404
+    assert anonymous.get(f"/p/default/runs/{run_id}/export.md").status_code == 302
+    assert alice_client.get(f"/p/default/runs/{run_id}/export.exe").status_code == 404
+    assert alice_client.get(f"/p/default/sessions/{session_id}/export.pdf").status_code == 404
+    assert alice_client.get("/p/default/sessions/nope/export.json").status_code == 404
 
 
 def test_session_export_query_count_does_not_grow(alice_client, ingest, django_assert_num_queries):
@@ -80,11 +80,12 @@ def test_session_export_query_count_does_not_grow(alice_client, ingest, django_a
         for i in range(20)
     ]
     ingest(runs)
-    with django_assert_num_queries(9):
-        alice_client.get("/sessions/big/export.html").getvalue()
+    # (session + user, project + role, then the session and its runs a table at a time)
+    with django_assert_num_queries(10):
+        alice_client.get("/p/default/sessions/big/export.html").getvalue()
     ingest([{**r, "run_id": f"x{r['run_id']}"} for r in runs])
-    with django_assert_num_queries(9):
-        alice_client.get("/sessions/big/export.json").getvalue()
+    with django_assert_num_queries(10):
+        alice_client.get("/p/default/sessions/big/export.json").getvalue()
 
 
 def test_xss_payloads_are_inert_in_the_offline_file(alice_client, ingest):
@@ -102,7 +103,7 @@ def test_xss_payloads_are_inert_in_the_offline_file(alice_client, ingest):
             for i, p in enumerate(payloads)
         ]
     )
-    html = alice_client.get("/sessions/xss/export.html").getvalue().decode()
+    html = alice_client.get("/p/default/sessions/xss/export.html").getvalue().decode()
     # The file's own <style> sits in its head; everything from the runs is in the body.
     assert html.count("<style>") == 1 and html.index("<style>") < html.index("<body>")
     assert_inert(html.split("<body>", 1)[1], "offline export")
@@ -111,10 +112,10 @@ def test_xss_payloads_are_inert_in_the_offline_file(alice_client, ingest):
 @pytest.mark.parametrize(
     "url, filename",
     [
-        ("/runs/运行-東京-1/export.md", "运行-東京-1.md"),
-        ("/runs/运行-東京-1/export.json", "运行-東京-1.json"),
-        ("/sessions/会话-东京/export.json", "会话-东京.json"),
-        ("/sessions/会话-东京/export.html", "会话-东京.html"),
+        ("/p/default/runs/运行-東京-1/export.md", "运行-東京-1.md"),
+        ("/p/default/runs/运行-東京-1/export.json", "运行-東京-1.json"),
+        ("/p/default/sessions/会话-东京/export.json", "会话-东京.json"),
+        ("/p/default/sessions/会话-东京/export.html", "会话-东京.html"),
     ],
 )
 def test_exports_name_ids_outside_latin_1_with_rfc_6266_filename_star(alice_client, ingest, url, filename):

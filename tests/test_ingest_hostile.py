@@ -409,7 +409,7 @@ def test_pages_outside_the_api_keep_their_html_errors(alice_client, monkeypatch)
 
     monkeypatch.setattr("history_app.views.listing.sessions_page", broken)
     alice_client.raise_request_exception = False
-    failed = alice_client.get("/")
+    failed = alice_client.get("/p/default/")
     assert failed.status_code == 500
     assert failed["Content-Type"].startswith("text/html")
     assert b"Server Error" in failed.content

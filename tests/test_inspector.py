@@ -25,9 +25,9 @@ def page_of(client, url, **params) -> str:
 
 
 def test_run_page_lists_its_contexts_with_provenance(alice_client, workflow):
-    page = page_of(alice_client, "/runs/demo-wf-run-3/")
+    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/")
     assert "What the model was told" in page
-    assert 'href="/runs/demo-wf-run-3/context/0/"' in page
+    assert 'href="/p/default/runs/demo-wf-run-3/context/0/"' in page
     assert ">reported<" in page and "2 source runs" in page
     # The iteration of the step the context was sent at links to it.
     draft = page[page.index('id="iteration-2"') :]
@@ -35,10 +35,16 @@ def test_run_page_lists_its_contexts_with_provenance(alice_client, workflow):
 
 
 def test_exact_text_with_each_run_entry_linked_to_its_source(alice_client, workflow):
-    page = page_of(alice_client, "/runs/demo-wf-run-3/context/0/")
+    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/")
     text = re.search(r'<pre class="text context-text" id="context-text">(.*?)</pre>', page, re.S).group(1)
-    assert '<a class="src" href="/runs/demo-wf-run-1/" title="source run demo-wf-run-1">[run-1]</a>' in text
-    assert '<a class="src" href="/runs/demo-wf-run-2/" title="source run demo-wf-run-2">[run-2]</a>' in text
+    assert (
+        '<a class="src" href="/p/default/runs/demo-wf-run-1/" title="source run demo-wf-run-1">[run-1]</a>'
+        in text
+    )
+    assert (
+        '<a class="src" href="/p/default/runs/demo-wf-run-2/" title="source run demo-wf-run-2">[run-2]</a>'
+        in text
+    )
     # Apart from the links, the text is exactly what was sent (escaped once).
     from django.utils.html import escape
 
@@ -50,17 +56,17 @@ def test_exact_text_with_each_run_entry_linked_to_its_source(alice_client, workf
 
 
 def test_rebuild_check_and_rerender_with_other_settings(alice_client, workflow):
-    page = page_of(alice_client, "/runs/demo-wf-run-3/context/0/")
+    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/")
     assert "✓ Identical" in page  # our renderer, from the linked runs, writes the same text
     assert "✓ The same text as was sent." in page  # defaults re-render the same
-    fewer = page_of(alice_client, "/runs/demo-wf-run-3/context/0/", runs="1")
+    fewer = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/", runs="1")
     assert "Difference from what was sent" in fewer
     assert '<span class="d-del">-[run-2]</span>' in fewer  # the older run drops out, renumbered
-    stamped = page_of(alice_client, "/runs/demo-wf-run-3/context/0/", runs="2", timestamps="1")
+    stamped = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/", runs="2", timestamps="1")
     assert re.search(r'<span class="d-add">\+\[run-1\] \(2026-11-29 09:00:00\)</span>', stamped)
     # An htmx re-render gets just the result.
     fragment = alice_client.get(
-        "/runs/demo-wf-run-3/context/0/", {"runs": "1"}, HTTP_HX_REQUEST="true"
+        "/p/default/runs/demo-wf-run-3/context/0/", {"runs": "1"}, HTTP_HX_REQUEST="true"
     ).content.decode()
     assert fragment.startswith('\n  <div id="rerender">') or fragment.lstrip().startswith(
         '<div id="rerender">'
@@ -69,11 +75,11 @@ def test_rebuild_check_and_rerender_with_other_settings(alice_client, workflow):
 
 
 def test_delta_from_the_previous_step(alice_client, workflow):
-    page = page_of(alice_client, "/runs/demo-wf-run-3/context/0/")
-    assert 'href="/runs/demo-wf-run-2/context/0/"' in page
+    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/")
+    assert 'href="/p/default/runs/demo-wf-run-2/context/0/"' in page
     assert re.search(r'<span class="d-add">\+\[run-2\]</span>', page)
     assert "This is the first" not in page
-    first = page_of(alice_client, "/runs/demo-wf-run-2/context/0/")
+    first = page_of(alice_client, "/p/default/runs/demo-wf-run-2/context/0/")
     assert "This is the first workflow history sent to system in this session." in first
 
 
@@ -81,19 +87,21 @@ def test_delta_from_the_previous_step(alice_client, workflow):
     ("params", "field"), [({"runs": "many"}, "runs"), ({"runs": "-1"}, "runs"), ({"items": "1000"}, "items")]
 )
 def test_bad_settings_get_a_400_naming_them(alice_client, workflow, params, field):
-    response = alice_client.get("/runs/demo-wf-run-3/context/0/", params)
+    response = alice_client.get("/p/default/runs/demo-wf-run-3/context/0/", params)
     assert response.status_code == 400 and f"<code>{field}</code>" in response.content.decode()
 
 
 def test_missing_context_is_404(alice_client, workflow):
-    assert alice_client.get("/runs/demo-wf-run-3/context/9/").status_code == 404
-    assert alice_client.get("/runs/nope/context/0/").status_code == 404
+    assert alice_client.get("/p/default/runs/demo-wf-run-3/context/9/").status_code == 404
+    assert alice_client.get("/p/default/runs/nope/context/0/").status_code == 404
 
 
 def test_team_member_entries_link_to_member_runs(alice_client, ingest):
     ingest(json.loads((DEMO / "team_research.json").read_text()))
-    page = page_of(alice_client, "/runs/demo-team-member-2/context/0/")
-    assert re.search(r'<a class="src" href="/runs/demo-team-member-1/"[^>]*>Member: Researcher</a>', page)
+    page = page_of(alice_client, "/p/default/runs/demo-team-member-2/context/0/")
+    assert re.search(
+        r'<a class="src" href="/p/default/runs/demo-team-member-1/"[^>]*>Member: Researcher</a>', page
+    )
     assert "✓ Identical" in page
 
 
@@ -103,7 +111,7 @@ def test_cot_history_rerenders_with_other_detail_items(alice_client, ingest):
     from history_app import models
 
     context = models.InjectedContext.objects.get(run__run_id="cot:p-1")
-    url = f"/runs/cot:p-1/context/{context.position}/"
+    url = f"/p/default/runs/cot:p-1/context/{context.position}/"
     page = page_of(alice_client, url)
     assert "reconstructed" in page and "✓ Identical" in page
     fewer = page_of(alice_client, url, items="2")
@@ -119,7 +127,7 @@ def test_free_text_contexts_are_shown_but_not_rerendered(alice_client, ingest):
             "injected_contexts": [{"text": "Be <b>brief</b>. [run-1]", "kind": "instructions"}],
         }
     )
-    page = page_of(alice_client, "/runs/r/context/0/")
+    page = page_of(alice_client, "/p/default/runs/r/context/0/")
     assert "Be &lt;b&gt;brief&lt;/b&gt;. [run-1]" in page  # escaped, and no link without a source
     assert "only history blocks" in page
 
@@ -152,12 +160,12 @@ def test_inspector_query_count_is_bounded(alice_client, ingest, django_assert_nu
         return runs
 
     ingest(workflow_runs(4))
-    # session + user, the context with its run, source runs, the pool, the previous context.
-    with django_assert_num_queries(6):
-        alice_client.get("/runs/w3/context/0/")
+    # session + user, project + role, the project menu, the context with its run, source runs, the pool, the previous context.
+    with django_assert_num_queries(8):
+        alice_client.get("/p/default/runs/w3/context/0/")
     ingest(workflow_runs(40))
-    with django_assert_num_queries(6):
-        page = page_of(alice_client, "/runs/w39/context/0/")
+    with django_assert_num_queries(8):
+        page = page_of(alice_client, "/p/default/runs/w39/context/0/")
     assert page.count('class="src"') == 39 and "✓ Identical" in page
 
 
@@ -178,7 +186,7 @@ def test_hostile_text_in_a_context_is_shown_exactly_and_never_as_markup(alice_cl
         "injected_contexts": [{"text": hostile, "kind": "team_history", "target": "user"}],
     }
     assert ingest(run).status_code == 200
-    page = page_of(alice_client, "/runs/m-1/context/0/")
+    page = page_of(alice_client, "/p/default/runs/m-1/context/0/")
     shown = re.search(r'<pre class="text context-text" id="context-text">(.*?)</pre>', page, re.S).group(1)
     assert "<script>" not in page and 'href="/evil"' not in page
     assert html.unescape(shown) == hostile

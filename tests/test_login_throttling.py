@@ -31,14 +31,14 @@ def test_ten_wrong_passwords_lock_the_right_one_out_until_the_cool_off_ends(clie
     assert (
         "locked for 15 minutes" in refused.content.decode() and 'name="password"' in refused.content.decode()
     )
-    assert client.get("/").status_code == 302  # not logged in
+    assert client.get("/p/default/").status_code == 302  # not logged in
     assert attempt(client, "alice-password-1", address="198.51.100.9").status_code == 302  # another address
     client.logout()
 
     # The cool-off passes: the failures are now older than 15 minutes.
     AccessAttempt.objects.update(attempt_time=F("attempt_time") - timedelta(minutes=16))
     assert attempt(client, "alice-password-1").status_code == 302
-    assert client.get("/").status_code == 200
+    assert client.get("/p/default/").status_code == 200
 
 
 def test_a_successful_login_resets_the_count(client, alice):

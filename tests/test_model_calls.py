@@ -137,25 +137,29 @@ def test_the_run_page_and_the_call_page(alice_client, ingest):
         _call(model="my-local-llama", messages=[]),
     ]
     assert ingest([_run(calls=calls, injected_contexts=contexts)]).status_code == 200
-    page = alice_client.get("/runs/mc-1/").content.decode()
+    page = alice_client.get("/p/default/runs/mc-1/").content.decode()
     assert "<dt>Model calls</dt>" in page and "<dt>Tokens (in / out)</dt><dd>2,000 / 1,000</dd>" in page
     assert "$0.0075" in page and "estimated with genai-prices" in page and "1 call with no price" in page
     lines = re.findall(r'<p class="model-call-line">.*?</p>', page, re.S)
     assert len(lines) == 2 and "gpt-4o" in lines[0] and "1,000 in / 500 out" in lines[0]
     assert "1.2 s" in lines[0] or "1250 ms" in lines[0] or "1.3 s" in lines[0]
     assert "no price" in lines[1]
-    call_page = alice_client.get("/runs/mc-1/model-calls/1/").content.decode()
+    call_page = alice_client.get("/p/default/runs/mc-1/model-calls/1/").content.decode()
     parts = re.findall(r'<span class="tag part">([^<]+)</span>', call_page)
     assert parts == ["instructions", "history", "new input"]
     # The replayed message is part of the history context: linked to the inspector.
-    assert call_page.count('/runs/mc-1/context/0/">carries an injected context') == 1
+    assert call_page.count('/p/default/runs/mc-1/context/0/">carries an injected context') == 1
     assert "You are terse." in call_page and "What is 2+2?" in call_page and "<code>stop</code>" in call_page
     assert "(estimated with genai-prices" in call_page
-    second = alice_client.get("/runs/mc-1/model-calls/2/").content.decode()
+    second = alice_client.get("/p/default/runs/mc-1/model-calls/2/").content.decode()
     assert "the price list does not know this model" in second and "did not report the messages" in second
-    for missing in ("/runs/mc-1/model-calls/3/", "/runs/mc-1/model-calls/0/", "/runs/nope/model-calls/1/"):
+    for missing in (
+        "/p/default/runs/mc-1/model-calls/3/",
+        "/p/default/runs/mc-1/model-calls/0/",
+        "/p/default/runs/nope/model-calls/1/",
+    ):
         assert alice_client.get(missing).status_code == 404
-    bad = alice_client.get("/runs/mc-1/model-calls/1/?full=x")
+    bad = alice_client.get("/p/default/runs/mc-1/model-calls/1/?full=x")
     assert bad.status_code == 400 and "full" in bad.content.decode()
 
 
@@ -163,9 +167,9 @@ def test_long_messages_are_previewed_and_shown_whole_on_request(alice_client, in
     settings.HISTORY_MESSAGE_PREVIEW_CHARS = 100
     text = "word " * 100 + "THE-END"
     assert ingest([_run(calls=[_call(messages=[{"role": "user", "content": text}])])]).status_code == 200
-    page = alice_client.get("/runs/mc-1/model-calls/1/").content.decode()
+    page = alice_client.get("/p/default/runs/mc-1/model-calls/1/").content.decode()
     assert "THE-END" not in page and "more characters" in page
-    assert "THE-END" in alice_client.get("/runs/mc-1/model-calls/1/?full=0").content.decode()
+    assert "THE-END" in alice_client.get("/p/default/runs/mc-1/model-calls/1/?full=0").content.decode()
 
 
 def test_messages_beyond_the_cap_are_counted_not_dropped_silently(ingest, settings, alice_client):
@@ -182,7 +186,8 @@ def test_messages_beyond_the_cap_are_counted_not_dropped_silently(ingest, settin
         receipt.changed_fields
     )
     assert (
-        "30 messages between the first ten" in alice_client.get("/runs/mc-1/model-calls/1/").content.decode()
+        "30 messages between the first ten"
+        in alice_client.get("/p/default/runs/mc-1/model-calls/1/").content.decode()
     )
 
 
@@ -206,7 +211,7 @@ def test_the_json_api_and_export_carry_model_calls_and_a_re_import_is_a_duplicat
     (own,) = run["model_calls"]
     assert in_iteration["cost_source"] == "estimated" and in_iteration["messages"][1]["part"] == "input"
     assert own["reasoning_tokens"] == 300 and own["cached_tokens"] == 200
-    exported = json.loads(b"".join(alice_client.get("/runs/mc-1/export.json").streaming_content))
+    exported = json.loads(b"".join(alice_client.get("/p/default/runs/mc-1/export.json").streaming_content))
     assert exported["model_calls"] == run["model_calls"]
     assert exported["iterations"][0]["model_calls"] == run["iterations"][0]["model_calls"]
     assert ingest([exported]).json()["results"][0]["status"] == "duplicate"
@@ -224,11 +229,11 @@ def test_run_metrics_become_one_call_of_totals(ingest, alice_client):
     call = models.ModelCall.objects.get()
     assert call.iteration_id is None and call.metadata == {"aggregate": True, "calls": 3}
     assert call.cost == pytest.approx(0.0075)
-    page = alice_client.get("/runs/tot-1/").content.decode()
+    page = alice_client.get("/p/default/runs/tot-1/").content.decode()
     assert "run totals</span>" in page
     assert (
         "totals the run reported for all its model calls (3 calls)"
-        in alice_client.get("/runs/tot-1/model-calls/1/").content.decode()
+        in alice_client.get("/p/default/runs/tot-1/model-calls/1/").content.decode()
     )
 
 
@@ -259,20 +264,20 @@ def test_agno_through_the_endpoint_prices_nothing_it_does_not_know(ingest, alice
     run = models.Run.objects.get(run_id=payload["run_id"])
     assert (run.model_call_count, run.input_tokens, run.output_tokens) == (2, 279, 32)
     assert run.cost is None and run.unpriced_calls == 2
-    page = alice_client.get(f"/runs/{run.run_id}/model-calls/1/").content.decode()
+    page = alice_client.get(f"/p/default/runs/{run.run_id}/model-calls/1/").content.decode()
     assert "carries an injected context" in page and "the price list does not know this model" in page
 
 
 def test_sessions_list_timeline_and_json_show_tokens_cost_latency(alice_client, ingest):
     assert ingest([_run(), _run("mc-2", calls=[_call(input_tokens=10, output_tokens=5)])]).status_code == 200
-    page = alice_client.get("/").content.decode()
-    row = re.search(r'<tr data-nav>.*?href="/sessions/mc-s/".*?</tr>', page, re.S).group(0)
+    page = alice_client.get("/p/default/").content.decode()
+    row = re.search(r'<tr data-nav>.*?href="/p/default/sessions/mc-s/".*?</tr>', page, re.S).group(0)
     cells = re.findall(r'<td class="num">([^<]*)</td>', row)
     assert cells[2:5] == ["1,515", "$0.007575", "2.0 s"]  # tokens, cost, mean duration
     (listed,) = alice_client.get("/api/v1/sessions").json()["sessions"]
     assert (listed["input_tokens"], listed["output_tokens"], listed["mean_duration_ms"]) == (1010, 505, 2000)
     assert listed["cost"] == pytest.approx(0.0075 + 0.000075)
-    timeline = alice_client.get("/sessions/mc-s/").content.decode()
+    timeline = alice_client.get("/p/default/sessions/mc-s/").content.decode()
     assert "<dt>Cost</dt>" in timeline and "$0.007575" in timeline
     assert '<span title="input / output">10 / 5</span>' in timeline
 
@@ -293,7 +298,7 @@ def test_stats_show_cost_tokens_per_model_and_agent_and_latency(alice_client, in
             }
         )  # fmt: skip
     assert ingest(runs).status_code == 200
-    page = alice_client.get("/stats/?days=7").content.decode()
+    page = alice_client.get("/p/default/stats/?days=7").content.decode()
     facts = dict(re.findall(r"<dt>([^<]+)</dt><dd[^>]*>([^<]+)", page))
     assert (
         facts["Model calls"] == "3" and facts["Tokens in"] == "3,000" and facts["Cost"].startswith("$0.015")
@@ -386,14 +391,16 @@ def test_the_migration_turns_existing_metrics_into_model_calls(alice_client):
     assert sum(models.DailyUsage.objects.values_list("calls", flat=True)) == 3
     assert sum(models.DailyLatency.objects.filter(kind="run").values_list("count", flat=True)) == 3
     alice_client.force_login(alice_client_user())
-    assert "$0.0105" in alice_client.get("/sessions/old/").content.decode()
-    assert "run totals</span>" in alice_client.get("/runs/old-agno/").content.decode()
+    assert "$0.0105" in alice_client.get("/p/default/sessions/old/").content.decode()
+    assert "run totals</span>" in alice_client.get("/p/default/runs/old-agno/").content.decode()
 
 
 def alice_client_user():
     from django.contrib.auth import get_user_model
 
-    return get_user_model().objects.get_or_create(username="alice-migration")[0]
+    user = get_user_model().objects.get_or_create(username="alice-migration")[0]
+    models.Membership.objects.get_or_create(project=models.Project.default(), user=user)
+    return user
 
 
 # -- the autourgos middleware -------------------------------------------------------------
@@ -518,7 +525,7 @@ def test_middleware_calls_reach_the_pages(live_server, token, tmp_path, alice_cl
     assert run.cost == pytest.approx(0.003)
     page = alice_client.get(run.get_absolute_url()).content.decode()
     assert "300 / 30" in page and "openai, as reported" in page
-    call_page = alice_client.get(f"/runs/{run.run_id}/model-calls/1/").content.decode()
+    call_page = alice_client.get(f"/p/default/runs/{run.run_id}/model-calls/1/").content.decode()
     assert "new input" in call_page and "What is the weather in Tokyo?" in call_page
     assert "(as reported: reported by openai)" in call_page
     # The start was measured (capture_prompts): the latency is the measured one, the
@@ -530,21 +537,23 @@ def test_model_calls_slice_without_javascript_and_in_place(alice_client, ingest,
     settings.HISTORY_RUN_PAGE_MODEL_CALLS = 5
     calls = [_call(model=f"model-{n}") for n in range(12)]
     assert ingest([_run(calls=calls)]).status_code == 200
-    page = alice_client.get("/runs/mc-1/").content.decode()
+    page = alice_client.get("/p/default/runs/mc-1/").content.decode()
     assert page.count('data-label="Model"') == 5 and "(5 of 12 shown)" in page
-    more = alice_client.get("/runs/mc-1/model-calls/?start=5").content.decode()
+    more = alice_client.get("/p/default/runs/mc-1/model-calls/?start=5").content.decode()
     assert "<h1>Calc: more model calls</h1>" in more and "model-5" in more and "model-9" in more
     assert "model-10" not in more and "(10 of 12 shown)" in more
-    fragment = alice_client.get("/runs/mc-1/model-calls/?start=10", HTTP_HX_REQUEST="true").content.decode()
+    fragment = alice_client.get(
+        "/p/default/runs/mc-1/model-calls/?start=10", HTTP_HX_REQUEST="true"
+    ).content.decode()
     assert "<h1>" not in fragment and fragment.count("<tr>") == 2 and "Show more" not in fragment
-    assert alice_client.get("/runs/mc-1/model-calls/?start=-1").status_code == 400
-    empty = alice_client.get("/runs/mc-1/model-calls/?start=99").content.decode()
+    assert alice_client.get("/p/default/runs/mc-1/model-calls/?start=-1").status_code == 400
+    empty = alice_client.get("/p/default/runs/mc-1/model-calls/?start=99").content.decode()
     assert "No more model calls: this run has 12." in empty
 
 
 def test_the_offline_session_export_shows_model_calls(alice_client, ingest):
     assert ingest([_run(run_calls=[_call(model="mystery-model")])]).status_code == 200
-    html = b"".join(alice_client.get("/sessions/mc-s/export.html").streaming_content).decode()
+    html = b"".join(alice_client.get("/p/default/sessions/mc-s/export.html").streaming_content).decode()
     assert (
         "<dt>Cost</dt><dd>$0.0075</dd>" in html and "<dt>Tokens (in / out)</dt><dd>2,000 / 1,000</dd>" in html
     )
@@ -558,9 +567,9 @@ def test_the_waterfall_draws_model_calls_linked_to_their_page(alice_client, inge
     payload = _run()
     payload["iterations"][0].update(started_at="2026-11-20T10:00:00Z", ended_at="2026-11-20T10:00:02Z")
     assert ingest([payload]).status_code == 200
-    page = alice_client.get("/runs/mc-1/").content.decode()
+    page = alice_client.get("/p/default/runs/mc-1/").content.decode()
     (bar,) = re.findall(
-        r'<a href="/runs/mc-1/model-calls/1/"><text[^>]*>gpt-4o call 1</text><rect class="wf-model"[^>]*><title>([^<]+)</title>',
+        r'<a href="/p/default/runs/mc-1/model-calls/1/"><text[^>]*>gpt-4o call 1</text><rect class="wf-model"[^>]*><title>([^<]+)</title>',
         page,
     )
     assert (
@@ -649,22 +658,24 @@ def test_money_is_written_sanely():
 
 def test_query_counts_do_not_grow_with_model_calls(alice_client, ingest, django_assert_num_queries):
     """Pinned: the run page, the call page and the slice read the same number of queries
-    for a run of 2 calls and one of 200 (session and user: 2 of each count)."""
+    for a run of 2 calls and one of 200 (session and user, project and role, the project
+    menu: 4 of each count)."""
     small = _run("q-small", calls=[_call(), _call()])
     big = _run("q-big", calls=[])
     big["iterations"] = [{"index": n, "model_calls": [_call() for _ in range(10)]} for n in range(20)]
     assert ingest([small, big]).status_code == 200
     for run_id in ("q-small", "q-big"):
-        alice_client.get(f"/runs/{run_id}/")  # its first view keeps the answer's HTML: one more
+        alice_client.get(f"/p/default/runs/{run_id}/")  # its first view keeps the answer's HTML: one more
         # session + user, the run, iterations, tool calls, the count of contexts, model
         # calls of the iterations, the list of model calls, where the cost came from.
-        with django_assert_num_queries(9):
-            alice_client.get(f"/runs/{run_id}/")
-        # session + user, the run, the call (with its iteration).
-        with django_assert_num_queries(4):
-            alice_client.get(f"/runs/{run_id}/model-calls/2/")
-        with django_assert_num_queries(4):
-            alice_client.get(f"/runs/{run_id}/model-calls/?start=1")
+        with django_assert_num_queries(11):
+            alice_client.get(f"/p/default/runs/{run_id}/")
+        # session + user, project + role, the project menu, the run, the call (with its
+        # iteration).
+        with django_assert_num_queries(6):
+            alice_client.get(f"/p/default/runs/{run_id}/model-calls/2/")
+        with django_assert_num_queries(6):
+            alice_client.get(f"/p/default/runs/{run_id}/model-calls/?start=1")
 
 
 @pytest.mark.parametrize("scenario", ["parallel_tools_async", "native_async_tool_raises"])

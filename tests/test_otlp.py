@@ -27,9 +27,12 @@ def kept() -> dict[str, dict]:
     """Every span kept, by span id (the latest copy)."""
     from history_app import traces
 
-    trace_ids = list(models.SpanBatch.objects.values_list("trace_id", flat=True).distinct())
-    spans, _ = traces.kept_spans(trace_ids)
-    return {span_id: span for by_id in spans.values() for span_id, span in by_id.items()}
+    found = {}
+    for project_id in models.SpanBatch.objects.values_list("project_id", flat=True).distinct():
+        batches = models.SpanBatch.objects.filter(project_id=project_id)
+        spans, _ = traces.kept_spans(list(batches.values_list("trace_id", flat=True).distinct()), project_id)
+        found.update((span_id, span) for by_id in spans.values() for span_id, span in by_id.items())
+    return found
 
 
 def kept_text() -> str:
@@ -79,11 +82,11 @@ def test_a_genai_trace_becomes_a_run_with_iterations_tool_and_model_calls(client
     assert len(iterations) == 2 and iterations[0].thought == "Let me add."
     call = models.ToolCall.objects.get(run=run)
     assert (call.tool, call.result, call.call_id) == ("add", "5", "c1")
-    page = alice_client.get(f"/runs/{T1}/").content.decode()
+    page = alice_client.get(f"/p/default/runs/{T1}/").content.decode()
     assert "calc" in page and "gpt-4o-mini" in page and "2,300" in page and "add" in page
-    first = alice_client.get(f"/runs/{T1}/model-calls/1/").content.decode()
+    first = alice_client.get(f"/p/default/runs/{T1}/model-calls/1/").content.decode()
     assert "You add numbers." in first and "What is 2+3?" in first and "Let me add." in first
-    second = alice_client.get(f"/runs/{T1}/model-calls/2/").content.decode()
+    second = alice_client.get(f"/p/default/runs/{T1}/model-calls/2/").content.decode()
     assert "[tool call add" in second and "2+3 is 5." in second
     receipt = models.IngestReceipt.objects.get()
     assert receipt.source == "otlp" and receipt.counts["created"] == 1
@@ -130,7 +133,7 @@ def test_spans_in_several_requests_out_of_order_assemble_and_stay_running_until_
     post(client, auth_headers, request(chat2))
     run = models.Run.objects.get(run_id=T1)
     assert run.status == "running" and run.model_call_count == 1
-    assert "running" in alice_client.get(f"/runs/{T1}/").content.decode()
+    assert "running" in alice_client.get(f"/p/default/runs/{T1}/").content.decode()
     post(client, auth_headers, request(tool))
     assert models.Run.objects.get(run_id=T1).status == "running"
     post(client, auth_headers, request(root))
@@ -212,7 +215,7 @@ def test_agents_inside_an_agent_are_member_runs_under_it(client, auth_headers, a
         "Write a haiku",
         "Leaves fall.",
     )
-    assert "Writer" in alice_client.get(f"/sessions/trace-{T1}/").content.decode()
+    assert "Writer" in alice_client.get(f"/p/default/sessions/trace-{T1}/").content.decode()
 
 
 def test_openinference_spans(client, auth_headers):
@@ -441,7 +444,7 @@ def test_bad_spans_are_refused_with_paths_and_the_rest_kept(client, auth_headers
     paths = {r["path"] for r in receipt.rejections}
     assert "$.resourceSpans[0].scopeSpans[0].spans[5].spanId" in paths
     assert "$.resourceSpans[0].scopeSpans[0].spans[8].attributes[0].value.intValue" in paths
-    page = alice_client.get("/receipts/").content.decode()
+    page = alice_client.get("/p/default/receipts/").content.decode()
     assert "OpenTelemetry" in page and "$.resourceSpans[0].scopeSpans[0].spans[5].spanId" in page
 
 
@@ -792,7 +795,9 @@ def test_spans_another_request_kept_meanwhile_are_assembled_too(client, auth_hea
         calls.append(len(kept))
         if len(calls) == 1:  # "another request" keeps the first model call meanwhile
             other, _, _ = otlp.read_request(request(chat1))
-            models.SpanBatch.objects.create(trace_id=T1, span_count=1, data=traces._pack(other))
+            models.SpanBatch.objects.create(
+                project=models.Project.default(), trace_id=T1, span_count=1, data=traces._pack(other)
+            )
         return real_plan(trace_id, spans, kept, redactor)
 
     monkeypatch.setattr(traces, "_plan", plan_while_another_request_writes)

@@ -115,7 +115,7 @@ def test_the_sdk_with_each_exporter(live_server, token, alice_client, encoding):
         "live-1",
         2000,
     )
-    page = alice_client.get(f"/runs/{trace_id}/").content.decode()
+    page = alice_client.get(f"/p/default/runs/{trace_id}/").content.decode()
     assert "planner" in page and "gpt-4o" in page and "2,000" in page and "weather" in page and "$" in page
     assert models.IngestReceipt.objects.filter(source="otlp").exists()
 
@@ -148,11 +148,11 @@ def test_a_pydantic_ai_agent(live_server, token, alice_client):
     assert run.model_call_count == 2 and run.input_tokens > 0 and run.output_tokens > 0
     assert run.unpriced_calls == 2  # the test model has no price: never a made-up figure
     assert models.ToolCall.objects.get(run=run).tool == "add"
-    page = alice_client.get(f"/runs/{run.run_id}/").content.decode()
+    page = alice_client.get(f"/p/default/runs/{run.run_id}/").content.decode()
     assert "adder" in page and "add" in page and "no price" in page
-    call = alice_client.get(f"/runs/{run.run_id}/model-calls/1/").content.decode()
+    call = alice_client.get(f"/p/default/runs/{run.run_id}/model-calls/1/").content.decode()
     assert "You add numbers." in call and "What is 2+3?" in call
-    session = alice_client.get(f"/sessions/{run.session.session_id}/").content.decode()
+    session = alice_client.get(f"/p/default/sessions/{run.session.session_id}/").content.decode()
     assert "adder" in session
 
 
@@ -196,7 +196,7 @@ def test_a_pydantic_ai_agent_on_an_openai_compatible_server_is_priced(live_serve
         "reported",
         fake_openai.CACHED_TOKENS,
     )
-    page = alice_client.get(f"/runs/{run.run_id}/").content.decode()
+    page = alice_client.get(f"/p/default/runs/{run.run_id}/").content.decode()
     assert "gpt-4o-mini" in page and "The answer is 5." in page and "$0.0000" in page
 
 
@@ -251,13 +251,13 @@ def test_openinference_openai_instrumentation(live_server, token, alice_client):
     assert run.model_call_count == 2 and run.input_tokens == 200 and run.cost is not None and run.cost > 0
     assert list(models.ToolCall.objects.filter(run=run).values_list("tool", "result")) == [("add", "5")]
     assert run.iterations.count() == 2
-    page = alice_client.get(f"/runs/{run.run_id}/").content.decode()
+    page = alice_client.get(f"/p/default/runs/{run.run_id}/").content.decode()
     assert "support_bot" in page and "gpt-4o-mini" in page and "add" in page
     # Each call's tokens and estimated cost in its iteration, the run's totals in its facts.
     assert page.count("100 in / 20 out") == 2 and "200 / 40" in page and "estimated with genai-prices" in page
-    second = alice_client.get(f"/runs/{run.run_id}/model-calls/2/").content.decode()
+    second = alice_client.get(f"/p/default/runs/{run.run_id}/model-calls/2/").content.decode()
     assert "You add." in second and "[tool call add" in second and "The answer is 5." in second
-    listing = alice_client.get("/").content.decode()
+    listing = alice_client.get("/p/default/").content.decode()
     assert "oi-session" in listing
 
 

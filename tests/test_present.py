@@ -77,7 +77,7 @@ def test_run_page_draws_a_waterfall_of_timed_iterations_and_tools(alice_client, 
             ],
         }
     )
-    page = alice_client.get("/runs/timed/").content.decode()
+    page = alice_client.get("/p/default/runs/timed/").content.decode()
     svg = re.search(r'<svg class="waterfall".*?</svg>', page, re.S).group(0)
     assert 'aria-label="Waterfall of iterations and tool calls over 4.0 s"' in svg
     assert svg.count('<rect class="wf-iteration"') == 2
@@ -91,4 +91,4 @@ def test_run_page_draws_a_waterfall_of_timed_iterations_and_tools(alice_client, 
 
 def test_untimed_runs_have_no_waterfall(alice_client, ingest):
     ingest({"schema": "agent-history/v1", "run_id": "untimed", "session_id": "s", "iterations": [{}]})
-    assert "<svg" not in alice_client.get("/runs/untimed/").content.decode()
+    assert "<svg" not in alice_client.get("/p/default/runs/untimed/").content.decode()

@@ -55,12 +55,12 @@ def run(ingest):
 )
 def test_deeply_nested_json_is_shown_not_a_500(alice_client, run, params_json, result):
     models.ToolCall.objects.filter(run=run).update(params_json=params_json, result=result)
-    page = alice_client.get("/runs/r-1/")
+    page = alice_client.get("/p/default/runs/r-1/")
     assert page.status_code == 200
     assert "Tool <code>web</code>" in page.content.decode()
-    for url in ("/runs/r-1/export.md", "/sessions/s-1/export.html"):
+    for url in ("/p/default/runs/r-1/export.md", "/p/default/sessions/s-1/export.html"):
         assert alice_client.get(url).getvalue(), url
-    for url in ("/runs/r-1/export.json", "/api/v1/runs/r-1", "/sessions/s-1/export.json"):
+    for url in ("/p/default/runs/r-1/export.json", "/api/v1/runs/r-1", "/p/default/sessions/s-1/export.json"):
         data = json.loads(alice_client.get(url).getvalue())
         record = data["runs"][0] if "runs" in data else data.get("run", data)
         (call,) = record["iterations"][0]["tool_calls"]
@@ -69,7 +69,7 @@ def test_deeply_nested_json_is_shown_not_a_500(alice_client, run, params_json, r
 
 def test_a_deep_parameter_is_shown_as_text_below_the_tree(alice_client, run):
     models.ToolCall.objects.filter(run=run).update(params_json=_deep_object(100))
-    page = alice_client.get("/runs/r-1/").content.decode()
+    page = alice_client.get("/p/default/runs/r-1/").content.decode()
     assert '<pre class="json">' in page and "&quot;a&quot;: {" in page
 
 
@@ -78,7 +78,7 @@ def test_inspector_shows_a_run_mark_with_thousands_of_digits(alice_client, run):
     models.InjectedContext.objects.create(
         run=run, position=0, kind="workflow_history", text=text, source_run_ids=["r-1"]
     )
-    page = alice_client.get("/runs/r-1/context/0/")
+    page = alice_client.get("/p/default/runs/r-1/context/0/")
     assert page.status_code == 200
     assert "9" * 5000 in page.content.decode()
 
@@ -106,7 +106,7 @@ BAD_CURSORS = [
 
 
 @pytest.mark.parametrize("cursor", [c for c in BAD_CURSORS if c])
-@pytest.mark.parametrize("path", ["/", "/?sort=runs", "/receipts/"])
+@pytest.mark.parametrize("path", ["/p/default/", "/p/default/?sort=runs", "/p/default/receipts/"])
 def test_bad_cursors_on_pages_are_a_400(alice_client, run, path, cursor):
     joiner = "&" if "?" in path else "?"
     response = alice_client.get(f"{path}{joiner}_next={cursor}")
@@ -123,7 +123,7 @@ def test_bad_cursors_in_the_json_twins_are_a_400(alice_client, run, path, cursor
 
 def test_a_huge_run_count_cursor_is_a_400(alice_client, run):
     for value in (2**63, -(2**63), 10**30):
-        response = alice_client.get(f"/?sort=runs&_next={_token(json.dumps([value, 1]))}")
+        response = alice_client.get(f"/p/default/?sort=runs&_next={_token(json.dumps([value, 1]))}")
         assert response.status_code == 400
 
 
@@ -146,20 +146,20 @@ BAD_LIST_PARAMETERS = [
 
 @pytest.mark.parametrize(("name", "value"), BAD_LIST_PARAMETERS)
 def test_bad_list_parameters_are_a_400_naming_them(alice_client, run, name, value):
-    page = alice_client.get("/", {name: value})
+    page = alice_client.get("/p/default/", {name: value})
     assert page.status_code == 400 and f"<code>{name}</code>" in page.content.decode()
     twin = alice_client.get("/api/v1/sessions", {name: value})
     assert twin.status_code == 400 and twin.json()["parameter"] == name
 
 
 def test_the_last_days_of_the_calendar_still_filter(alice_client, run):
-    assert alice_client.get("/", {"from": "2000-01-01", "to": "9999-12-30"}).status_code == 200
-    assert alice_client.get("/", {"from": "0001-01-02"}).status_code == 200
+    assert alice_client.get("/p/default/", {"from": "2000-01-01", "to": "9999-12-30"}).status_code == 200
+    assert alice_client.get("/p/default/", {"from": "0001-01-02"}).status_code == 200
 
 
 @pytest.mark.parametrize("days", ["²", "٣", "3.0", "1e2", "9" * 5000, "", " 7", "-0", "NaN", "Infinity"])
 def test_bad_stats_days_are_a_400(alice_client, days):
-    page = alice_client.get("/stats/", {"days": days})
+    page = alice_client.get("/p/default/stats/", {"days": days})
     assert page.status_code == 400 and "<code>days</code>" in page.content.decode()
 
 
@@ -167,7 +167,7 @@ def test_bad_stats_days_are_a_400(alice_client, days):
 @pytest.mark.parametrize("value", ["²", "٣", "9" * 5000, "1e9", "-1", "NaN", "Infinity", "1.5"])
 def test_bad_inspector_settings_are_a_400(alice_client, run, name, value):
     models.InjectedContext.objects.create(run=run, position=0, kind="workflow_history", text="[run-1]")
-    page = alice_client.get("/runs/r-1/context/0/", {name: value})
+    page = alice_client.get("/p/default/runs/r-1/context/0/", {name: value})
     assert page.status_code == 400 and f"<code>{name}</code>" in page.content.decode()
 
 
@@ -214,28 +214,28 @@ def _tools(html: str) -> list[str]:
 def test_a_run_of_thousands_of_calls_shows_the_first_and_links_the_rest(alice_client, run, settings):
     _grow(run, calls=2999)
     m = settings.HISTORY_RUN_PAGE_TOOL_CALLS
-    page = alice_client.get("/runs/r-1/").content.decode()
+    page = alice_client.get("/p/default/runs/r-1/").content.decode()
     assert _tools(page) == ["web"] + [f"tool-{p}" for p in range(1, m)]
     assert len(page) < 200_000
-    more = re.search(r'<a href="(/runs/r-1/iterations/0/calls/\?start=(\d+))" hx-get="\1"', page)
+    more = re.search(r'<a href="(/p/default/runs/r-1/iterations/0/calls/\?start=(\d+))" hx-get="\1"', page)
     assert more and int(more.group(2)) == m
     # Without JavaScript the link is a page of its own with the next slice and a further link.
     plain = alice_client.get(more.group(1)).content.decode()
     assert "<html" in plain and _tools(plain) == [f"tool-{p}" for p in range(m, 2 * m)]
-    assert f"/runs/r-1/iterations/0/calls/?start={2 * m}" in plain
+    assert f"/p/default/runs/r-1/iterations/0/calls/?start={2 * m}" in plain
     # htmx gets only the slice, to put in place of the link.
     fragment = alice_client.get(more.group(1), HTTP_HX_REQUEST="true").content.decode()
     assert "<html" not in fragment and _tools(fragment) == _tools(plain)
-    last = alice_client.get("/runs/r-1/iterations/0/calls/", {"start": 2990}).content.decode()
+    last = alice_client.get("/p/default/runs/r-1/iterations/0/calls/", {"start": 2990}).content.decode()
     assert _tools(last) == [f"tool-{p}" for p in range(2990, 3000)] and "Show more" not in last
 
 
 def test_a_run_of_many_iterations_shows_the_first_and_links_the_rest(alice_client, run, settings):
     _grow(run, iterations=200)
     n = settings.HISTORY_RUN_PAGE_ITERATIONS
-    page = alice_client.get("/runs/r-1/").content.decode()
+    page = alice_client.get("/p/default/runs/r-1/").content.decode()
     assert re.findall(r'id="iteration-(\d+)"', page) == [str(i) for i in range(n)]
-    url = f"/runs/r-1/iterations/?start={n}"
+    url = f"/p/default/runs/r-1/iterations/?start={n}"
     assert f'href="{url}" hx-get="{url}"' in page
     plain = alice_client.get(url).content.decode()
     assert re.findall(r'id="iteration-(\d+)"', plain) == [str(i) for i in range(n, 2 * n)]
@@ -251,26 +251,30 @@ def test_the_waterfall_is_bounded(alice_client, run):
     _grow(run, calls=3000)
     now = timezone.now()
     models.ToolCall.objects.filter(run=run).update(started_at=now, ended_at=now + timedelta(seconds=1))
-    page = alice_client.get("/runs/r-1/").content.decode()
+    page = alice_client.get("/p/default/runs/r-1/").content.decode()
     assert 0 < page.count('<rect class="wf-') <= 250
 
 
 @pytest.mark.parametrize("start", ["-1", "²", "1e9", "9" * 5000, "x", ""])
 def test_bad_slice_starts_are_a_400(alice_client, run, start):
-    for url in ("/runs/r-1/iterations/", "/runs/r-1/iterations/0/calls/"):
+    for url in ("/p/default/runs/r-1/iterations/", "/p/default/runs/r-1/iterations/0/calls/"):
         page = alice_client.get(url, {"start": start})
         assert page.status_code == 400 and "<code>start</code>" in page.content.decode()
 
 
 def test_slices_of_missing_things_are_404(alice_client, run):
-    assert alice_client.get("/runs/nope/iterations/").status_code == 404
-    assert alice_client.get("/runs/r-1/iterations/7/calls/").status_code == 404
+    assert alice_client.get("/p/default/runs/nope/iterations/").status_code == 404
+    assert alice_client.get("/p/default/runs/r-1/iterations/7/calls/").status_code == 404
 
 
 def test_run_page_and_slices_make_the_same_queries_whatever_the_size(
     alice_client, run, django_assert_num_queries
 ):
-    urls = ("/runs/r-1/", "/runs/r-1/iterations/?start=1", "/runs/r-1/iterations/0/calls/?start=1")
+    urls = (
+        "/p/default/runs/r-1/",
+        "/p/default/runs/r-1/iterations/?start=1",
+        "/p/default/runs/r-1/iterations/0/calls/?start=1",
+    )
     _grow(run, calls=1, iterations=1)
     alice_client.get(urls[0])  # the first view keeps the answer's HTML (one UPDATE, once)
     counts = {}
@@ -282,7 +286,8 @@ def test_run_page_and_slices_make_the_same_queries_whatever_the_size(
     for url in urls:
         with django_assert_num_queries(counts[url]):
             alice_client.get(url)
-    assert counts["/runs/r-1/"] == 6
+    # session + user, project + role, the project menu, and the page's own three.
+    assert counts["/p/default/runs/r-1/"] == 8
 
 
 # -- exports and the JSON twin stream, with the same text as before -------------------------
@@ -297,9 +302,9 @@ def test_streamed_exports_are_the_same_text_as_whole_ones(alice_client, ingest):
     assert response.status_code == 200
     for run in models.Run.objects.select_related("session"):
         record = _old_run_record(run.run_id)
-        as_json = alice_client.get(f"/runs/{run.run_id}/export.json")
+        as_json = alice_client.get(f"/p/default/runs/{run.run_id}/export.json")
         assert as_json.streaming and as_json.getvalue().decode() == record.to_json(indent=2)
-        as_md = alice_client.get(f"/runs/{run.run_id}/export.md").getvalue().decode()
+        as_md = alice_client.get(f"/p/default/runs/{run.run_id}/export.md").getvalue().decode()
         assert as_md == render_autourgos_markdown(record)
         twin = alice_client.get(f"/api/v1/runs/{run.run_id}")
         assert (
@@ -316,16 +321,18 @@ def test_streamed_exports_are_the_same_text_as_whole_ones(alice_client, ingest):
                 )
             ],
         }
-        exported = alice_client.get(f"/sessions/{session.session_id}/export.json").getvalue().decode()
+        exported = (
+            alice_client.get(f"/p/default/sessions/{session.session_id}/export.json").getvalue().decode()
+        )
         assert exported == json.dumps(bundle, ensure_ascii=False, indent=2)
 
 
 def test_a_big_run_exports_whole_in_the_same_queries(alice_client, run, django_assert_num_queries):
     with CaptureQueriesContext(__import__("django.db").db.connection) as ctx:
-        alice_client.get("/runs/r-1/export.json").getvalue()
+        alice_client.get("/p/default/runs/r-1/export.json").getvalue()
     _grow(run, calls=2999, iterations=3)
     with django_assert_num_queries(len(ctx.captured_queries)):
-        record = json.loads(alice_client.get("/runs/r-1/export.json").getvalue())
+        record = json.loads(alice_client.get("/p/default/runs/r-1/export.json").getvalue())
     assert [len(it["tool_calls"]) for it in record["iterations"]] == [3000, 2, 2, 2]
     assert record["iterations"][0]["tool_calls"][2999]["params"] == {"n": 2999}
 
@@ -333,15 +340,15 @@ def test_a_big_run_exports_whole_in_the_same_queries(alice_client, run, django_a
 NUL_URLS = [
     "/api/v1/runs/a%00b",
     "/api/v1/sessions/a%00b",
-    "/runs/a%00b/",
-    "/runs/a%00b/export.json",
-    "/runs/a%00b/export.md",
-    "/runs/a%00b/context/0/",
-    "/runs/a%00b/iterations/",
-    "/runs/a%00b/iterations/0/calls/",
-    "/sessions/a%00b/",
-    "/sessions/a%00b/export.json",
-    "/sessions/a%00b/export.html",
+    "/p/default/runs/a%00b/",
+    "/p/default/runs/a%00b/export.json",
+    "/p/default/runs/a%00b/export.md",
+    "/p/default/runs/a%00b/context/0/",
+    "/p/default/runs/a%00b/iterations/",
+    "/p/default/runs/a%00b/iterations/0/calls/",
+    "/p/default/sessions/a%00b/",
+    "/p/default/sessions/a%00b/export.json",
+    "/p/default/sessions/a%00b/export.html",
 ]
 
 

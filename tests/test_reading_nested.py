@@ -53,7 +53,7 @@ def _add_contexts(run: models.Run, count: int, *, step: str = "") -> None:
 
 def _listed(html: str) -> list[int]:
     """Positions of the contexts in the list of contexts (not the per-step links)."""
-    return [int(p) for p in re.findall(r'<li>\s*<a href="/runs/r-1/context/(\d+)/"><strong>', html)]
+    return [int(p) for p in re.findall(r'<li>\s*<a href="/p/default/runs/r-1/context/(\d+)/"><strong>', html)]
 
 
 def _page(client, url: str, **headers) -> str:
@@ -68,9 +68,9 @@ def _page(client, url: str, **headers) -> str:
 def test_a_run_of_500_contexts_shows_the_first_and_links_the_rest(alice_client, run, settings):
     n = settings.HISTORY_RUN_PAGE_CONTEXTS
     _add_contexts(run, n)
-    as_many_as_shown = len(_page(alice_client, "/runs/r-1/"))
+    as_many_as_shown = len(_page(alice_client, "/p/default/runs/r-1/"))
     _add_contexts(run, 500 - n)
-    page = _page(alice_client, "/runs/r-1/")
+    page = _page(alice_client, "/p/default/runs/r-1/")
     assert _listed(page) == list(range(n))
     assert 'What the model was told <span class="muted">· 500 contexts</span>' in page
     assert f"({n} of 500 contexts shown)" in page
@@ -78,43 +78,51 @@ def test_a_run_of_500_contexts_shows_the_first_and_links_the_rest(alice_client, 
     # all 500 would be 25 times that list (each ~400 bytes), past 200 KB.
     assert len(page) - as_many_as_shown < 1_000
     assert page.count("<li>") < 30
-    url = f"/runs/r-1/contexts/?start={n}"
+    url = f"/p/default/runs/r-1/contexts/?start={n}"
     assert f'<a href="{url}" hx-get="{url}" hx-target="closest li"' in page
     # Without JavaScript the link is a page of its own with the next slice and a further link.
     plain = _page(alice_client, url)
     assert "<html" in plain and _listed(plain) == list(range(n, 2 * n))
-    assert f"/runs/r-1/contexts/?start={2 * n}" in plain and f"({2 * n} of 500 contexts shown)" in plain
+    assert (
+        f"/p/default/runs/r-1/contexts/?start={2 * n}" in plain
+        and f"({2 * n} of 500 contexts shown)" in plain
+    )
     # htmx gets only the list items, to put in place of the link's item.
     fragment = _page(alice_client, url, HTTP_HX_REQUEST="true")
     assert "<html" not in fragment and "<ul" not in fragment and _listed(fragment) == _listed(plain)
-    assert f'hx-get="/runs/r-1/contexts/?start={2 * n}"' in fragment
+    assert f'hx-get="/p/default/runs/r-1/contexts/?start={2 * n}"' in fragment
     # The last slice has no link; a start past the end is an empty slice, not an error.
-    last = _page(alice_client, "/runs/r-1/contexts/?start=490")
+    last = _page(alice_client, "/p/default/runs/r-1/contexts/?start=490")
     assert _listed(last) == list(range(490, 500)) and "Show more contexts" not in last
     for start in (500, 10_000, 2**31 - 1):
-        beyond = _page(alice_client, f"/runs/r-1/contexts/?start={start}")
+        beyond = _page(alice_client, f"/p/default/runs/r-1/contexts/?start={start}")
         assert _listed(beyond) == [] and "No more contexts: this run has 500." in beyond
         assert (
-            _listed(_page(alice_client, f"/runs/r-1/contexts/?start={start}", HTTP_HX_REQUEST="true")) == []
+            _listed(
+                _page(alice_client, f"/p/default/runs/r-1/contexts/?start={start}", HTTP_HX_REQUEST="true")
+            )
+            == []
         )
-    assert alice_client.get("/runs/nope/contexts/").status_code == 404
-    assert alice_client.get("/runs/a%00b/contexts/").status_code == 404
+    assert alice_client.get("/p/default/runs/nope/contexts/").status_code == 404
+    assert alice_client.get("/p/default/runs/a%00b/contexts/").status_code == 404
 
 
 def test_the_number_of_contexts_shown_is_a_setting(alice_client, run, settings):
     settings.HISTORY_RUN_PAGE_CONTEXTS = 7
     _add_contexts(run, 30)
-    page = _page(alice_client, "/runs/r-1/")
-    assert _listed(page) == list(range(7)) and "/runs/r-1/contexts/?start=7" in page
-    assert _listed(_page(alice_client, "/runs/r-1/contexts/?start=7")) == list(range(7, 14))
+    page = _page(alice_client, "/p/default/runs/r-1/")
+    assert _listed(page) == list(range(7)) and "/p/default/runs/r-1/contexts/?start=7" in page
+    assert _listed(_page(alice_client, "/p/default/runs/r-1/contexts/?start=7")) == list(range(7, 14))
 
 
 def test_a_step_sent_thousands_of_contexts_links_the_first(alice_client, run, settings):
     n = settings.HISTORY_RUN_PAGE_CONTEXTS
     _add_contexts(run, 1_000, step="plan")
-    for url in ("/runs/r-1/", "/runs/r-1/iterations/?start=0"):
+    for url in ("/p/default/runs/r-1/", "/p/default/runs/r-1/iterations/?start=0"):
         page = _page(alice_client, url)
-        links = re.findall(r'<p class="step-context"><a href="/runs/r-1/context/(\d+)/">Inspect', page)
+        links = re.findall(
+            r'<p class="step-context"><a href="/p/default/runs/r-1/context/(\d+)/">Inspect', page
+        )
         assert links == [str(p) for p in range(n)], url
         assert f"{1_000 - n} more contexts sent at this step" in page
 
@@ -125,13 +133,17 @@ def test_a_step_sent_thousands_of_contexts_links_the_first(alice_client, run, se
 def test_bad_context_starts_are_a_400(alice_client, run, start):
     _add_contexts(run, 3)
     for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
-        page = alice_client.get("/runs/r-1/contexts/", {"start": start}, **headers)
+        page = alice_client.get("/p/default/runs/r-1/contexts/", {"start": start}, **headers)
         assert page.status_code == 400 and "<code>start</code>" in page.content.decode()
         assert "is not a whole number from 0 to 2147483647" in page.content.decode()
 
 
 def test_run_page_queries_do_not_grow_with_its_contexts(alice_client, run, django_assert_num_queries):
-    urls = ("/runs/r-1/", "/runs/r-1/contexts/?start=1", "/runs/r-1/iterations/?start=0")
+    urls = (
+        "/p/default/runs/r-1/",
+        "/p/default/runs/r-1/contexts/?start=1",
+        "/p/default/runs/r-1/iterations/?start=0",
+    )
     _add_contexts(run, 3, step="plan")
     _page(alice_client, urls[0])  # the first view keeps the answer's HTML (one UPDATE, once)
     counts = {}
@@ -143,10 +155,11 @@ def test_run_page_queries_do_not_grow_with_its_contexts(alice_client, run, djang
     for url in urls:
         with django_assert_num_queries(counts[url]):
             page = _page(alice_client, url)
-        assert len(re.findall(r'href="/runs/r-1/context/\d+/"', page)) <= 40, url
-    # session + user, the run, its first iterations, their first tool calls, the contexts
-    # sent at their steps, the run's contexts: how many, then the first of them.
-    assert counts["/runs/r-1/"] == 8
+        assert len(re.findall(r'href="/p/default/runs/r-1/context/\d+/"', page)) <= 40, url
+    # session + user, project + role, the project menu, the run, its first iterations,
+    # their first tool calls, the contexts sent at their steps, the run's contexts: how
+    # many, then the first of them.
+    assert counts["/p/default/runs/r-1/"] == 10
 
 
 # -- the session page -----------------------------------------------------------------------
@@ -172,21 +185,21 @@ def _members(html: str) -> list[str]:
 
 
 def _steps(html: str) -> list[str]:
-    return re.findall(r'<li><a href="/runs/flow/#iteration-\d+">(step-\d+)</a></li>', html)
+    return re.findall(r'<li><a href="/p/default/runs/flow/#iteration-\d+">(step-\d+)</a></li>', html)
 
 
 def test_session_page_caps_each_runs_nested_lists(alice_client, ingest, settings):
     n = settings.HISTORY_SESSION_PAGE_NESTED
     _session(ingest, n)
-    as_many_as_shown = len(_page(alice_client, "/sessions/big/"))
+    as_many_as_shown = len(_page(alice_client, "/p/default/sessions/big/"))
     _session(ingest, 60)
-    page = _page(alice_client, "/sessions/big/")
+    page = _page(alice_client, "/p/default/sessions/big/")
     assert _members(page) == [f"member-{i}" for i in range(n)]
     assert _steps(page) == [f"step-{i}" for i in range(n)]
     assert "<summary>60 member interactions</summary>" in page and "<summary>60 steps</summary>" in page
     assert f"{n} of 60 member interactions shown" in page
-    assert 'href="/runs/team/export.json"' in page
-    assert f'{n} of 60 steps shown; the rest are on <a href="/runs/flow/">the run page</a>' in page
+    assert 'href="/p/default/runs/team/export.json"' in page
+    assert f'{n} of 60 steps shown; the rest are on <a href="/p/default/runs/flow/">the run page</a>' in page
     # As big as a page of only what it shows, plus the two "N of M" lines.
     assert len(page) - as_many_as_shown < 1_000
 
@@ -194,7 +207,7 @@ def test_session_page_caps_each_runs_nested_lists(alice_client, ingest, settings
 def test_the_session_page_cap_is_a_setting(alice_client, ingest, settings):
     settings.HISTORY_SESSION_PAGE_NESTED = 3
     _session(ingest, 10)
-    page = _page(alice_client, "/sessions/big/")
+    page = _page(alice_client, "/p/default/sessions/big/")
     assert _members(page) == ["member-0", "member-1", "member-2"]
     assert _steps(page) == ["step-0", "step-1", "step-2"]
     assert "3 of 10 steps shown" in page and "3 of 10 member interactions shown" in page
@@ -204,13 +217,14 @@ def test_session_page_queries_do_not_grow_with_nested_children(
     alice_client, ingest, django_assert_num_queries
 ):
     _session(ingest, 3)
-    # session + user, the session, its runs, member interactions, workflow steps.
-    with django_assert_num_queries(6):
-        small = _page(alice_client, "/sessions/big/")
+    # session + user, project + role, the project menu, the session, its runs, member
+    # interactions, workflow steps.
+    with django_assert_num_queries(8):
+        small = _page(alice_client, "/p/default/sessions/big/")
     assert "3 of 3" not in small and len(_members(small)) == 3
     _session(ingest, 60)
-    with django_assert_num_queries(6):
-        page = _page(alice_client, "/sessions/big/")
+    with django_assert_num_queries(8):
+        page = _page(alice_client, "/p/default/sessions/big/")
     assert len(_members(page)) == 20 and len(_steps(page)) == 20
 
 

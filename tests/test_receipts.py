@@ -37,7 +37,7 @@ def test_a_request_leaves_a_receipt_with_rejections_and_redacted_fields(ingest, 
     ]
     paths = {(f["path"], tuple(f["rules"])) for f in receipt.changed_fields}
     assert ("$.input", ("openai",)) in paths and ("$.metadata.password", ("secret-key",)) in paths
-    page = alice_client.get("/receipts/").content.decode()
+    page = alice_client.get("/p/default/receipts/").content.decode()
     assert "must be an array" in page and "$.metadata.password" in page and "openai × 1" in page
     assert SECRET not in page and "hunter2" not in page
     body = alice_client.get("/api/v1/receipts").json()
@@ -79,15 +79,15 @@ def test_receipts_page_requires_login_and_pages(alice_client, ingest, settings):
     from django.test import Client
 
     anonymous = Client()
-    assert anonymous.get("/receipts/").status_code == 302
+    assert anonymous.get("/p/default/receipts/").status_code == 302
     assert anonymous.get("/api/v1/receipts").status_code == 401
     settings.HISTORY_PAGE_SIZE = 2
     for i in range(3):
         ingest(native(f"r{i}"))
-    page = alice_client.get("/receipts/").content.decode()
+    page = alice_client.get("/p/default/receipts/").content.decode()
     assert page.count('id="receipt-') == 2 and "Older receipts" in page
     fragment = alice_client.get(
-        "/receipts/?_next=" + page.split("?_next=")[1].split('"')[0], HTTP_HX_REQUEST="true"
+        "/p/default/receipts/?_next=" + page.split("?_next=")[1].split('"')[0], HTTP_HX_REQUEST="true"
     )
     assert "<html" not in fragment.content.decode() and fragment.content.decode().count('id="receipt-') == 1
     assert anonymous.get("/api/v1/receipts", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200

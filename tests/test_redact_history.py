@@ -93,6 +93,7 @@ def store_raw(items: list[dict]) -> None:
         for run in formats.parse(item):
             ingestion.ingest_run(run=run, source_format="native")
     models.IngestReceipt.objects.create(
+        project=models.Project.default(),
         source="api",
         label=f"import of {SECRETS[0]['secret']}",
         counts={"rejected": 1},

@@ -21,7 +21,7 @@ NOTE = 'class="markdown-fallback">Shown as plain text'
 
 
 def page(client, run_id: str) -> str:
-    response = client.get(f"/runs/{run_id}/")
+    response = client.get(f"/p/default/runs/{run_id}/")
     assert response.status_code == 200
     return response.content.decode()
 
@@ -132,7 +132,7 @@ def test_answers_are_rendered_when_first_shown_never_at_ingestion(ingest, alice_
     assert ingest(native("r-outside", output="*hello*")).status_code == 200
     assert seen == [] and models.Run.objects.get().output_html is None
     for _ in range(2):
-        assert "<em>hello</em>" in alice_client.get("/runs/r-outside/").content.decode()
+        assert "<em>hello</em>" in alice_client.get("/p/default/runs/r-outside/").content.decode()
     assert seen == [False]
     assert models.Run.objects.get().output_html == rendering.render_markdown("*hello*")
 

@@ -127,7 +127,9 @@ def test_bulk_writes_the_rows_one_by_one_writes(ingest, monkeypatch):
     assert ingest([_renamed(p, "-bulk") for p in plain]).status_code == 200
     calls = []
     real = ingestion._write_one
-    monkeypatch.setattr(ingestion, "_write_one", lambda item: calls.append(1) or real(item))
+    monkeypatch.setattr(
+        ingestion, "_write_one", lambda item, project_id: calls.append(1) or real(item, project_id)
+    )
     monkeypatch.setattr(ingestion._Pending, "__post_init__", lambda self: None)  # nothing is plain
     assert ingest([_renamed(p, "-one") for p in plain]).status_code == 200
     assert len(calls) == len(plain)
@@ -356,7 +358,9 @@ def test_a_broad_search_lists_what_gathering_every_match_lists(ingest, monkeypat
     def walk(filters):
         seen, after = [], None
         while True:
-            page = listing.sessions_page(after=after, limit=4, filters=filters)
+            page = listing.sessions_page(
+                project=models.Project.default(), after=after, limit=4, filters=filters
+            )
             seen += [session.session_id for session in page.items]
             if page.next_cursor is None:
                 return seen
@@ -461,5 +465,7 @@ def test_an_empty_tool_error_is_counted_the_same_when_added_and_taken_off(ingest
     _check_rollups()
     retention.prune_sessions(session_ids=[models.Session.objects.get(session_id="s-old").pk])
     _check_rollups()
-    assert stats.stats(days=30)["tools"] == [{"tool": "search", "calls": 1, "errors": 1}]
+    assert stats.stats(project=models.Project.default(), days=30)["tools"] == [
+        {"tool": "search", "calls": 1, "errors": 1}
+    ]
     assert not models.DailyStat.objects.filter(errors__lt=0).exists()

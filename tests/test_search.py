@@ -72,9 +72,9 @@ def corpus(ingest):
 
 
 def sessions_on(client, **params) -> list[str]:
-    response = client.get("/", params)
+    response = client.get("/p/default/", params)
     assert response.status_code == 200, response.content
-    return re.findall(r'<a href="/sessions/([^/]+)/">', response.content.decode())
+    return re.findall(r'<a href="/p/default/sessions/([^/]+)/">', response.content.decode())
 
 
 @pytest.mark.parametrize(
@@ -112,9 +112,9 @@ def test_full_text_search(alice_client, corpus, query, expected, broad_hits, mon
 
 
 def test_search_shows_the_matching_runs_under_each_session(alice_client, corpus):
-    page = alice_client.get("/", {"q": "café"}).content.decode()
-    assert 'href="/runs/r-chat-2/"' in page and "second question about café" in page
-    assert 'href="/runs/r-chat/"' not in page
+    page = alice_client.get("/p/default/", {"q": "café"}).content.decode()
+    assert 'href="/p/default/runs/r-chat-2/"' in page and "second question about café" in page
+    assert 'href="/p/default/runs/r-chat/"' not in page
 
 
 def test_search_follows_updates_and_prunes(alice_client, ingest, corpus):
@@ -167,13 +167,13 @@ def test_filtered_pages_keep_their_filters(alice_client, ingest, settings):
             for i in range(8)
         ]
     )
-    first = alice_client.get("/", {"framework": "agno", "sort": "oldest"}).content.decode()
-    assert re.findall(r'<a href="/sessions/([^/]+)/">', first) == ["s1", "s3"]
+    first = alice_client.get("/p/default/", {"framework": "agno", "sort": "oldest"}).content.decode()
+    assert re.findall(r'<a href="/p/default/sessions/([^/]+)/">', first) == ["s1", "s3"]
     link = re.search(r'<tr class="more".*?href="\?([^"]+)"', first, re.S).group(1).replace("&amp;", "&")
     assert "framework=agno" in link and "sort=oldest" in link
-    second = alice_client.get(f"/?{link}", HTTP_HX_REQUEST="true").content.decode()
+    second = alice_client.get(f"/p/default/?{link}", HTTP_HX_REQUEST="true").content.decode()
     assert "<html" not in second
-    assert re.findall(r'<a href="/sessions/([^/]+)/">', second) == ["s5", "s7"]
+    assert re.findall(r'<a href="/p/default/sessions/([^/]+)/">', second) == ["s5", "s7"]
 
 
 @pytest.mark.parametrize(
@@ -189,34 +189,36 @@ def test_filtered_pages_keep_their_filters(alice_client, ingest, settings):
     ],
 )
 def test_bad_filters_get_a_400_naming_the_parameter(alice_client, params, field):
-    response = alice_client.get("/", params)
+    response = alice_client.get("/p/default/", params)
     assert response.status_code == 400
     assert f"<code>{field}</code>" in response.content.decode()
 
 
 def test_live_mode_polls_only_while_something_runs(alice_client, ingest, corpus):
-    page = alice_client.get("/", {"live": "1"}).content.decode()
+    page = alice_client.get("/p/default/", {"live": "1"}).content.decode()
     assert "nothing is running" in page and 'hx-trigger="every 3s"' not in page
     ingest(native("r-live", "s-live", status="running", input="working on it"))
-    page = alice_client.get("/", {"live": "1", "q": "working"}).content.decode()
+    page = alice_client.get("/p/default/", {"live": "1", "q": "working"}).content.decode()
     assert 'hx-trigger="every 3s"' in page and 'hx-get="?q=working&amp;live=1"' in page
     # The poll gets just the results, and once the run finishes the trigger is gone.
     ingest(native("r-live", "s-live", status="completed", input="working on it", output="done"))
-    poll = alice_client.get("/", {"live": "1", "q": "working"}, HTTP_HX_REQUEST="true").content.decode()
+    poll = alice_client.get(
+        "/p/default/", {"live": "1", "q": "working"}, HTTP_HX_REQUEST="true"
+    ).content.decode()
     assert "<html" not in poll and 'id="results"' in poll and "hx-trigger" not in poll
-    assert "/sessions/s-live/" in poll
+    assert "/p/default/sessions/s-live/" in poll
 
 
 def test_search_query_count_is_constant(alice_client, ingest, django_assert_num_queries):
     ingest([native(f"r{i}", f"s{i % 5}", input=f"needle {i}") for i in range(40)])
     from django.db import connection
 
-    # session, user, sessions page, matching runs, framework menu; on PostgreSQL the sample
+    # session, user, project + role, the project menu, sessions page, matching runs, framework menu; on PostgreSQL the sample
     # that picks the plan (search.is_broad); on SQLite, instead, the candidates in list
     # order, their runs and the index's range of them (issue #13): whatever the data, while
     # the first 200 candidates hold a page of matches (or show the search is narrow).
-    with django_assert_num_queries(6 + 2 * (connection.vendor == "sqlite")):
-        page = alice_client.get("/", {"q": "needle", "sort": "runs"}).content.decode()
+    with django_assert_num_queries(8 + 2 * (connection.vendor == "sqlite")):
+        page = alice_client.get("/p/default/", {"q": "needle", "sort": "runs"}).content.decode()
     assert page.count('class="hits"') == 5 and page.count("needle ") == 15
 
 
@@ -258,7 +260,7 @@ def test_the_json_twin_searches_and_filters_too(alice_client, corpus):
 
 @pytest.mark.parametrize("query", ["🤖", '"', "%", "*", "-", "_ -- ''"])
 def test_a_search_without_searchable_words_says_so_and_does_not_claim_to_filter(alice_client, corpus, query):
-    page = alice_client.get("/", {"q": query}).content.decode()
+    page = alice_client.get("/p/default/", {"q": query}).content.decode()
     assert "has no searchable words" in page and "These are all sessions." in page
     assert "Filtered view" not in page
     assert sessions_on(alice_client, q=query) == ["s-team", "s-chat", "s-tokyo"]
@@ -267,7 +269,7 @@ def test_a_search_without_searchable_words_says_so_and_does_not_claim_to_filter(
     (warning,) = body["warnings"]
     assert warning["parameter"] == "q" and "has no searchable words" in warning["message"]
     # Other filters still apply, and the page says the search was not one of them.
-    page = alice_client.get("/", {"q": query, "status": "failed"}).content.decode()
+    page = alice_client.get("/p/default/", {"q": query, "status": "failed"}).content.decode()
     assert "Filtered view" in page and "match the other filters only" in page
     assert sessions_on(alice_client, q=query, status="failed") == ["s-chat"]
     assert "warnings" not in alice_client.get("/api/v1/sessions", {"q": "hello"}).json()

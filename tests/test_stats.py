@@ -8,6 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from history_app import models
+
 pytestmark = pytest.mark.django_db
 
 
@@ -38,7 +40,7 @@ def history(ingest):
 
 
 def test_totals_percentiles_and_failure_rate(alice_client, history):
-    page = alice_client.get("/stats/").content.decode()
+    page = alice_client.get("/p/default/stats/").content.decode()
     facts = dict(re.findall(r"<dt>([^<]+)</dt><dd[^>]*>([^<]+)</dd>", page))
     assert facts["Runs"] == "13" and facts["Failed"] == "3"  # the 400-day-old run is outside
     assert facts["Failure rate"] == "23 %"
@@ -47,7 +49,7 @@ def test_totals_percentiles_and_failure_rate(alice_client, history):
 
 
 def test_charts_and_their_tables(alice_client, history):
-    page = alice_client.get("/stats/?days=7").content.decode()
+    page = alice_client.get("/p/default/stats/?days=7").content.decode()
     charts = re.findall(r'<svg class="chart" viewBox="0 0 1000 220".*?</svg>', page, re.S)
     # Runs, failure rate, and latency over time (these runs report no model calls: no
     # cost or tokens chart).
@@ -64,7 +66,7 @@ def test_charts_and_their_tables(alice_client, history):
 
 
 def test_top_tools_and_errors(alice_client, history):
-    page = alice_client.get("/stats/").content.decode()
+    page = alice_client.get("/p/default/stats/").content.decode()
     tools = re.findall(
         r'\?tool=(\w+)"><code>\w+</code></a></td><td class="num">(\d+)</td><td class="num">(\d+)</td>', page
     )
@@ -74,32 +76,32 @@ def test_top_tools_and_errors(alice_client, history):
 
 
 def test_a_longer_period_reaches_older_runs(alice_client, history):
-    page = alice_client.get("/stats/?days=365").content.decode()
+    page = alice_client.get("/p/default/stats/?days=365").content.decode()
     assert "<dt>Runs</dt><dd>13</dd>" in page
     assert "<dt>Runs</dt><dd>0</dd>" not in page
 
 
 @pytest.mark.parametrize("days", ["0", "366", "x", "-3"])
 def test_bad_period_is_a_400(alice_client, days):
-    response = alice_client.get("/stats/", {"days": days})
+    response = alice_client.get("/p/default/stats/", {"days": days})
     assert response.status_code == 400 and "<code>days</code>" in response.content.decode()
 
 
 def test_empty_stats(alice_client):
-    page = alice_client.get("/stats/").content.decode()
+    page = alice_client.get("/p/default/stats/").content.decode()
     assert "No tool calls in this period." in page and "<dt>Failure rate</dt><dd>—</dd>" in page
 
 
 def test_stats_query_count_does_not_grow(alice_client, ingest, django_assert_num_queries):
     ingest([run(f"a{i}", i % 5, tools=("t",)) for i in range(5)])
-    # session + user, runs per day (kept at ingestion), the durations (one read for both
+    # session + user, project + role, the project menu, runs per day (kept at ingestion), the durations (one read for both
     # percentiles), tools per day (kept at ingestion), errors; model usage per day, per
     # model and per agent, and latency buckets per day (kept at ingestion).
-    with django_assert_num_queries(10):
-        alice_client.get("/stats/")
+    with django_assert_num_queries(12):
+        alice_client.get("/p/default/stats/")
     ingest([run(f"b{i}", i % 20, tools=("t", "u"), status="failed", error=f"e{i % 3}") for i in range(80)])
-    with django_assert_num_queries(10):
-        alice_client.get("/stats/")
+    with django_assert_num_queries(12):
+        alice_client.get("/p/default/stats/")
 
 
 def test_a_large_window_reads_its_percentiles_from_the_rollup(
@@ -111,12 +113,12 @@ def test_a_large_window_reads_its_percentiles_from_the_rollup(
 
     runs = [run(f"w{i}", i % 3, duration_s=1 + i) for i in range(40)]
     assert ingest(runs).status_code == 200
-    exact = stats_module.stats(days=7)
+    exact = stats_module.stats(project=models.Project.default(), days=7)
     monkeypatch.setattr(stats_module, "EXACT_DURATIONS", 10)
-    rough = stats_module.stats(days=7)
+    rough = stats_module.stats(project=models.Project.default(), days=7)
     assert rough["timed"] == exact["timed"] == 40 and not rough["exact_percentiles"]
     for key in ("p50", "p95"):
         assert abs(rough[key] - exact[key]) <= 0.05 * exact[key]
-    with django_assert_num_queries(9):  # one fewer: the durations are not read
-        page = alice_client.get("/stats/?days=7").content.decode()
+    with django_assert_num_queries(11):  # one fewer: the durations are not read
+        page = alice_client.get("/p/default/stats/?days=7").content.decode()
     assert 'title="From the latency rollup' in page

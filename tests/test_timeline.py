@@ -16,13 +16,14 @@ DEMO = Path(__file__).resolve().parent.parent / "history_app" / "demo"
 def rows_of(page: str) -> list[tuple[str, str]]:
     """(number, run id) of each run row, in page order."""
     return re.findall(
-        r'<tr data-nav[^>]*>\s*<td>([\d.]+)</td>\s*<td class="run-cell"><a href="/runs/([^/]+)/"', page
+        r'<tr data-nav[^>]*>\s*<td>([\d.]+)</td>\s*<td class="run-cell"><a href="/p/default/runs/([^/]+)/"',
+        page,
     )
 
 
 def test_team_runs_nest_their_member_runs_and_interactions(alice_client, ingest):
     assert ingest(json.loads((DEMO / "team_research.json").read_text())).status_code == 200
-    page = alice_client.get("/sessions/demo-team-research/").content.decode()
+    page = alice_client.get("/p/default/sessions/demo-team-research/").content.decode()
     assert rows_of(page) == [
         ("1", "demo-team-run-1"),
         ("1.1", "demo-team-member-1"),
@@ -34,9 +35,9 @@ def test_team_runs_nest_their_member_runs_and_interactions(alice_client, ingest)
 
 def test_workflow_runs_show_steps_counts_idle_gaps_and_tokens(alice_client, ingest):
     assert ingest(json.loads((DEMO / "workflow_blog.json").read_text())).status_code == 200
-    page = alice_client.get("/sessions/demo-workflow-blog/").content.decode()
+    page = alice_client.get("/p/default/sessions/demo-workflow-blog/").content.decode()
     assert [number for number, _ in rows_of(page)] == ["1", "2", "3", "4"]
-    assert '<a href="/runs/demo-wf-run-1/#iteration-1">research</a>' in page
+    assert '<a href="/p/default/runs/demo-wf-run-1/#iteration-1">research</a>' in page
     # 4 runs: 4 finished, 3 successful, 1 failed (the seeds' WorkflowSession counts).
     counts = dict(re.findall(r"<dt[^>]*>([A-Za-z ]+)</dt><dd[^>]*>(\d+)</dd>", page))
     assert counts == {"All runs": "4", "Completed": "4", "Successful": "3", "Failed": "1"}
@@ -49,7 +50,10 @@ def test_workflow_runs_show_steps_counts_idle_gaps_and_tokens(alice_client, inge
 def test_idle_threshold_is_a_setting(alice_client, ingest, settings):
     settings.HISTORY_IDLE_GAP_SECONDS = 3600
     ingest(json.loads((DEMO / "workflow_blog.json").read_text()))
-    assert '<tr class="idle">' not in alice_client.get("/sessions/demo-workflow-blog/").content.decode()
+    assert (
+        '<tr class="idle">'
+        not in alice_client.get("/p/default/sessions/demo-workflow-blog/").content.decode()
+    )
 
 
 def test_a_member_whose_team_run_is_elsewhere_is_shown_at_the_top(alice_client, ingest):
@@ -67,7 +71,7 @@ def test_a_member_whose_team_run_is_elsewhere_is_shown_at_the_top(alice_client, 
             {"schema": "agent-history/v1", "run_id": "b", "session_id": "s", "parent_run_id": "a"},
         ]
     )
-    page = alice_client.get("/sessions/s/").content.decode()
+    page = alice_client.get("/p/default/sessions/s/").content.decode()
     # Every run is shown exactly once, even when parent ids form a cycle.
     assert sorted(run for _, run in rows_of(page)) == ["a", "b", "loop", "m"]
 
@@ -90,10 +94,11 @@ def test_timeline_query_count_does_not_grow(alice_client, ingest, django_assert_
         return runs
 
     ingest(session_of(2))
-    # session + user, the session, its runs, member interactions, workflow steps.
-    with django_assert_num_queries(6):
-        alice_client.get("/sessions/big/")
+    # session + user, project + role, the project menu, the session, its runs, member
+    # interactions, workflow steps.
+    with django_assert_num_queries(8):
+        alice_client.get("/p/default/sessions/big/")
     ingest(session_of(25))
-    with django_assert_num_queries(6):
-        page = alice_client.get("/sessions/big/").content.decode()
+    with django_assert_num_queries(8):
+        page = alice_client.get("/p/default/sessions/big/").content.decode()
     assert len(rows_of(page)) == 75

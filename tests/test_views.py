@@ -28,7 +28,7 @@ def html(response) -> str:
     return response.content.decode()
 
 
-@pytest.mark.parametrize("url", ["/", "/sessions/s-1/", "/runs/r-1/"])
+@pytest.mark.parametrize("url", ["/", "/p/default/sessions/s-1/", "/p/default/runs/r-1/"])
 def test_anonymous_users_are_sent_to_log_in(client, url):
     response = client.get(url)
     assert response.status_code == 302
@@ -40,7 +40,7 @@ def test_login_page_renders_and_logs_in(client, alice):
     assert "Log in" in html(page)
     response = client.post("/accounts/login/", {"username": "alice", "password": "alice-password-1"})
     assert response.status_code == 302
-    assert client.get("/").status_code == 200
+    assert client.get("/p/default/").status_code == 200
 
 
 def test_session_list_shows_newest_activity_first(alice_client, ingest):
@@ -56,26 +56,26 @@ def test_session_list_shows_newest_activity_first(alice_client, ingest):
             ),
         ]
     )
-    page = html(alice_client.get("/"))
+    page = html(alice_client.get("/p/default/"))
     assert page.index("newer-session") < page.index("older-session")
     assert "NewBot" in page and "OldBot" in page
-    assert 'href="/sessions/newer-session/"' in page
+    assert 'href="/p/default/sessions/newer-session/"' in page
 
 
 def test_session_list_pages_with_a_keyset_cursor(alice_client, ingest, settings):
     settings.HISTORY_PAGE_SIZE = 2
     ingest([native(f"r{i}", f"sess-{i}", started_at=f"2026-01-0{i + 1}T00:00:00Z") for i in range(5)])
-    first = html(alice_client.get("/"))
+    first = html(alice_client.get("/p/default/"))
     assert "sess-4" in first and "sess-3" in first and "sess-2" not in first
     cursor = re.search(r'href="\?_next=([^"]+)"', first).group(1)
-    second = alice_client.get(f"/?_next={cursor}", HTTP_HX_REQUEST="true")
+    second = alice_client.get(f"/p/default/?_next={cursor}", HTTP_HX_REQUEST="true")
     assert "<html" not in html(second)
     assert "sess-2" in html(second) and "sess-1" in html(second) and "sess-4" not in html(second)
-    assert alice_client.get("/?_next=garbage!").status_code == 400
+    assert alice_client.get("/p/default/?_next=garbage!").status_code == 400
 
 
 def test_empty_dashboard_explains_how_to_send_runs(alice_client):
-    assert "POST /api/v1/ingest" in html(alice_client.get("/"))
+    assert "POST /api/v1/ingest" in html(alice_client.get("/p/default/"))
 
 
 def test_session_timeline_lists_runs_in_order_with_counts(alice_client, samples):
@@ -88,8 +88,8 @@ def test_session_timeline_lists_runs_in_order_with_counts(alice_client, samples)
 
 
 def test_missing_objects_give_404(alice_client):
-    assert alice_client.get("/sessions/nope/").status_code == 404
-    assert alice_client.get("/runs/nope/").status_code == 404
+    assert alice_client.get("/p/default/sessions/nope/").status_code == 404
+    assert alice_client.get("/p/default/runs/nope/").status_code == 404
 
 
 def test_run_transcript_shows_thoughts_tools_observations_and_answer(alice_client, samples):
@@ -134,7 +134,7 @@ def test_parameters_are_pretty_printed(alice_client, ingest):
             ],
         )
     )
-    page = html(alice_client.get("/runs/r-1/"))
+    page = html(alice_client.get("/p/default/runs/r-1/"))
     # Highlighted and collapsible, keys in the order the agent sent them.
     assert (
         '<div class="jl"><span class="jk">&quot;query&quot;</span>: <span class="js">&quot;tokyo&quot;</span>,</div>'
@@ -150,7 +150,7 @@ def test_final_answer_is_rendered_as_markdown(alice_client, ingest):
             output="# Title\n\n**bold** and a [link](https://example.com)\n\n| a | b |\n|---|---|\n| 1 | 2 |",
         )
     )
-    page = html(alice_client.get("/runs/r-1/"))
+    page = html(alice_client.get("/p/default/runs/r-1/"))
     assert "<h1>Title</h1>" in page
     assert "<strong>bold</strong>" in page
     assert 'href="https://example.com"' in page and 'rel="noopener noreferrer nofollow"' in page
@@ -170,7 +170,7 @@ OUR_HTMX_ATTRIBUTES = {
 # Our own triggers, exactly: the filter form's live search and the live list's poll.
 OUR_TRIGGERS = {"input changed delay:300ms from:#q, change, submit", "every 3s"}
 # Our own forms (search, log out, the context inspector's re-render) and our own charts.
-OUR_FORM_ACTIONS = {"/", "/accounts/logout/"}
+OUR_FORM_ACTIONS = {"/p/default/", "/accounts/logout/"}
 OUR_SVG_CLASSES = {"waterfall", "chart"}
 
 
@@ -187,7 +187,9 @@ class _Elements(HTMLParser):
 
 def _our_form(attrs: dict[str, str]) -> bool:
     action = attrs.get("action", "")
-    ours = action in OUR_FORM_ACTIONS or re.fullmatch(r"/runs/[^/\"<>]+/context/\d+/", action)
+    ours = action in OUR_FORM_ACTIONS or re.fullmatch(
+        r"/p/default/(runs/[^/\"<>]+/context/\d+|sessions/[^/\"<>]+/pin)/", action
+    )
     return bool(ours) and attrs.get("method", "get") in {"get", "post"} and "hx-vals" not in attrs
 
 
@@ -258,15 +260,15 @@ def test_xss_payloads_render_inert_in_every_field(alice_client, ingest):
     for i, payload in enumerate(XSS):
         query = urlencode({"q": payload, "framework": payload[:32], "agent": payload[:200]})
         for url in (
-            f"/runs/x{i}/",
-            f"/runs/x{i}/context/0/?runs=2&timestamps=1",
-            f"/runs/x{i}/context/1/",
-            "/sessions/s-0/",
-            "/sessions/s-1/",
-            "/",
-            f"/?{query}",
-            f"/?{urlencode({'q': payload[:20]})}",
-            "/stats/",
+            f"/p/default/runs/x{i}/",
+            f"/p/default/runs/x{i}/context/0/?runs=2&timestamps=1",
+            f"/p/default/runs/x{i}/context/1/",
+            "/p/default/sessions/s-0/",
+            "/p/default/sessions/s-1/",
+            "/p/default/",
+            f"/p/default/?{query}",
+            f"/p/default/?{urlencode({'q': payload[:20]})}",
+            "/p/default/stats/",
         ):
             response = alice_client.get(url)
             assert response.status_code in {200, 400}, (url, response.status_code)
@@ -281,7 +283,7 @@ def test_the_inertness_check_catches_a_live_payload():
     with pytest.raises(AssertionError):
         assert_inert('<form action="https://evil.example/"></form>', "self-test")
     with pytest.raises(AssertionError):
-        assert_inert('<form action="/runs/x/context/0/" hx-vals="{}"></form>', "self-test")
+        assert_inert('<form action="/p/default/runs/x/context/0/" hx-vals="{}"></form>', "self-test")
     with pytest.raises(AssertionError):
         assert_inert('<svg onload="alert(1)"></svg>', "self-test")
     assert_inert('<a title="t&quot; onmouseover=alert(1)" href="/x">x</a>', "self-test")
@@ -290,9 +292,9 @@ def test_the_inertness_check_catches_a_live_payload():
 def test_htmx_requests_get_only_the_named_partial(alice_client, ingest):
     ingest(native("r-1", input="hello"))
     for url, marker in (
-        ("/", "/sessions/s-1/"),
-        ("/sessions/s-1/", 'id="timeline"'),
-        ("/runs/r-1/", 'id="transcript"'),
+        ("/p/default/", "/p/default/sessions/s-1/"),
+        ("/p/default/sessions/s-1/", 'id="timeline"'),
+        ("/p/default/runs/r-1/", 'id="transcript"'),
     ):
         fragment = html(alice_client.get(url, HTTP_HX_REQUEST="true"))
         assert "<html" not in fragment and marker in fragment
@@ -300,12 +302,12 @@ def test_htmx_requests_get_only_the_named_partial(alice_client, ingest):
         assert "<html" in boosted
         restore = html(alice_client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true"))
         assert "<html" in restore
-    assert alice_client.get("/").headers["Vary"].count("HX-Request") == 1
+    assert alice_client.get("/p/default/").headers["Vary"].count("HX-Request") == 1
 
 
 def test_pages_carry_a_strict_content_security_policy(alice_client, ingest):
     ingest(native("r-1"))
-    for url in ("/", "/sessions/s-1/", "/runs/r-1/", "/accounts/login/"):
+    for url in ("/p/default/", "/p/default/sessions/s-1/", "/p/default/runs/r-1/", "/accounts/login/"):
         response = alice_client.get(url)
         policy = response["Content-Security-Policy"]
         assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "unsafe-eval" not in policy
@@ -315,6 +317,9 @@ def test_pages_carry_a_strict_content_security_policy(alice_client, ingest):
 
 
 def _count_queries(client, url) -> int:
+    # A page of the project first: the first page of a project a user opens also
+    # remembers the project in their session (a write the next pages do not make).
+    client.get("/p/default/receipts/")
     with CaptureQueriesContext(connection) as ctx:
         response = client.get(url)
         response.getvalue()  # a streamed export reads as it is written
@@ -336,17 +341,17 @@ def _many_runs(ingest, n_runs, n_iterations, n_tools):
 @pytest.mark.parametrize(
     "url",
     [
-        "/",
-        "/?q=t0&sort=runs&errors=1",
-        "/?live=1",
-        "/sessions/sess-0/",
-        "/runs/run-{n}-0/",
-        "/receipts/",
-        "/stats/",
-        "/runs/run-{n}-0/export.md",
-        "/runs/run-{n}-0/export.json",
-        "/sessions/sess-0/export.json",
-        "/sessions/sess-0/export.html",
+        "/p/default/",
+        "/p/default/?q=t0&sort=runs&errors=1",
+        "/p/default/?live=1",
+        "/p/default/sessions/sess-0/",
+        "/p/default/runs/run-{n}-0/",
+        "/p/default/receipts/",
+        "/p/default/stats/",
+        "/p/default/runs/run-{n}-0/export.md",
+        "/p/default/runs/run-{n}-0/export.json",
+        "/p/default/sessions/sess-0/export.json",
+        "/p/default/sessions/sess-0/export.html",
     ],
 )
 def test_query_count_does_not_grow_with_the_data(alice_client, ingest, url, django_assert_num_queries):
@@ -359,22 +364,25 @@ def test_query_count_does_not_grow_with_the_data(alice_client, ingest, url, djan
 
 def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
     _many_runs(ingest, 10, 3, 3)
-    # session + user lookups (2) and the page's own queries: sessions, framework menu.
-    with django_assert_num_queries(4):
-        alice_client.get("/")
-    with django_assert_num_queries(4):
-        alice_client.get("/sessions/sess-0/")
-    # The run page: session + user, the run, its first iterations, their first tool calls,
-    # how many contexts it has (none here, so no query for the first of them). The first
-    # view also keeps the answer's HTML, rendered then (one UPDATE); later views read it.
-    with django_assert_num_queries(7):
-        alice_client.get("/runs/run-10-0/")
+    alice_client.get("/p/default/receipts/")  # the project remembered in her session (once)
+    # session + user lookups (2), the project with her role in it (1), the header's
+    # project menu (1), and the page's own queries: sessions, framework menu.
     with django_assert_num_queries(6):
-        alice_client.get("/runs/run-10-0/")
+        alice_client.get("/p/default/")
+    with django_assert_num_queries(6):
+        alice_client.get("/p/default/sessions/sess-0/")
+    # The run page: session + user, project + role, project menu, the run, its first
+    # iterations, their first tool calls, how many contexts it has (none here, so no query
+    # for the first of them). The first view also keeps the answer's HTML, rendered then
+    # (one UPDATE); later views read it.
+    with django_assert_num_queries(9):
+        alice_client.get("/p/default/runs/run-10-0/")
+    with django_assert_num_queries(8):
+        alice_client.get("/p/default/runs/run-10-0/")
     # The list with a search: sessions, their matching runs, the framework menu; on
     # PostgreSQL the sample that picks the plan; on SQLite the candidate sessions in list
     # order, their runs and the index's range of them (issue #13).
-    with django_assert_num_queries(6 + 2 * (connection.vendor == "sqlite")):
-        alice_client.get("/?q=t0")
-    with django_assert_num_queries(3):
-        alice_client.get("/receipts/")
+    with django_assert_num_queries(8 + 2 * (connection.vendor == "sqlite")):
+        alice_client.get("/p/default/?q=t0")
+    with django_assert_num_queries(5):
+        alice_client.get("/p/default/receipts/")

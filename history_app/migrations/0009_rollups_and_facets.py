@@ -30,7 +30,8 @@ def _fill(apps, schema_editor):
         ):
             calls[run_id].append((tool, bool(error)))
         rollups.apply(
-            rollups.contributions((started or received, status, calls[pk]) for pk, started, received, status in rows)
+            rollups.contributions((started or received, status, calls[pk]) for pk, started, received, status in rows),
+            None,
         )
     with schema_editor.connection.cursor() as cursor:
         for select in rollups.FACETS_SQL:

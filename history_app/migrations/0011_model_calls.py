@@ -71,7 +71,7 @@ def _fill(apps, schema_editor):
             Run.objects.filter(pk=pk).update(**mapper.call_sums(calls))
             rollups._add_usage(deltas, day, agent, calls, 1)
         ModelCall.objects.bulk_create(new_calls, batch_size=500)
-        rollups.apply(deltas)
+        rollups.apply(deltas, None)
     runs = Run.objects.filter(session_id=OuterRef("pk")).order_by().values("session_id")
 
     def total(expression):

@@ -13,6 +13,7 @@ from history_app.agent_history import redact
 from history_app.agent_history.formats import agno
 from history_app.agent_history.records import RecordError
 from history_app.management.progress import show_progress
+from history_app.management.projects import add_project_argument, project_named
 
 QUERY = (
     "SELECT r.run_data, r.session_id, r.parent_run_id, r.user_id, r.status, r.created_at "
@@ -100,6 +101,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("source", help="An agno SQLite file, or a postgresql:// URL.")
+        add_project_argument(parser, "the runs go into")
         parser.add_argument("--since", help="Only runs created or updated since (epoch seconds or ISO date).")
         parser.add_argument(
             "--schema", default="ai", help="PostgreSQL schema of the agno tables (agno's default: ai)."
@@ -130,8 +132,10 @@ class Command(BaseCommand):
         schema: str,
         history_runs: int | None,
         workflow_history_runs: int | None = None,
+        project: str = "default",
         **options,
     ):
+        project_id = project_named(project).pk
         since_epoch = parse_since(since)
         if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
             rows = read_postgres(source, schema, since_epoch)
@@ -193,13 +197,15 @@ class Command(BaseCommand):
                     rebuild_workflow_history(runs[0], previous, workflow_history_runs)
                     previous.append(payload)
                 items, format_name = [run.to_dict() for run in runs], "native"
-            for result in ingestion.ingest_items(items=items, format=format_name, source_format="agno"):
+            for result in ingestion.ingest_items(
+                items=items, format=format_name, source_format="agno", project_id=project_id
+            ):
                 result.index = number - 1
                 all_results.append(result)
                 problems.extend(f"{result.run_id}: {e['path']}: {e['message']}" for e in result.errors)
         # A PostgreSQL URL can carry a password: the receipt keeps the redacted form.
         totals = ingestion.record_receipt(
-            source="import_agno", results=all_results, label=redact(source)
+            source="import_agno", results=all_results, label=redact(source), project_id=project_id
         ).counts
         self.stdout.write(
             f"Read {len(rows)} agno run(s): {totals['created']} created, {totals['updated']} updated, "

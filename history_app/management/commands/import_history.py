@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from history_app import ingestion
 from history_app.agent_history import formats
 from history_app.management.progress import show_progress
+from history_app.management.projects import add_project_argument, project_named
 
 SUFFIXES = {".json", ".jsonl", ".ndjson", ".md"}
 
@@ -43,8 +44,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("paths", nargs="+", metavar="PATH", help="Files or folders to import.")
+        add_project_argument(parser, "the runs go into")
 
-    def handle(self, *args, paths: list[str], **options):
+    def handle(self, *args, paths: list[str], project: str, **options):
+        project_id = project_named(project).pk
         files = collect_files(paths)
         if not files:
             raise CommandError("no .json, .jsonl, .ndjson or .md files found")
@@ -68,13 +71,13 @@ class Command(BaseCommand):
                 # instead of counting each of its objects as a rejected run.
                 skipped.append(f"{path}: not a history file (matches no accepted format)")
                 continue
-            for result in ingestion.ingest_items(items=items):
+            for result in ingestion.ingest_items(items=items, project_id=project_id):
                 all_results.append(result)
                 for error in result.errors:
                     where = f"[{result.index}]" if len(items) > 1 else ""
                     problems.append(f"{path}{where}: {error['path']}: {error['message']}")
         totals = ingestion.record_receipt(
-            source="import_history", results=all_results, label=", ".join(paths)
+            source="import_history", results=all_results, label=", ".join(paths), project_id=project_id
         ).counts
         self.stdout.write(
             f"Imported {len(files)} file(s): {totals['created']} created, {totals['updated']} updated, "

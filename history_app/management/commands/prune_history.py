@@ -5,12 +5,14 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from history_app.management.projects import project_named
 from history_app.retention import (
     MAX_PRUNE_DAYS,
     OPTIONAL_COUNT_KEYS,
     PRUNE_COUNT_KEYS,
     PruneResult,
     prune_sessions,
+    retention_plan,
 )
 
 
@@ -32,7 +34,16 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--older-than", type=float, required=True, metavar="DAYS")
+        parser.add_argument(
+            "--older-than",
+            type=float,
+            metavar="DAYS",
+            help="Last activity older than this. Without it, each project's own retention (its "
+            "retention days, else HISTORY_RETENTION_DAYS); projects with none are left alone.",
+        )
+        parser.add_argument(
+            "--project", metavar="SLUG", help="Only this project's sessions (default: every project)."
+        )
         parser.add_argument("--dry-run", action="store_true", help="Count what would go; delete nothing.")
         parser.add_argument(
             "--batch-size", type=int, default=500, metavar="N", help="Sessions per transaction (500)."
@@ -53,14 +64,15 @@ class Command(BaseCommand):
     def handle(
         self,
         *args,
-        older_than: float,
+        older_than: float | None,
+        project: str | None,
         dry_run: bool,
         batch_size: int,
         status: list[str],
         agent: list[str],
         **options,
     ):
-        if not 0 <= older_than <= MAX_PRUNE_DAYS:  # NaN fails this too
+        if older_than is not None and not 0 <= older_than <= MAX_PRUNE_DAYS:  # NaN fails this too
             raise CommandError(f"--older-than must be a number of days from 0 to {MAX_PRUNE_DAYS}")
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
@@ -75,18 +87,32 @@ class Command(BaseCommand):
             user = getpass.getuser()
         except (KeyError, OSError):
             user = ""
-        result = prune_sessions(
-            older_than_days=older_than,
-            statuses=status,
-            agents=agent,
-            batch_size=batch_size,
-            dry_run=dry_run,
-            trigger="command",
-            user=user,
-            progress=progress,
-        )
+        the_project = project_named(project) if project else None
+        if older_than is not None:
+            plan = [(the_project, older_than)]
+        else:
+            plan = [(p, days) for p, days in retention_plan() if the_project is None or p == the_project]
+            if not plan:
+                self.stdout.write(
+                    "No retention is set (no project's, no HISTORY_RETENTION_DAYS): nothing to prune."
+                )
+                return
+        for scope, days in plan:
+            result = prune_sessions(
+                project=scope,
+                older_than_days=days,
+                statuses=status,
+                agents=agent,
+                batch_size=batch_size,
+                dry_run=dry_run,
+                trigger="command",
+                user=user,
+                progress=progress,
+            )
+            if older_than is None:
+                self.stdout.write(f"Project {scope.slug} (idle more than {days:g} days):")
+            self.stdout.write(summary(result))
         elapsed = time.perf_counter() - started
-        self.stdout.write(summary(result))
         if not dry_run:
             self.stdout.write(
                 f"{result.batches} batch(es) in {elapsed:.2f} s; longest transaction "

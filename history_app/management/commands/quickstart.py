@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand
 from history_app.auth import register_token
 from history_app.ingestion import ingest_items, record_receipt
 from history_app.management.commands.import_history import collect_files, read_items
-from history_app.models import IngestToken
+from history_app.models import IngestToken, Project
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "demo"
 
@@ -40,7 +40,9 @@ class Command(BaseCommand):
             shown = "(from HISTORY_ADMIN_PASSWORD)" if os.environ.get("HISTORY_ADMIN_PASSWORD") else password
             self.stdout.write(self.style.SUCCESS("Created user 'admin' with password: ") + shown)
 
+        project = Project.default()  # where the demo goes, and its token's runs
         row, token = register_token(
+            project=project,
             name="quickstart",
             token=os.environ.get("HISTORY_INGEST_TOKEN") or None,
             scopes=[IngestToken.INGEST, IngestToken.READ],
@@ -58,8 +60,10 @@ class Command(BaseCommand):
 
         results = []
         for path in collect_files([str(DEMO_DIR)]):
-            results += ingest_items(items=read_items(path))
-        counts = record_receipt(source="quickstart", results=results, label="demo data").counts
+            results += ingest_items(items=read_items(path), project_id=project.pk)
+        counts = record_receipt(
+            source="quickstart", results=results, label="demo data", project_id=project.pk
+        ).counts
         self.stdout.write(
             self.style.SUCCESS("Demo data: ")
             + f"{counts['created']} runs created, {counts['duplicate']} already there, {counts['rejected']} rejected."
