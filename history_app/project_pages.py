@@ -255,13 +255,11 @@ def member_change(request: HttpRequest, pk: int) -> HttpResponse:
         remove = "remove" in request.POST
         role = request.POST.get("role", "")
         if not remove and role not in models.Membership.RANK:
-            form = MemberForm(initial={"username": name})
-            form.add_error(None, f"Role must be one of {', '.join(models.Membership.RANK)}.")
-            return _settings_page(request, status=400, member_form=form)
+            message = f"Role must be one of {', '.join(models.Membership.RANK)}."
+            return _settings_page(request, status=400, member_error=message)
         if (remove or role != models.Membership.ADMIN) and _is_last_admin(membership):
-            form = MemberForm(initial={"username": name})
-            form.add_error(None, f"{name} is the project's only admin: make someone else admin first.")
-            return _settings_page(request, status=400, member_form=form)
+            message = f"{name} is the project's only admin: make someone else admin first."
+            return _settings_page(request, status=400, member_error=message)
         if remove:
             membership.delete()
             audit.record(

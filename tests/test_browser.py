@@ -13,7 +13,7 @@ from urllib.parse import urlencode, urlparse
 
 import pytest
 
-from history_app import ingestion
+from history_app import ingestion, models
 from history_app.agent_history import parse
 
 from .conftest import AUTOURGOS, load_jsonl, native
@@ -93,8 +93,16 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(OUTPUT / f"{name}.png"), full_page=True)
 
 
+def editor(django_user_model, name: str, project: str = "default"):
+    """A user who is an editor of the project (the default one unless named)."""
+    user = django_user_model.objects.create_user(name, password=f"{name}-password-1")
+    target = models.Project.default() if project == "default" else models.Project.objects.get(slug=project)
+    models.Membership.objects.create(project=target, user=user, role=models.Membership.EDITOR)
+    return user
+
+
 def log_in(page, live_server, django_user_model):
-    django_user_model.objects.create_user("alice", password="alice-password-1")
+    editor(django_user_model, "alice")
     page.goto(f"{live_server.url}/")
     page.fill("#id_username", "alice")
     page.fill("#id_password", "alice-password-1")
@@ -226,7 +234,7 @@ def test_keyboard_navigation(browser_page, live_server, django_user_model):
 
 def test_dark_mode_and_phone_width(live_server, django_user_model):
     load_demo()
-    django_user_model.objects.create_user("alice", password="alice-password-1")
+    editor(django_user_model, "alice")
     with sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
         context = browser.new_context(color_scheme="dark", viewport={"width": 390, "height": 844})
@@ -246,7 +254,7 @@ def test_dark_mode_and_phone_width(live_server, django_user_model):
 
 def test_pages_work_without_javascript(live_server, django_user_model):
     load_demo()  # includes autourgos' named_run_custom.json
-    django_user_model.objects.create_user("alice", password="alice-password-1")
+    editor(django_user_model, "alice")
     with sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
         page = browser.new_context(java_script_enabled=False).new_page()
