@@ -326,7 +326,7 @@ def test_the_json_api_as_tokens_of_each_scope(client, world):
     assert client.post("/v1/traces", b"{}", content_type="application/json", **annotate).status_code == 403
     assert (
         client.post(
-            "/api/v1/ingest", body, content_type="application/json", **bearer("alpha", "read")
+            "/api/v1/ingest", payload, content_type="application/json", **bearer("alpha", "read")
         ).status_code
         == 403
     )
