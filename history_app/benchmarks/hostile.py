@@ -601,7 +601,7 @@ def phase_poison(server: Server, args) -> None:
     print(f"     logged in through the login form after {time.perf_counter() - started:.1f} s")
 
     def view_poison(name: str, text: str) -> tuple[str, Reply]:
-        path = "/runs/poison-" + name.replace(" ", "-") + "/"
+        path = "/p/default/runs/poison-" + name.replace(" ", "-") + "/"
         reply = call(server.port, "GET", path, headers={"Cookie": cookie}, timeout=args.poison_timeout)
         if reply.status == 200:
             reply.error = f"{len(reply.body):,} bytes of HTML"

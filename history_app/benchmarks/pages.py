@@ -96,6 +96,7 @@ def fill(runs: int, *, batch: int = 2000) -> float:
     from . import shape
 
     shape._text = _fast_text()
+    project_id = models.Project.default().pk  # the pages measured are the default project's
     have = models.Run.objects.count()
     if have > runs or (have and not models.Run.objects.filter(run_id=f"run-{have - 1:07d}").exists()):
         print(f"the database holds {have} runs, not a prefix of this fill: emptying it")
@@ -115,21 +116,23 @@ def fill(runs: int, *, batch: int = 2000) -> float:
             now = timezone.now()
             with transaction.atomic():
                 existing = set(
-                    models.Run.objects.filter(run_id__in=[n.run["run_id"] for n in new]).values_list(
-                        "run_id", flat=True
-                    )
+                    models.Run.objects.filter(
+                        project_id=project_id, run_id__in=[n.run["run_id"] for n in new]
+                    ).values_list("run_id", flat=True)
                 )
                 new = [n for n in new if n.run["run_id"] not in existing]
+                for session in sessions.values():
+                    session.project_id = project_id
                 models.Session.objects.bulk_create(sessions.values(), ignore_conflicts=True)
                 keys = dict(
-                    models.Session.objects.filter(session_id__in=list(sessions)).values_list(
-                        "session_id", "pk"
-                    )
+                    models.Session.objects.filter(
+                        project_id=project_id, session_id__in=list(sessions)
+                    ).values_list("session_id", "pk")
                 )
                 session_of = {n.run["run_id"]: f"sess-{int(n.run['run_id'][4:]) // 10:06d}" for n in new}
-                bulk.insert_runs(new, [keys[session_of[n.run["run_id"]]] for n in new], now)
+                bulk.insert_runs(new, [keys[session_of[n.run["run_id"]]] for n in new], now, project_id)
                 if not existing:
-                    rollups.apply(deltas)
+                    rollups.apply(deltas, project_id)
                     rollups.add_facets((keys[sid], facet, value) for sid, facet, value in pairs)
             end = int(new[-1].run["run_id"][4:]) + 1 if new else have
             if (end // batch) % 25 == 0 or end == runs:
@@ -196,19 +199,19 @@ def pages(runs: int) -> list[tuple[str, str]]:
     ]
     found = []
     for label, query in lists:
-        found.append((f"/ {label}", f"/?{query}" if query else "/"))
+        found.append((f"/ {label}", f"/p/default/?{query}" if query else "/p/default/"))
         found.append((f"api sessions {label}", f"/api/v1/sessions?{query}"))
     found += [
-        ("session", f"/sessions/{session}/"),
+        ("session", f"/p/default/sessions/{session}/"),
         ("api session", f"/api/v1/sessions/{session}"),
-        ("run", f"/runs/{middle}/"),
-        ("run: model calls slice", f"/runs/{middle}/model-calls/?start=0"),
-        ("model call", f"/runs/{middle}/model-calls/3/"),
+        ("run", f"/p/default/runs/{middle}/"),
+        ("run: model calls slice", f"/p/default/runs/{middle}/model-calls/?start=0"),
+        ("model call", f"/p/default/runs/{middle}/model-calls/3/"),
         ("api run", f"/api/v1/runs/{middle}"),
-        ("inspector", f"/runs/run-{inspected:07d}/context/0/"),
-        ("stats 30 days", "/stats/"),
-        ("stats 7 days", "/stats/?days=7"),
-        ("receipts", "/receipts/"),
+        ("inspector", f"/p/default/runs/run-{inspected:07d}/context/0/"),
+        ("stats 30 days", "/p/default/stats/"),
+        ("stats 7 days", "/p/default/stats/?days=7"),
+        ("receipts", "/p/default/receipts/"),
         ("api receipts", "/api/v1/receipts"),
     ]
     return found
@@ -218,14 +221,18 @@ def measure(runs: int, requests: int) -> list[tuple[str, float, float, int]]:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    user, _ = get_user_model().objects.get_or_create(username="bench", defaults={"is_staff": True})
-    client = Client(SERVER_NAME="localhost")
-    client.force_login(user)
     from history_app import models
 
+    # A viewer of the project, as a member of a team would be (the pages check the role).
+    user, _ = get_user_model().objects.get_or_create(username="bench", defaults={"is_staff": True})
+    project = models.Project.default()
+    models.Membership.objects.get_or_create(project=project, user=user)
+    client = Client(SERVER_NAME="localhost")
+    client.force_login(user)
     token = "bench-" + "x" * 40
     models.IngestToken.objects.get_or_create(
-        token_hash=models.IngestToken.hash(token), defaults={"name": "bench", "prefix": token[:8]}
+        token_hash=models.IngestToken.hash(token),
+        defaults={"name": "bench", "prefix": token[:8], "project": project, "scopes": ["read"]},
     )
     results = []
     for label, url in pages(runs):

@@ -77,6 +77,7 @@ def populate(sessions: int) -> int:
     from history_app import models, search
 
     empty_history_tables()
+    project_id = models.Project.default().pk
     old = timezone.now() - timedelta(days=90)
     chunk = 2000
     total = 0
@@ -86,7 +87,12 @@ def populate(sessions: int) -> int:
             models.Session.objects.bulk_create(
                 [
                     models.Session(
-                        pk=i, session_id=f"bench-{i}", last_activity_at=old, run_count=2, agent_name="bench"
+                        pk=i,
+                        project_id=project_id,
+                        session_id=f"bench-{i}",
+                        last_activity_at=old,
+                        run_count=2,
+                        agent_name="bench",
                     )
                     for i in ids
                 ]
@@ -94,6 +100,7 @@ def populate(sessions: int) -> int:
             runs = [
                 models.Run(
                     pk=i * 2 + r,
+                    project_id=project_id,
                     run_id=f"bench-{i}-{r}",
                     session_id=i,
                     content_hash="x",

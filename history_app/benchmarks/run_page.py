@@ -143,7 +143,10 @@ def main() -> None:
     started = time.perf_counter()
     populate()
     print(f"{connection.vendor}: stored the runs in {time.perf_counter() - started:.1f} s")
+    from history_app import models
+
     user, _ = get_user_model().objects.get_or_create(username="bench")
+    models.Membership.objects.get_or_create(project=models.Project.default(), user=user)
     client = Client()
     client.force_login(user)
     print(
@@ -154,24 +157,24 @@ def main() -> None:
     print(f"{'run':<20} {'answer':<34} {'bytes':>12} {'median s':>9}")
     for run_id in SHAPES:
         pages = [
-            ("run page", f"/runs/{run_id}/", args.repeat),
-            ("next calls (no-JS)", f"/runs/{run_id}/iterations/0/calls/?start=20", args.repeat),
-            ("next iterations (no-JS)", f"/runs/{run_id}/iterations/?start=20", args.repeat),
+            ("run page", f"/p/default/runs/{run_id}/", args.repeat),
+            ("next calls (no-JS)", f"/p/default/runs/{run_id}/iterations/0/calls/?start=20", args.repeat),
+            ("next iterations (no-JS)", f"/p/default/runs/{run_id}/iterations/?start=20", args.repeat),
             ("JSON twin (streamed)", f"/api/v1/runs/{run_id}", 1),
-            ("export.json (streamed)", f"/runs/{run_id}/export.json", 1),
-            ("export.md (streamed)", f"/runs/{run_id}/export.md", 1),
+            ("export.json (streamed)", f"/p/default/runs/{run_id}/export.json", 1),
+            ("export.md (streamed)", f"/p/default/runs/{run_id}/export.md", 1),
         ]
         for label, url, repeat in pages:
             size, seconds = measure(client, url, repeat)
             print(f"{run_id:<20} {label:<34} {size:>12,} {seconds:>9.3f}")
     for run_id in CONTEXT_SHAPES:
         pages = [
-            ("run page", f"/runs/{run_id}/", args.repeat),
-            ("next contexts (no-JS)", f"/runs/{run_id}/contexts/?start=20", args.repeat),
-            ("next contexts (htmx)", f"/runs/{run_id}/contexts/?start=20", args.repeat),
-            ("last contexts (no-JS)", f"/runs/{run_id}/contexts/?start=19990", args.repeat),
-            ("session page", "/sessions/bench/", args.repeat),
-            ("export.json (streamed)", f"/runs/{run_id}/export.json", 1),
+            ("run page", f"/p/default/runs/{run_id}/", args.repeat),
+            ("next contexts (no-JS)", f"/p/default/runs/{run_id}/contexts/?start=20", args.repeat),
+            ("next contexts (htmx)", f"/p/default/runs/{run_id}/contexts/?start=20", args.repeat),
+            ("last contexts (no-JS)", f"/p/default/runs/{run_id}/contexts/?start=19990", args.repeat),
+            ("session page", "/p/default/sessions/bench/", args.repeat),
+            ("export.json (streamed)", f"/p/default/runs/{run_id}/export.json", 1),
         ]
         for label, url, repeat in pages:
             headers = {"HTTP_HX_REQUEST": "true"} if "htmx" in label else {}
