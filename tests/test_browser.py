@@ -400,3 +400,48 @@ def test_model_calls_from_run_to_call_to_inspector_and_stats(browser_page, live_
     assert page.locator("#per-model ~ table code:has-text('gpt-4o')").count() == 1
     shot(page, "model-calls-stats")
     assert page.problems == []
+
+
+def test_switching_project_in_the_header_on_the_list_and_in_search(
+    browser_page, live_server, django_user_model
+):
+    """Issue #16: carol, a member of two projects, switches between them from the header,
+    on the sessions list and in the middle of a search (the search carries over)."""
+    page = browser_page
+    beta = models.Project.objects.create(slug="beta", name="Beta")
+    for project, session, text in (
+        (models.Project.default(), "s-default", "keeper"),
+        (beta, "s-beta", "sonar"),
+    ):
+        for run in parse(native(f"r-{session}", session, input=f"lighthouse {text}")):
+            ingestion.ingest_run(run=ingestion.prepare_run(run), project_id=project.pk)
+    carol = editor(django_user_model, "carol")
+    models.Membership.objects.create(project=beta, user=carol, role=models.Membership.VIEWER)
+    page.goto(f"{live_server.url}/p/default/")
+    page.fill("#id_username", "carol")
+    page.fill("#id_password", "carol-password-1")
+    page.click("button[type=submit]")
+    page.wait_for_selector("h1:has-text('Sessions')")
+    assert "s-default" in page.inner_text("#results") and "s-beta" not in page.inner_text("#results")
+    # The header names the project; its menu lists the other one.
+    page.click("details.switcher summary")
+    page.click("details.switcher a >> text=Beta")
+    page.wait_for_url("**/p/beta/")
+    assert "Beta" in page.inner_text("details.switcher summary")
+    assert "s-beta" in page.inner_text("#results") and "s-default" not in page.inner_text("#results")
+    shot(page, "20-project-beta")
+    # Search in Beta (htmx updates the list and the address), then switch: the same
+    # search runs in the other project.
+    page.fill("#q", "lighthouse")
+    page.wait_for_url("**/p/beta/?q=lighthouse*")
+    page.wait_for_selector("#results .hits")
+    assert "sonar" in page.inner_text("#results")
+    page.click("details.switcher summary")
+    page.click("details.switcher a >> text=Default")
+    page.wait_for_url("**/p/default/?q=lighthouse*")
+    assert page.input_value("#q") == "lighthouse"
+    assert "keeper" in page.inner_text("#results") and "sonar" not in page.inner_text("#results")
+    shot(page, "21-project-switched-in-search")
+    assert page.problems == []
+    # A page of a project she is not in does not exist for her.
+    assert page.goto(f"{live_server.url}/p/nowhere/").status == 404
