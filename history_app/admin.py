@@ -242,7 +242,9 @@ class SessionAdmin(BigTableAdmin):
     )
     def prune_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        result = retention.prune_sessions(session_ids=ids, trigger="action", user=request.user.get_username())
+        result = retention.prune_each_project(
+            session_ids=ids, trigger="action", user=request.user.get_username()
+        )
         text = f"Deleted {result.counts['sessions']} session(s) and {result.total_rows - result.counts['sessions']} related rows."
         if result.skipped_pinned:
             text += f" Kept {result.skipped_pinned} pinned session(s)."
@@ -274,7 +276,7 @@ class SessionAdmin(BigTableAdmin):
             user = request.user.get_username()
             if "confirm" in request.POST:
                 progress: list[str] = []
-                result = retention.prune_sessions(
+                result = retention.prune_each_project(
                     **kwargs,
                     trigger="admin",
                     user=user,
@@ -285,7 +287,7 @@ class SessionAdmin(BigTableAdmin):
                 context.update(result=result, progress=progress, done=True)
             else:
                 context.update(
-                    result=retention.prune_sessions(**kwargs, dry_run=True, trigger="admin", user=user),
+                    result=retention.prune_each_project(**kwargs, dry_run=True, trigger="admin", user=user),
                     preview=True,
                 )
         return render(request, "admin/history_app/session/retention.html", context)

@@ -269,6 +269,27 @@ def retention_plan() -> list[tuple[models.Project, int]]:
     ]
 
 
+def prune_each_project(
+    *, session_ids: list[int] | None = None, progress: Any = None, **kwargs: Any
+) -> PruneResult:
+    """``prune_sessions`` project by project (the projects of ``session_ids`` when given,
+    else every project), so that each project's prune log and audit trail hold its own
+    prune; the results summed."""
+    total = PruneResult(dry_run=kwargs.get("dry_run", False))
+    projects = models.Project.objects.order_by("pk")
+    if session_ids is not None:
+        projects = projects.filter(sessions__pk__in=session_ids).distinct()
+    for project in projects:
+        result = prune_sessions(project=project, session_ids=session_ids, progress=progress, **kwargs)
+        for key, count in result.counts.items():
+            total.counts[key] += count
+        total.batches += result.batches
+        total.skipped_pinned += result.skipped_pinned
+        total.longest_transaction_s = max(total.longest_transaction_s, result.longest_transaction_s)
+        total.log_id = result.log_id
+    return total
+
+
 def prune_by_retention(**kwargs: Any) -> list[tuple[models.Project, PruneResult]]:
     """``prune_sessions`` in each project that has a retention, with its days."""
     return [

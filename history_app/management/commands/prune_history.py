@@ -6,6 +6,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from history_app.management.projects import project_named
+from history_app.models import Project
 from history_app.retention import (
     MAX_PRUNE_DAYS,
     OPTIONAL_COUNT_KEYS,
@@ -89,7 +90,10 @@ class Command(BaseCommand):
             user = ""
         the_project = project_named(project) if project else None
         if older_than is not None:
-            plan = [(the_project, older_than)]
+            # Project by project even across them all: each project's log and audit
+            # trail (which its admins read) hold its own prune.
+            scopes = [the_project] if the_project else list(Project.objects.order_by("pk"))
+            plan = [(scope, older_than) for scope in scopes]
         else:
             plan = [(p, days) for p, days in retention_plan() if the_project is None or p == the_project]
             if not plan:
@@ -109,7 +113,7 @@ class Command(BaseCommand):
                 user=user,
                 progress=progress,
             )
-            if older_than is None:
+            if len(plan) > 1 or older_than is None:
                 self.stdout.write(f"Project {scope.slug} (idle more than {days:g} days):")
             self.stdout.write(summary(result))
         elapsed = time.perf_counter() - started
