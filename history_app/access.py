@@ -18,10 +18,12 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 
-from .models import Membership, Project, reset_current_project, set_current_project
+from . import audit
+from .models import AuditEvent, Membership, Project, reset_current_project, set_current_project
 
 VIEWER, EDITOR, ADMIN = Membership.VIEWER, Membership.EDITOR, Membership.ADMIN
 
@@ -103,6 +105,43 @@ def project_view(
         return wrapped
 
     return decorator
+
+
+class RoleError(Exception):
+    """A change of members that cannot be made (the message says why)."""
+
+
+def set_role(
+    *, project: Project, user: Any, role: str | None, actor: str, keep_an_admin: bool = True
+) -> str | None:
+    """Give ``user`` the role ``role`` in ``project`` (``None`` takes them out), audited;
+    the audit action, or None when nothing changed. ``RoleError`` when the user is not a
+    member to take out, or, with ``keep_an_admin``, when the change would leave the project
+    without an admin (someone must be able to manage it without a superuser)."""
+    name = user.get_username()
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().filter(project=project, user=user).first()
+        if membership is None and role is None:
+            raise RoleError(f"{name} is not a member of {project.slug}.")
+        if membership is not None and membership.role == role:
+            return None
+        if keep_an_admin and membership is not None and membership.role == ADMIN:
+            others = Membership.objects.filter(project=project, role=ADMIN).exclude(pk=membership.pk)
+            if not others.exists():
+                raise RoleError(f"{name} is the project's only admin: make someone else admin first.")
+        if membership is None:
+            Membership.objects.create(project=project, user=user, role=role)
+            action, details = AuditEvent.MEMBER_ADDED, {"role": role}
+        elif role is None:
+            membership.delete()
+            action, details = AuditEvent.MEMBER_REMOVED, {"role": membership.role}
+        else:
+            details = {"role": role, "previous": membership.role}
+            membership.role = role
+            membership.save(update_fields=["role"])
+            action = AuditEvent.ROLE_CHANGED
+        audit.record(actor=actor, action=action, project=project, target=name, **details)
+    return action
 
 
 def current_project(request: HttpRequest) -> Project | None:

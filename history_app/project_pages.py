@@ -194,15 +194,6 @@ def project_settings(request: HttpRequest) -> HttpResponse:
         return render(request, "history_app/bad_request.html", context, status=400)
 
 
-def _is_last_admin(membership: models.Membership) -> bool:
-    """Whether this is the project's only admin membership (a project keeps one, so
-    someone can always manage it without a superuser)."""
-    if membership.role != models.Membership.ADMIN:
-        return False
-    admins = models.Membership.objects.filter(project=membership.project, role=models.Membership.ADMIN)
-    return not admins.exclude(pk=membership.pk).exists()
-
-
 @require_POST
 @access.project_view("manage_members")
 def member_add(request: HttpRequest) -> HttpResponse:
@@ -214,72 +205,36 @@ def member_add(request: HttpRequest) -> HttpResponse:
     if user is None:
         form.add_error("username", "There is no user with this name.")
         return _settings_page(request, status=400, member_form=form)
-    role = form.cleaned_data["role"]
-    with transaction.atomic():
-        membership = (
-            models.Membership.objects.select_for_update().filter(project=request.project, user=user).first()
-        )
-        if membership is None:
-            models.Membership.objects.create(project=request.project, user=user, role=role)
-            action = models.AuditEvent.MEMBER_ADDED
-        elif membership.role == role:
-            return _back_to_settings(request, "#members")
-        else:
-            if _is_last_admin(membership):
-                form.add_error("role", "This is the project's only admin: make someone else admin first.")
-                return _settings_page(request, status=400, member_form=form)
-            membership.role = role
-            membership.save(update_fields=["role"])
-            action = models.AuditEvent.ROLE_CHANGED
-        audit.record(
-            actor=request.user.get_username(),
-            action=action,
+    try:
+        access.set_role(
             project=request.project,
-            target=user.username,
-            role=role,
+            user=user,
+            role=form.cleaned_data["role"],
+            actor=request.user.get_username(),
         )
+    except access.RoleError as exc:
+        form.add_error("role", str(exc))
+        return _settings_page(request, status=400, member_form=form)
     return _back_to_settings(request, "#members")
 
 
 @require_POST
 @access.project_view("manage_members")
 def member_change(request: HttpRequest, pk: int) -> HttpResponse:
-    """Change a member's role (``role``), or remove them (``remove``)."""
-    with transaction.atomic():
-        membership = get_object_or_404(
-            models.Membership.objects.select_for_update().select_related("user"),
-            pk=pk,
-            project=request.project,
+    """Change a member's role (``role``), or take them out (``remove``)."""
+    membership = get_object_or_404(
+        models.Membership.objects.select_related("user"), pk=pk, project=request.project
+    )
+    role = None if "remove" in request.POST else request.POST.get("role", "")
+    if role is not None and role not in models.Membership.RANK:
+        message = f"Role must be one of {', '.join(models.Membership.RANK)}."
+        return _settings_page(request, status=400, member_error=message)
+    try:
+        access.set_role(
+            project=request.project, user=membership.user, role=role, actor=request.user.get_username()
         )
-        name = membership.user.get_username()
-        remove = "remove" in request.POST
-        role = request.POST.get("role", "")
-        if not remove and role not in models.Membership.RANK:
-            message = f"Role must be one of {', '.join(models.Membership.RANK)}."
-            return _settings_page(request, status=400, member_error=message)
-        if (remove or role != models.Membership.ADMIN) and _is_last_admin(membership):
-            message = f"{name} is the project's only admin: make someone else admin first."
-            return _settings_page(request, status=400, member_error=message)
-        if remove:
-            membership.delete()
-            audit.record(
-                actor=request.user.get_username(),
-                action=models.AuditEvent.MEMBER_REMOVED,
-                project=request.project,
-                target=name,
-                role=membership.role,
-            )
-        elif role != membership.role:
-            before, membership.role = membership.role, role
-            membership.save(update_fields=["role"])
-            audit.record(
-                actor=request.user.get_username(),
-                action=models.AuditEvent.ROLE_CHANGED,
-                project=request.project,
-                target=name,
-                role=role,
-                previous=before,
-            )
+    except access.RoleError as exc:
+        return _settings_page(request, status=400, member_error=str(exc))
     return _back_to_settings(request, "#members")
 
 
