@@ -605,3 +605,23 @@ def test_data_from_before_projects_moves_into_the_default_project(client, django
     assert "from before projects" in client.get("/p/default/runs/legacy-run/").content.decode()
     assert client.get("/sessions/legacy/")["Location"] == "/p/default/sessions/legacy/"
     assert re.search(r"<dt>Runs</dt><dd>1</dd>", client.get("/p/default/stats/").content.decode())
+
+
+def test_error_pages_have_the_site_layout_and_a_way_back(client, world):
+    carol = as_user(client, world, "carol")
+    missing = carol.get("/p/alpha/runs/no-such-run/")
+    page = missing.content.decode()
+    assert (
+        missing.status_code == 404
+        and 'class="topbar"' in page
+        and 'href="/p/alpha/">Back to the sessions of Alpha' in page
+    )
+    denied = carol.get("/p/alpha/runs/r-1/export.json")
+    page = denied.content.decode()
+    assert denied.status_code == 403 and "does not allow this (export)" in page
+    assert "Your role in Alpha is <strong>viewer</strong>" in page
+    mallory = as_user(client, world, "mallory")
+    hidden = mallory.get("/p/alpha/runs/r-1/")
+    page = hidden.content.decode()
+    assert hidden.status_code == 404 and 'href="/">Back to your sessions' in page
+    assert "Alpha" not in page and "lighthouses" not in page
