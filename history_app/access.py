@@ -120,6 +120,9 @@ def set_role(
     without an admin (someone must be able to manage it without a superuser)."""
     name = user.get_username()
     with transaction.atomic():
+        # The project's admins are locked first, in one order: two admins demoting each
+        # other at once cannot both see the other one still there.
+        list(Membership.objects.select_for_update().filter(project=project, role=ADMIN).order_by("pk"))
         membership = Membership.objects.select_for_update().filter(project=project, user=user).first()
         if membership is None and role is None:
             raise RoleError(f"{name} is not a member of {project.slug}.")
