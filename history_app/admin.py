@@ -9,6 +9,7 @@ from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.template.defaultfilters import pluralize
 from django.urls import path
 from django.utils.functional import cached_property
 
@@ -240,14 +241,31 @@ class SessionAdmin(BigTableAdmin):
     @admin.action(
         description="Delete selected sessions (batched; pinned ones are kept)", permissions=["delete"]
     )
-    def prune_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def prune_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        """A confirmation page first (what would go, and which are kept because pinned),
+        as Django's own delete action has; the batched delete once confirmed."""
+        if request.POST.get("confirm") != "yes":
+            shown = list(queryset.select_related("project").order_by("-last_activity_at")[:100])
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Delete the selected sessions?",
+                "opts": self.model._meta,
+                "sessions": shown,
+                "total": queryset.count(),
+                "pinned": queryset.filter(pinned=True).count(),
+                "runs": models.Run.objects.filter(session__in=queryset.filter(pinned=False)).count(),
+                "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+                "select_across": request.POST.get("select_across", "0"),
+            }
+            return render(request, "admin/history_app/session/delete_selected.html", context)
         ids = list(queryset.values_list("pk", flat=True))
         result = retention.prune_each_project(
             session_ids=ids, trigger="action", user=request.user.get_username()
         )
-        text = f"Deleted {result.counts['sessions']} session(s) and {result.total_rows - result.counts['sessions']} related rows."
+        deleted, rows = result.counts["sessions"], result.total_rows - result.counts["sessions"]
+        text = f"Deleted {deleted} session{pluralize(deleted)} and {rows} related row{pluralize(rows)}."
         if result.skipped_pinned:
-            text += f" Kept {result.skipped_pinned} pinned session(s)."
+            text += f" Kept {result.skipped_pinned} pinned session{pluralize(result.skipped_pinned)}."
         self.message_user(request, text, messages.SUCCESS)
 
     def get_urls(self):

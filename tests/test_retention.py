@@ -97,10 +97,10 @@ def test_prune_removes_exactly_the_old_unpinned_sessions_and_leaves_no_orphans(s
 
 
 def test_filters_by_status_and_agent(sessions):
-    assert "Removed: 1 sessions" in run_command("--older-than", "30", "--status", "failed")
+    assert "Removed: 1 session," in run_command("--older-than", "30", "--status", "failed")
     assert not models.Session.objects.filter(session_id="old-2").exists()
     assert "Removed: 0 sessions" in run_command("--older-than", "30", "--agent", "Nobody")
-    assert "Removed: 1 sessions" in run_command("--older-than", "30", "--agent", "Bot")
+    assert "Removed: 1 session," in run_command("--older-than", "30", "--agent", "Bot")
     assert set(models.Session.objects.values_list("session_id", flat=True)) == {"old-pinned", "new"}
 
 
@@ -109,7 +109,8 @@ def test_pinned_sessions_survive_every_path(sessions, admin_client):
     retention.prune_sessions(older_than_days=0)
     retention.prune_sessions(session_ids=[pinned.pk])
     admin_client.post(
-        "/admin/history_app/session/", {"action": "prune_selected", "_selected_action": [pinned.pk]}
+        "/admin/history_app/session/",
+        {"action": "prune_selected", "_selected_action": [pinned.pk], "confirm": "yes"},
     )
     admin_client.post(
         "/admin/history_app/session/retention/", {"older_than_days": 0, "batch_size": 10, "confirm": "1"}
@@ -130,6 +131,38 @@ def test_a_session_that_got_a_new_run_is_kept(ingest, sessions):
     make_session(ingest, "old-1", days_ago=0, runs=1)  # re-sends old-1-0 with a fresh time
     retention.prune_sessions(older_than_days=30)
     assert models.Session.objects.filter(session_id="old-1").exists()
+
+
+def test_the_admin_delete_action_asks_first_and_names_what_goes(sessions, admin_client):
+    """Issue #17: "Delete selected sessions" shows what would go (and what is kept because
+    pinned) and deletes only once confirmed."""
+    chosen = list(
+        models.Session.objects.filter(session_id__in=["old-1", "old-pinned"]).values_list("pk", flat=True)
+    )
+    asked = admin_client.post(
+        "/admin/history_app/session/", {"action": "prune_selected", "_selected_action": chosen}
+    )
+    page = asked.content.decode()
+    assert asked.status_code == 200 and "2 sessions selected" in page and "removes 2 runs" in page
+    assert "1 of them is pinned (legal hold) and kept." in page and "<code>old-1</code>" in page
+    assert models.Session.objects.filter(session_id="old-1").exists()
+    done = admin_client.post(
+        "/admin/history_app/session/",
+        {"action": "prune_selected", "_selected_action": chosen, "confirm": "yes"},
+        follow=True,
+    )
+    assert (
+        "Deleted 1 session and " in done.content.decode()
+        and "Kept 1 pinned session." in done.content.decode()
+    )
+    assert not models.Session.objects.filter(session_id="old-1").exists()
+    assert models.Session.objects.filter(session_id="old-pinned").exists()
+
+
+def test_the_command_counts_in_words(sessions):
+    out = io.StringIO()
+    call_command("prune_history", "--older-than", "38", "--dry-run", stdout=out)
+    assert out.getvalue().startswith("Would remove: 1 session, 2 runs,")
 
 
 def test_admin_retention_page_previews_confirms_and_prunes(sessions, admin_client):
@@ -161,9 +194,11 @@ def test_admin_action_deletes_selected_sessions_in_batches(sessions, admin_clien
         models.Session.objects.filter(session_id__in=["new", "old-pinned"]).values_list("pk", flat=True)
     )
     response = admin_client.post(
-        "/admin/history_app/session/", {"action": "prune_selected", "_selected_action": chosen}, follow=True
+        "/admin/history_app/session/",
+        {"action": "prune_selected", "_selected_action": chosen, "confirm": "yes"},
+        follow=True,
     )
-    assert b"Deleted 1 session(s)" in response.content and b"Kept 1 pinned" in response.content
+    assert b"Deleted 1 session and" in response.content and b"Kept 1 pinned" in response.content
     assert not models.Session.objects.filter(session_id="new").exists()
     assert models.PruneLog.objects.get().trigger == "action"
 

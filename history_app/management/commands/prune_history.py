@@ -17,11 +17,22 @@ from history_app.retention import (
 )
 
 
+def noun(key: str, count: int) -> str:
+    """A count key as words, singular for one: "sessions" → "1 session", "2 sessions"."""
+    words = key.replace("_", " ")
+    if count != 1:
+        return words
+    for plural, singular in (("entries", "entry"), ("batches", "batch")):
+        if words.endswith(plural):
+            return words[: -len(plural)] + singular
+    return words[:-1]
+
+
 def summary(result: PruneResult) -> str:
     verb = "Would remove" if result.dry_run else "Removed"
     # Provenance rows and kept spans are named only when there were any.
     parts = ", ".join(
-        f"{result.counts[key]} {key.replace('_', ' ')}"
+        f"{result.counts[key]} {noun(key, result.counts[key])}"
         for key in PRUNE_COUNT_KEYS
         if key not in OPTIONAL_COUNT_KEYS or result.counts[key]
     )
