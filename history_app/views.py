@@ -95,6 +95,10 @@ def session_list(request: HttpRequest) -> HttpResponse:
     template = _template(request, "session_list", "session-rows" if context["is_next_page"] else "results")
     if "#" not in template:
         context["choices"] = listing.filter_choices(request.project)
+    else:
+        # htmx sets the page's title from a <title> at the top of what it swaps in: a
+        # search typed on the page names itself in the tab and the history too.
+        context["partial_title"] = True
     return render(request, template, context)
 
 

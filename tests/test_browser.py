@@ -436,6 +436,7 @@ def test_switching_project_in_the_header_on_the_list_and_in_search(
     page.wait_for_url("**/p/beta/?q=lighthouse*")
     page.wait_for_selector("#results .hits")
     assert "sonar" in page.inner_text("#results")
+    assert page.title() == "“lighthouse” · Sessions · Agent history"  # the htmx swap names the search
     page.click("details.switcher summary")
     page.click("details.switcher a >> text=Default")
     page.wait_for_url("**/p/default/?q=lighthouse*")

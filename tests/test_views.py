@@ -386,3 +386,15 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
         alice_client.get("/p/default/?q=t0")
     with django_assert_num_queries(5):
         alice_client.get("/p/default/receipts/")
+
+
+def test_an_htmx_search_names_itself_in_the_title(alice_client, ingest):
+    """Issue #17: the results htmx swaps in start with the page's <title> (htmx takes a
+    root-level one for the document), so a typed search updates the tab's title."""
+    ingest(native("r-1", input="needle"))
+    fragment = html(
+        alice_client.get("/p/default/?q=needle", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="results")
+    )
+    assert fragment.startswith("<title>“needle” · Sessions · Agent history</title>")
+    full = html(alice_client.get("/p/default/?q=needle"))
+    assert full.count("<title>") == 1 and "<title>“needle” · Sessions · Agent history</title>" in full
