@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Sum
+from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, Max, Min, OuterRef, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -839,8 +839,11 @@ def _refresh_session(session: models.Session) -> None:
         timed=Count("duration_ms"),
         duration=Sum("duration_ms"),
     )
+    # The session's agent and status are its latest top-level run's (a team's, not the
+    # member it delegated to), its latest run's when it has none.
+    top_level = ExpressionWrapper(Q(parent_run_id__isnull=True), output_field=BooleanField())
     latest = (
-        runs.order_by(Coalesce("started_at", "received_at").desc(), "-id")
+        runs.order_by(top_level.desc(), Coalesce("started_at", "received_at").desc(), "-id")
         .only("status", "agent_name", "framework", "user_id")
         .first()
     )
@@ -900,12 +903,20 @@ def _add_to_session(session: models.Session, rows: list[models.Run], *, save: bo
     # The latest run orders by (started_at, else received_at) then id, and the new ids are
     # the highest: the latest new run is the session's latest unless an older one is
     # later. Two range lookups on the (session, started_at, id) index: one query with OR
-    # would scan the session.
-    latest = max(rows, key=lambda row: (row.started_at or row.received_at, row.pk))
+    # would scan the session. Only top-level runs name the session's agent and status (a
+    # team's member runs do not), unless the session has none yet.
+    top = [row for row in rows if not getattr(row, "parent_run_id", None)]
+    latest = max(top or rows, key=lambda row: (row.started_at or row.received_at, row.pk))
     key = latest.started_at or latest.received_at
     others = models.Run.objects.filter(session=session).exclude(pk__in=[row.pk for row in rows])
+    blocked = False
+    if top:
+        others = others.filter(parent_run_id__isnull=True)
+    elif not first:
+        blocked = others.filter(parent_run_id__isnull=True).exists()
     if first or not (
-        others.filter(started_at__gt=key).exists()
+        blocked
+        or others.filter(started_at__gt=key).exists()
         or others.filter(started_at__isnull=True, received_at__gt=key).exists()
     ):
         session.last_status = latest.status

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from history_app import models
+
 pytestmark = pytest.mark.django_db
 
 DEMO = Path(__file__).resolve().parent.parent / "history_app" / "demo"
@@ -102,3 +104,30 @@ def test_timeline_query_count_does_not_grow(alice_client, ingest, django_assert_
     with django_assert_num_queries(8):
         page = alice_client.get("/p/default/sessions/big/").content.decode()
     assert len(rows_of(page)) == 75
+
+
+@pytest.mark.parametrize("order", ["team first", "members first"])
+def test_a_team_session_is_named_after_the_team_not_a_member(alice_client, ingest, order):
+    """Issue #17: a team session's agent is the team, whichever run arrives first and
+    although its member runs start later than the team run."""
+    base = {"schema": "agent-history/v1", "session_id": "s-team"}
+    team = {
+        **base,
+        "run_id": "team-1",
+        "kind": "team",
+        "agent_name": "Editorial team",
+        "started_at": "2026-11-30T10:00:00Z",
+        "member_interactions": [{"member": "Writer", "task": "write"}],
+    }
+    member = {
+        **base,
+        "run_id": "member-1",
+        "kind": "member",
+        "parent_run_id": "team-1",
+        "agent_name": "Writer",
+        "started_at": "2026-11-30T10:00:05Z",
+    }
+    for payload in [team, member] if order == "team first" else [member, team]:
+        assert ingest(payload).status_code == 200
+    assert models.Session.objects.get(session_id="s-team").agent_name == "Editorial team"
+    assert ">Editorial team<" in alice_client.get("/p/default/").content.decode()
