@@ -13,6 +13,7 @@ user's role in one query, and sets ``request.project`` and ``request.project_rol
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,9 @@ ACTIONS = {
     "read_audit": ADMIN,
 }
 
+# What a project slug can be (Django's slug: the URL converter's pattern).
+SLUG = re.compile(r"[-a-zA-Z0-9_]+")
+
 # The session key that remembers the project a user last opened.
 SESSION_KEY = "history_project"
 
@@ -61,8 +65,10 @@ def visible_projects(user: Any) -> QuerySet[Project]:
 
 def role_in(user: Any, slug: str) -> tuple[Project, str]:
     """The project ``slug`` and ``user``'s role in it, in one query; ``Http404`` when the
-    user may not see it (or it does not exist: the two are never told apart)."""
-    if user.is_authenticated and user.is_active:
+    user may not see it (or it does not exist: the two are never told apart). A slug
+    that is not one (a ``?project=`` with a NUL, which PostgreSQL refuses in a query) is
+    not found either, without a query."""
+    if SLUG.fullmatch(slug) and user.is_authenticated and user.is_active:
         if user.is_superuser:
             project = Project.objects.filter(slug=slug).first()
             if project is not None:

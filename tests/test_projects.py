@@ -625,3 +625,15 @@ def test_error_pages_have_the_site_layout_and_a_way_back(client, world):
     page = hidden.content.decode()
     assert hidden.status_code == 404 and 'href="/">Back to your sessions' in page
     assert "Alpha" not in page and "lighthouses" not in page
+
+
+def test_a_project_parameter_that_is_no_slug_is_not_found(client, world):
+    """Found from outside: ``?project=`` with a NUL was a 500 on PostgreSQL (it refuses
+    NUL in a query) and a 404 on SQLite; it is a 404 on both, like any unknown project."""
+    carol = as_user(client, world, "carol")
+    for url in ("/api/v1/sessions", "/api/v1/runs/r-1", "/api/v1/sessions/default", "/api/v1/receipts"):
+        for bad in ("be%00ta", "beta%00", "b%C3%A9ta", "..%2Fbeta", "%20beta"):
+            response = carol.get(f"{url}?project={bad}")
+            assert response.status_code == 404 and response.json()["parameter"] == "project", (url, bad)
+    client.logout()
+    assert client.get("/api/v1/sessions?project=be%00ta", **bearer("beta", "read")).status_code == 404
