@@ -72,12 +72,13 @@ class SessionFilters:
 
     def apply(self, queryset: Any, *, searching: bool = True) -> Any:
         """``queryset`` (one project's sessions) narrowed to what the filters match."""
+        sessions = queryset
         if self.q and searching:
             matched = search.matching_sessions(self.q)
             if matched is not None:
                 queryset = queryset.filter(pk__in=matched)
         if self.framework:
-            if _common(queryset.filter(framework=self.framework)):
+            if _common(sessions.filter(framework=self.framework)):
                 # Probed session by session in list order (a filter the planner could
                 # answer from the framework index would sort every match first).
                 same = models.Session.objects.filter(pk=OuterRef("pk"), framework=self.framework)
