@@ -145,7 +145,9 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
 # -- a project's settings: members, tokens, retention, audit ---------------------------
 
 
-def _settings_context(request: HttpRequest, **forms: object) -> dict[str, object]:
+def _settings_page(request: HttpRequest, status: int = 200, **extra: object) -> HttpResponse:
+    """The settings page; ``extra`` adds to its context or replaces a blank form (a bound
+    one with its errors, a token just created, a prune's result)."""
     project = request.project
     members = (
         models.Membership.objects.filter(project=project).select_related("user").order_by("user__username")
@@ -158,26 +160,20 @@ def _settings_context(request: HttpRequest, **forms: object) -> dict[str, object
         limit=AUDIT_PAGE,
         descending=True,
     )
-    return {
+    context = {
         "members": members,
         "tokens": tokens,
         "events": page.items,
         "next_cursor": page.next_cursor,
         "roles": models.Membership.ROLES,
-        "member_form": forms.get("member_form") or MemberForm(),
-        "token_form": forms.get("token_form") or TokenForm(),
-        "retention_form": forms.get("retention_form")
-        or RetentionDaysForm(initial={"retention_days": project.retention_days}),
+        "member_form": MemberForm(),
+        "token_form": TokenForm(),
+        "retention_form": RetentionDaysForm(initial={"retention_days": project.retention_days}),
         "default_retention": settings.HISTORY_RETENTION_DAYS,
         "effective_retention": project.effective_retention_days(),
-        **{key: value for key, value in forms.items() if not key.endswith("_form")},
+        **extra,
     }
-
-
-def _settings_page(request: HttpRequest, status: int = 200, **extra: object) -> HttpResponse:
-    return render(
-        request, "history_app/project_settings.html", _settings_context(request, **extra), status=status
-    )
+    return render(request, "history_app/project_settings.html", context, status=status)
 
 
 def _back_to_settings(request: HttpRequest, anchor: str) -> HttpResponse:
