@@ -50,41 +50,48 @@ def launch(playwright):
     )
 
 
+def open_page(browser, live_server, **context_options):
+    """A page in a new context of ``browser`` whose ``problems`` collect every console
+    error or warning, page error, dialog, CSP violation and request to another host."""
+    context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **context_options})
+    page = context.new_page()
+    # Report each CSP violation with the element that caused it (Chromium's own
+    # console message does not say which element it was).
+    page.add_init_script(
+        "document.addEventListener('securitypolicyviolation', e => console.warn('CSP violation', "
+        "e.violatedDirective, e.target && e.target.outerHTML ? e.target.outerHTML.slice(0, 300) : e.target))"
+    )
+    problems: list[str] = []
+    page.on(
+        "console",
+        lambda m: (
+            problems.append(f"console {m.type} at {page.url}: {m.text[:600]}")
+            if m.type in {"error", "warning"}
+            else None
+        ),
+    )
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("dialog", lambda d: (problems.append(f"dialog opened: {d.message}"), d.dismiss()))
+    live_host = urlparse(live_server.url).netloc
+    page.on(
+        "request",
+        lambda r: (
+            problems.append(f"foreign request: {r.url}")
+            if urlparse(r.url).netloc not in {live_host, ""} and not r.url.startswith("data:")
+            else None
+        ),
+    )
+    page.problems = problems
+    return page
+
+
 @pytest.fixture
 def browser_page(live_server):
     with sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        # Report each CSP violation with the element that caused it (Chromium's own
-        # console message does not say which element it was).
-        page.add_init_script(
-            "document.addEventListener('securitypolicyviolation', e => console.warn('CSP violation', "
-            "e.violatedDirective, e.target && e.target.outerHTML ? e.target.outerHTML.slice(0, 300) : e.target))"
-        )
-        problems: list[str] = []
-        page.on(
-            "console",
-            lambda m: (
-                problems.append(f"console {m.type} at {page.url}: {m.text[:600]}")
-                if m.type in {"error", "warning"}
-                else None
-            ),
-        )
-        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-        page.on("dialog", lambda d: (problems.append(f"dialog opened: {d.message}"), d.dismiss()))
-        live_host = urlparse(live_server.url).netloc
-        page.on(
-            "request",
-            lambda r: (
-                problems.append(f"foreign request: {r.url}")
-                if urlparse(r.url).netloc not in {live_host, ""} and not r.url.startswith("data:")
-                else None
-            ),
-        )
-        page.problems = problems
+        page = open_page(browser, live_server)
         yield page
-        context.close()
+        page.context.close()
         browser.close()
 
 

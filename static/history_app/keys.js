@@ -1,6 +1,14 @@
-// Keyboard navigation, the only script of our own (no inline script anywhere: the CSP
-// forbids it). "/" focuses the search box; "j"/"k" move between rows or cards marked
-// data-nav (runs, sessions, iterations); Enter on a focused row opens its first link.
+// Our only script (no inline script anywhere: the CSP forbids it), loaded on every page.
+//
+// Keyboard: "/" focuses the search box; "j"/"k" move between rows or cards marked data-nav
+// (runs, sessions, iterations); Enter on a focused row opens its first link.
+//
+// Search as you type (the sessions list's form#filters, driven by htmx): the first request
+// of a search pushes one history entry, the following keystrokes replace it, so Back
+// leaves the search in one step; a request that would push the address already shown
+// replaces it instead. Following a link aborts a search still in flight and drops one
+// still waiting for its typing pause, so a late search result never takes the address
+// bar back from the page being opened.
 (function () {
   "use strict";
   function typing(target) {
@@ -32,5 +40,44 @@
       var link = document.activeElement.querySelector("a[href]");
       if (link) link.click();
     }
+  });
+
+  function isSearch(config) {
+    return !!(config && config.elt && config.elt.id === "filters");
+  }
+  document.addEventListener("htmx:configRequest", function (event) {
+    // The address of a search names only what is set: ?q=word&sort=recent, not every
+    // empty field of the form (a GET form without JavaScript still sends them all).
+    if (!isSearch(event.detail)) return;
+    var data = event.detail.formData;
+    Array.from(new Set(data.keys())).forEach(function (name) {
+      if (data.getAll(name).every(function (value) { return value === ""; })) data.delete(name);
+    });
+  });
+  var leaving = false;     // a boosted navigation (a link, a form) is under way
+  var searchEntry = false; // the current history entry was pushed by typing in the search
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var config = event.detail.requestConfig;
+    if (isSearch(config)) {
+      if (leaving) event.preventDefault();
+    } else if (event.detail.boosted) {
+      leaving = true;
+      var form = document.getElementById("filters");
+      if (form && window.htmx) window.htmx.trigger(form, "htmx:abort");
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.boosted) leaving = false;
+  });
+  document.addEventListener("htmx:afterSettle", function () { leaving = false; });
+  document.addEventListener("htmx:beforeHistoryUpdate", function (event) {
+    var config = event.detail.requestConfig;
+    var history = event.detail.history;
+    if (!isSearch(config)) { searchEntry = false; return; }
+    var typed = !!(config.triggeringEvent && config.triggeringEvent.type === "input");
+    if (history.path === location.pathname + location.search || (typed && searchEntry)) {
+      history.type = "replace";
+    }
+    searchEntry = typed;
   });
 })();

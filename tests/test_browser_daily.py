@@ -1,0 +1,105 @@
+"""What a daily user trips on (issue 17), in a real browser at desktop and phone width.
+
+Every test runs twice, at 1280 px and at 390 px, and ends with no console error, no CSP
+violation and no request to another host (``page.problems``).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+import pytest
+
+from .test_browser import launch, load_demo, log_in, open_page, sync_api
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+WIDTHS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
+
+
+@pytest.fixture(params=sorted(WIDTHS))
+def page(request, live_server):
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = open_page(browser, live_server, viewport=WIDTHS[request.param])
+        page.width = request.param
+        yield page
+        page.context.close()
+        browser.close()
+
+
+def back(page) -> None:
+    """The browser's Back, from the page, until the page htmx reloads for it has loaded
+    (its history cache is off, so every step back is a fresh page from the server)."""
+    with page.expect_event("load"):
+        page.evaluate("setTimeout(() => history.back(), 0)")
+
+
+def open_search(page, live_server, django_user_model, query: str) -> None:
+    load_demo()
+    log_in(page, live_server, django_user_model)
+    page.fill("#q", query)
+    page.wait_for_url(f"**/?q={query}*")
+    page.wait_for_selector(".hits a")
+
+
+@pytest.mark.parametrize("link", ["run", "session"])
+def test_search_then_click_a_result_keeps_the_result_in_the_address_bar(
+    page, live_server, django_user_model, link
+):
+    open_search(page, live_server, django_user_model, "partitioning")
+    selector = ".hits a" if link == "run" else "#session-rows td > a"
+    href = page.get_attribute(selector, "href")
+    page.click(selector)  # the search box loses focus as the link is followed
+    page.wait_for_url(f"**{href}")
+    page.wait_for_selector("#transcript" if link == "run" else "#timeline")
+    page.wait_for_timeout(800)  # any late search response would have landed by now
+    assert page.url.endswith(href)
+    page.reload()
+    page.wait_for_selector("#transcript" if link == "run" else "#timeline")
+    assert page.url.endswith(href)
+    assert page.problems == []
+
+
+def test_a_link_followed_while_a_search_waits_for_its_pause_wins(page, live_server, django_user_model):
+    open_search(page, live_server, django_user_model, "partitioning")
+    href = page.get_attribute(".hits a", "href")
+    page.type("#q", " x", delay=20)  # a new search is due 300 ms after the last key…
+    page.click(".hits a")  # …but the link is followed first
+    page.wait_for_url(f"**{href}")
+    page.wait_for_timeout(1000)
+    assert page.url.endswith(href)
+    assert page.locator("#transcript").count() == 1
+    assert page.problems == []
+
+
+def test_typing_replaces_the_address_and_a_search_adds_one_history_entry(
+    page, live_server, django_user_model
+):
+    load_demo()
+    log_in(page, live_server, django_user_model)
+    start = page.evaluate("history.length")
+    # Type, pause, delete, retype, pause: each pause searches and updates the address.
+    for text in ("par", "partition", "part", "partitioning"):
+        page.fill("#q", text)
+        page.wait_for_url(f"**/?q={text}&*")
+        page.wait_for_timeout(150)
+    assert page.evaluate("history.length") == start + 1
+    assert page.title().startswith("“partitioning” · Sessions")
+    # Submitting the same search adds nothing; a new filter is a new entry.
+    page.press("#q", "Enter")
+    page.wait_for_timeout(400)
+    assert page.evaluate("history.length") == start + 1
+    page.click("summary:has-text('Filters and sorting')")
+    page.select_option("select[name=sort]", "runs")
+    page.wait_for_url("**sort=runs*")
+    assert page.evaluate("history.length") == start + 2
+    # Back goes to the search, then to the list as it was before the search (htmx reloads
+    # the page at each step, which aborts Playwright's own go_back: go back in the page).
+    back(page)
+    page.wait_for_url("**/?q=partitioning&sort=recent")
+    back(page)
+    page.wait_for_url(lambda url: not urlparse(url).query)
+    page.wait_for_selector("#session-rows")
+    assert page.input_value("#q") == ""
+    assert page.problems == []
