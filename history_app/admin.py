@@ -299,14 +299,22 @@ class SessionAdmin(BigTableAdmin):
                     trigger="admin",
                     user=user,
                     progress=lambda r: progress.append(
-                        f"Batch {r.batches}: {r.counts['sessions']} sessions, {r.total_rows} rows"
+                        f"Batch {r.batches}: {r.counts['sessions']} session{pluralize(r.counts['sessions'])}, "
+                        f"{r.total_rows} row{pluralize(r.total_rows)}"
                     ),
                 )
                 context.update(result=result, progress=progress, done=True)
             else:
+                result = retention.prune_each_project(
+                    **kwargs, dry_run=True, trigger="admin", user=user, preview=retention.PREVIEW_SIZE
+                )
                 context.update(
-                    result=retention.prune_each_project(**kwargs, dry_run=True, trigger="admin", user=user),
+                    result=result,
                     preview=True,
+                    more=result.counts["sessions"] - len(result.preview),
+                    all_url=retention.candidates_admin_url(
+                        cutoff=result.cutoff, statuses=kwargs["statuses"], agents=kwargs["agents"]
+                    ),
                 )
         return render(request, "admin/history_app/session/retention.html", context)
 

@@ -275,7 +275,8 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 @access.project_view("set_retention")
 def retention_settings(request: HttpRequest) -> HttpResponse:
     """Save the project's retention days (``save``), preview what its retention would
-    prune now (``preview``: exact counts, nothing deleted), or prune now (``prune``)."""
+    prune now (``preview``: exact counts, the pinned sessions kept, the first sessions that
+    would go; nothing deleted), or prune now (``prune``)."""
     form = RetentionDaysForm(request.POST)
     if not form.is_valid():
         return _settings_page(request, status=400, retention_form=form)
@@ -300,6 +301,23 @@ def retention_settings(request: HttpRequest) -> HttpResponse:
         return _settings_page(request, status=400, retention_form=form)
     dry_run = "prune" not in request.POST
     result = retention.prune_sessions(
-        project=project, older_than_days=effective, dry_run=dry_run, trigger="admin", user=actor
+        project=project,
+        older_than_days=effective,
+        dry_run=dry_run,
+        trigger="admin",
+        user=actor,
+        preview=retention.PREVIEW_SIZE,
     )
-    return _settings_page(request, retention_form=form, prune_result=result, prune_days=effective)
+    # Every session that would go is listed by Django's admin, which is for superusers; the
+    # dashboard's list filters by whole days and shows the pinned sessions too.
+    all_url = ""
+    if dry_run and request.user.is_superuser:
+        all_url = retention.candidates_admin_url(cutoff=result.cutoff, project=project)
+    return _settings_page(
+        request,
+        retention_form=form,
+        prune_result=result,
+        prune_days=effective,
+        prune_more=result.counts["sessions"] - len(result.preview),
+        prune_all_url=all_url,
+    )

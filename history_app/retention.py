@@ -13,7 +13,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 
 from . import audit, models, rollups, search
 from .ingestion import delete_children  # noqa: F401
@@ -38,6 +40,9 @@ PROVENANCE_COUNT_KEYS = ("context_entries", "run_fingerprints")
 # Counts a summary names only when there were any: provenance rows, and the spans kept for
 # traces received over OpenTelemetry.
 OPTIONAL_COUNT_KEYS = (*PROVENANCE_COUNT_KEYS, "span_batches")
+# How many of the sessions a dry run would remove the previews list by name (the rest are
+# counted, and linked to as one filtered list).
+PREVIEW_SIZE = 20
 
 
 @dataclass
@@ -46,8 +51,15 @@ class PruneResult:
     batches: int = 0
     longest_transaction_s: float = 0.0
     dry_run: bool = False
+    # Sessions the criteria match that stay because they are pinned (counted on a dry run,
+    # and on a prune of chosen sessions).
     skipped_pinned: int = 0
     log_id: int | None = None
+    # Where "idle" starts: the selection is last_activity_at < cutoff (None: chosen sessions).
+    cutoff: datetime | None = None
+    # A dry run's first sessions to go, oldest first (as many as it was asked to preview),
+    # each with its project: ``counts["sessions"]`` says how many there are in all.
+    preview: list[models.Session] = field(default_factory=list)
 
     @property
     def total_rows(self) -> int:
@@ -67,7 +79,21 @@ def prune_candidates(
     Selection is by ``last_activity_at`` (indexed): the latest time the agent reported for
     any run of the session, falling back to when we received it.
     """
-    queryset = models.Session.objects.filter(pinned=False)
+    return _matching(
+        project=project, cutoff=cutoff, session_ids=session_ids, statuses=statuses, agents=agents
+    ).filter(pinned=False)
+
+
+def _matching(
+    *,
+    project: models.Project | None,
+    cutoff: datetime | None,
+    session_ids: list[int] | None,
+    statuses: list[str] | tuple[str, ...],
+    agents: list[str] | tuple[str, ...],
+) -> Any:
+    """Sessions the criteria match, pinned or not (the pinned ones are what a prune keeps)."""
+    queryset = models.Session.objects.all()
     if project is not None:
         queryset = queryset.filter(project=project)
     if cutoff is not None:
@@ -79,6 +105,28 @@ def prune_candidates(
     if agents:
         queryset = queryset.filter(agent_name__in=agents)
     return queryset
+
+
+def candidates_admin_url(
+    *,
+    cutoff: datetime,
+    project: models.Project | None = None,
+    statuses: list[str] | tuple[str, ...] = (),
+    agents: list[str] | tuple[str, ...] = (),
+) -> str:
+    """The admin's sessions list filtered to exactly what ``prune_candidates`` selects with
+    these criteria (the dashboard's own list filters by whole days, and shows the pinned
+    sessions too): Django's admin takes lookups on a model's own fields in the query string."""
+    params: dict[str, Any] = {"last_activity_at__lt": cutoff.isoformat(), "pinned__exact": "0"}
+    if project is not None:
+        params["project__id__exact"] = project.pk
+    if statuses:
+        params["last_status__in"] = ",".join(statuses)
+    if len(agents) == 1:
+        params["agent_name"] = agents[0]  # a name may hold a comma, which "__in" splits on
+    elif agents:
+        params["agent_name__in"] = ",".join(agents)
+    return f"{reverse('admin:history_app_session_changelist')}?{urlencode(params)}"
 
 
 def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, Any]]:
@@ -120,6 +168,8 @@ def prune_sessions(
     user: str = "",
     progress: Any = None,
     project: models.Project | None = None,
+    preview: int = 0,
+    now: datetime | None = None,
 ) -> PruneResult:
     """Delete old (or chosen) unpinned sessions of ``project`` (of every project when it is
     None) and every row that belongs to them.
@@ -129,13 +179,19 @@ def prune_sessions(
     into Python, and no transaction holds the write lock for long, so ingestion goes on.
     Each batch re-checks its sessions inside the transaction (a run that arrived since
     the selection keeps its session). Interrupted, a second run finishes the job.
-    With ``dry_run`` it counts exactly what would go and deletes nothing.
+    With ``dry_run`` it counts exactly what would go and deletes nothing, counts the
+    pinned sessions the criteria match, and fetches the first ``preview`` sessions that
+    would go (one bounded query: a preview never loads every candidate). ``now`` is when
+    the days are counted back from (``prune_each_project`` gives each project the same).
     """
     if older_than_days is None and session_ids is None:
         raise ValueError("give older_than_days or session_ids")
     if older_than_days is not None and not 0 <= older_than_days <= MAX_PRUNE_DAYS:  # NaN fails too
         raise ValueError(f"older_than_days must be a number of days from 0 to {MAX_PRUNE_DAYS}")
-    cutoff = timezone.now() - timedelta(days=older_than_days) if older_than_days is not None else None
+    if older_than_days is not None:
+        cutoff = (now or timezone.now()) - timedelta(days=older_than_days)
+    else:
+        cutoff = None
     criteria = {
         "older_than_days": older_than_days,
         "cutoff": cutoff.isoformat() if cutoff else None,
@@ -148,19 +204,25 @@ def prune_sessions(
     log = models.PruneLog.objects.create(
         project=project, trigger=trigger, user=user[:150], dry_run=dry_run, criteria=criteria
     )
-    result = PruneResult(dry_run=dry_run, log_id=log.pk)
-    pinned = models.Session.objects.filter(pinned=True)
-    if project is not None:
-        pinned = pinned.filter(project=project)
-    if session_ids is not None:
-        result.skipped_pinned = pinned.filter(pk__in=session_ids).count()
+    result = PruneResult(dry_run=dry_run, log_id=log.pk, cutoff=cutoff)
+    criteria_kwargs = {
+        "project": project,
+        "cutoff": cutoff,
+        "session_ids": session_ids,
+        "statuses": statuses,
+        "agents": agents,
+    }
+    if dry_run or session_ids is not None:
+        result.skipped_pinned = _matching(**criteria_kwargs).filter(pinned=True).count()
 
     def candidates() -> Any:
-        return prune_candidates(
-            project=project, cutoff=cutoff, session_ids=session_ids, statuses=statuses, agents=agents
-        )
+        return prune_candidates(**criteria_kwargs)
 
     if dry_run:
+        if preview > 0:
+            # In the order a prune takes them; the project is joined for the rows' links.
+            rows = candidates().select_related("project").order_by("last_activity_at", "id")
+            result.preview = list(rows[:preview])
         selected = candidates().values("pk")
         for key, queryset in _child_querysets(selected):
             result.counts[key] = queryset.count()
@@ -275,18 +337,28 @@ def prune_each_project(
     """``prune_sessions`` project by project (the projects of ``session_ids`` when given,
     else every project), so that each project's prune log and audit trail hold its own
     prune; the results summed."""
+    now = timezone.now()
     total = PruneResult(dry_run=kwargs.get("dry_run", False))
+    days = kwargs.get("older_than_days")
+    if days is not None and 0 <= days <= MAX_PRUNE_DAYS:  # else prune_sessions says why not
+        total.cutoff = now - timedelta(days=days)  # each project's: the same ``now``
     projects = models.Project.objects.order_by("pk")
     if session_ids is not None:
         projects = projects.filter(sessions__pk__in=session_ids).distinct()
     for project in projects:
-        result = prune_sessions(project=project, session_ids=session_ids, progress=progress, **kwargs)
+        result = prune_sessions(
+            project=project, session_ids=session_ids, progress=progress, now=now, **kwargs
+        )
         for key, count in result.counts.items():
             total.counts[key] += count
         total.batches += result.batches
         total.skipped_pinned += result.skipped_pinned
         total.longest_transaction_s = max(total.longest_transaction_s, result.longest_transaction_s)
         total.log_id = result.log_id
+        total.preview.extend(result.preview)
+    # The first sessions to go across the projects, each project's first ones merged.
+    total.preview.sort(key=lambda s: (s.last_activity_at, s.pk))
+    del total.preview[kwargs.get("preview", 0) :]
     return total
 
 

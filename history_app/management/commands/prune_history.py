@@ -10,6 +10,7 @@ from history_app.models import Project
 from history_app.retention import (
     MAX_PRUNE_DAYS,
     OPTIONAL_COUNT_KEYS,
+    PREVIEW_SIZE,
     PRUNE_COUNT_KEYS,
     PruneResult,
     prune_sessions,
@@ -39,6 +40,28 @@ def summary(result: PruneResult) -> str:
     return f"{verb}: {parts}."
 
 
+def counted(key: str, count: int) -> str:
+    return f"{count} {noun(key, count)}"
+
+
+def preview_lines(result: PruneResult) -> list[str]:
+    """A dry run's detail: the pinned sessions it keeps, and the first sessions that would go
+    (oldest first, as a prune takes them), then how many more."""
+    lines = []
+    if result.skipped_pinned:
+        lines.append(f"Kept because pinned: {counted('sessions', result.skipped_pinned)}.")
+    if result.preview:
+        lines.append("Sessions that would go (oldest first): session id, agent, last activity, runs")
+        lines.extend(
+            f"  {s.session_id}  {s.agent_name or '-'}  {s.last_activity_at:%Y-%m-%d %H:%M}  "
+            f"{counted('runs', s.run_count)}"
+            for s in result.preview
+        )
+        if (more := result.counts["sessions"] - len(result.preview)) > 0:
+            lines.append(f"  … and {more} more")
+    return lines
+
+
 class Command(BaseCommand):
     help = (
         "Delete sessions whose last activity is older than DAYS, with all their runs, in short "
@@ -56,7 +79,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--project", metavar="SLUG", help="Only this project's sessions (default: every project)."
         )
-        parser.add_argument("--dry-run", action="store_true", help="Count what would go; delete nothing.")
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Count what would go and delete nothing; the summary on stdout, then on stderr "
+            f"the pinned sessions kept and the first {PREVIEW_SIZE} sessions that would go.",
+        )
         parser.add_argument(
             "--batch-size", type=int, default=500, metavar="N", help="Sessions per transaction (500)."
         )
@@ -92,7 +120,8 @@ class Command(BaseCommand):
 
         def progress(result: PruneResult) -> None:
             self.stderr.write(
-                f"batch {result.batches}: {result.counts['sessions']} sessions, {result.total_rows} rows so far"
+                f"batch {result.batches}: {counted('sessions', result.counts['sessions'])}, "
+                f"{counted('rows', result.total_rows)} so far"
             )
 
         try:
@@ -123,10 +152,14 @@ class Command(BaseCommand):
                 trigger="command",
                 user=user,
                 progress=progress,
+                preview=PREVIEW_SIZE,
             )
             if len(plan) > 1 or older_than is None:
-                self.stdout.write(f"Project {scope.slug} (idle more than {days:g} days):")
+                self.stdout.write(f"Project {scope.slug} (idle more than {days:g} {noun('days', days)}):")
             self.stdout.write(summary(result))
+            # The summary alone on stdout, as scripts read it; the detail for a person.
+            for line in preview_lines(result):
+                self.stderr.write(line, style_func=str)  # plain: it is no error
         elapsed = time.perf_counter() - started
         if not dry_run:
             self.stdout.write(
