@@ -10,8 +10,8 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Exists, F, OuterRef, Q, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Exists, F, OuterRef, Q, Subquery, Window
+from django.db.models.functions import RowNumber, Substr
 from django.http import Http404
 
 from . import models, search
@@ -145,6 +145,47 @@ def sessions_page(
             return page
     queryset = filters.apply(sessions)
     return keyset_page(queryset, field=field, after=after, limit=limit, descending=descending)
+
+
+# The sessions list counts its matches up to this many ("10,000+ sessions" beyond): an
+# index read of at most that many rows, whatever the project holds.
+TOTAL_CAP = 10_000
+
+
+def session_total(*, project: models.Project, filters: SessionFilters, page: Page) -> tuple[int, bool] | None:
+    """How many sessions the list holds, as ``(count, more)``, for its first ``page``:
+    ``more`` when there are more than ``count`` (the count stopped at ``TOTAL_CAP``). A
+    search is counted only when its first page holds all its matches (counting every
+    match of a common word is what the search itself avoids); None then."""
+    if filters.q and not filters.search_notice:
+        if page.next_cursor is None:
+            return len(page.items), False
+        return None
+    rows = filters.apply(models.Session.objects.filter(project=project)).values("pk")
+    count = rows[: TOTAL_CAP + 1].count()
+    return min(count, TOTAL_CAP), count > TOTAL_CAP
+
+
+# A session's title is the first input of its first top-level run, cut to this length.
+TITLE_CHARS = 120
+
+
+def session_titles(sessions: list[models.Session]) -> dict[int, str]:
+    """Each session's title (its first top-level run's input, cut), in one query for the
+    page: a session id such as ``session-<uuid>`` is no name."""
+    first = (
+        models.Run.objects.filter(session=OuterRef("pk"), parent_run_id__isnull=True)
+        .order_by("started_at", "id")  # run_session_order_idx
+        .annotate(head=Substr("input", 1, TITLE_CHARS + 1))
+        .values("head")[:1]
+    )
+    rows = models.Session.objects.filter(pk__in=[s.pk for s in sessions]).annotate(title=Subquery(first))
+    titles = {}
+    for pk, title in rows.values_list("pk", "title"):
+        text = " ".join((title or "").split())
+        if text:
+            titles[pk] = text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
+    return titles
 
 
 # A search (SQLite) looks for matches among this many sessions in list order first, then

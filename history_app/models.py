@@ -139,6 +139,13 @@ class Session(models.Model):
         """The mean duration of its runs that have one."""
         return round(self.duration_total_ms / self.timed_runs) if self.timed_runs else None
 
+    @property
+    def span_ms(self) -> int | None:
+        """From its first run's start to its last activity."""
+        if self.first_started_at is None or self.last_activity_at < self.first_started_at:
+            return None
+        return round((self.last_activity_at - self.first_started_at).total_seconds() * 1000)
+
 
 class Run(models.Model):
     # Its session's project, kept on the run too: run ids are unique within a project.

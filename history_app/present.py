@@ -157,7 +157,15 @@ class Bar:
 
 
 def _ms(delta: float) -> str:
+    """Seconds as a reader wants them on an axis: "250 µs", "2.25 ms", "120 ms", "1.5 s",
+    "2.0 min" (a sub-millisecond run's ticks stay distinct)."""
     ms = delta * 1000
+    if ms == 0:
+        return "0 ms"
+    if ms < 1:
+        return f"{ms * 1000:.0f} µs"
+    if ms < 10:
+        return f"{ms:.3g} ms"
     if ms < 1000:
         return f"{ms:.0f} ms"
     if ms < 60_000:
@@ -219,7 +227,7 @@ def waterfall_svg(
         return None
     t0 = min(b.start for b in bars)
     t1 = max(max(b.end or b.start, b.start) for b in bars)
-    span = max((t1 - t0).total_seconds(), 0.001)
+    span = max((t1 - t0).total_seconds(), 0.000_001)
     label_w, width, row_h, top = 230, 1000, 20, 24
     plot_w = width - label_w - 10
     height = top + row_h * len(bars) + 6

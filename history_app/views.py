@@ -91,6 +91,15 @@ def session_list(request: HttpRequest) -> HttpResponse:
         polling=live and listing.anything_running(request.project),
         live_query=_with(request, live="1"),
         still_query=_with(request, live=None),
+        titles=listing.session_titles(page.items),
+        total=None
+        if context["is_next_page"]
+        else listing.session_total(project=request.project, filters=filters, page=page),
+        sort_links={
+            "recent": _with(request, sort="oldest" if filters.sort == "recent" else "recent"),
+            "runs": _with(request, sort="runs"),
+            "failures": _with(request, sort="failures"),
+        },
     )
     template = _template(request, "session_list", "session-rows" if context["is_next_page"] else "results")
     if "#" not in template:

@@ -10,6 +10,9 @@ from urllib.parse import urlparse
 
 import pytest
 
+from history_app import ingestion
+
+from .conftest import native
 from .test_browser import launch, load_demo, log_in, open_page, sync_api
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -102,4 +105,43 @@ def test_typing_replaces_the_address_and_a_search_adds_one_history_entry(
     page.wait_for_url(lambda url: not urlparse(url).query)
     page.wait_for_selector("#session-rows")
     assert page.input_value("#q") == ""
+    assert page.problems == []
+
+
+def label_of(page, selector: str) -> str:
+    """What a cell's ::before shows (its label when the table is stacked), or "none"."""
+    return page.eval_on_selector(selector, "el => getComputedStyle(el, '::before').content")
+
+
+def smallest_text_px(page, selector: str) -> float:
+    return page.eval_on_selector_all(
+        selector, "els => Math.min(...els.map(e => e.getBoundingClientRect().height))"
+    )
+
+
+def test_tables_stack_with_labels_and_charts_keep_readable_labels(page, live_server, django_user_model):
+    load_demo()
+    results = ingestion.ingest_items(items=[native("receipt-run", "receipt-session")])
+    ingestion.record_receipt(source="import_history", results=results, label="one run")
+    log_in(page, live_server, django_user_model)
+    phone = page.width == "phone"
+    checks = [
+        ("/p/default/", 'td[data-label="Runs"]', "Runs"),
+        ("/p/default/sessions/demo-workflow-blog/", 'td[data-label="Duration"]', "Duration"),
+        ("/p/default/stats/?days=365", 'td[data-label="Failed"]', "Failed"),
+        ("/p/default/receipts/", 'td[data-label="Created"]', "Created"),
+    ]
+    for url, cell, label in checks:
+        page.goto(live_server.url + url)
+        assert label_of(page, cell) == (f'"{label}"' if phone else "none"), url
+        # Nothing is wider than the screen: a chart scrolls inside its own box.
+        assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[page.width]["width"], url
+    # The stats charts and a run's waterfall keep their labels readable (≥ 9 px high;
+    # they were about 3 px at 390 px wide).
+    page.goto(live_server.url + "/p/default/stats/?days=365")
+    assert smallest_text_px(page, ".figure svg.chart text") >= 9
+    page.goto(live_server.url + "/p/default/runs/demo-wf-run-1/")
+    assert page.locator(".figure svg.waterfall").count() == 1
+    assert smallest_text_px(page, ".figure svg.waterfall text") >= 9
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[page.width]["width"]
     assert page.problems == []

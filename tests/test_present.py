@@ -92,3 +92,34 @@ def test_run_page_draws_a_waterfall_of_timed_iterations_and_tools(alice_client, 
 def test_untimed_runs_have_no_waterfall(alice_client, ingest):
     ingest({"schema": "agent-history/v1", "run_id": "untimed", "session_id": "s", "iterations": [{}]})
     assert "<svg" not in alice_client.get("/p/default/runs/untimed/").content.decode()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "ticks"),
+    [
+        (0.0008, ["0 ms", "200 µs", "400 µs", "600 µs", "800 µs"]),
+        (0.003, ["0 ms", "750 µs", "1.5 ms", "2.25 ms", "3 ms"]),
+        (0.4, ["0 ms", "100 ms", "200 ms", "300 ms", "400 ms"]),
+        (90, ["0 ms", "22.5 s", "45.0 s", "1.1 min", "1.5 min"]),
+    ],
+)
+def test_the_waterfall_axis_reads_distinct_ticks_at_any_scale(alice_client, ingest, seconds, ticks):
+    """Issue #17: a sub-millisecond run's axis read "0 ms, 0 ms, 0 ms, 1 ms, 1 ms"."""
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    end = (start + timedelta(seconds=seconds)).isoformat()
+    ingest(
+        {
+            "schema": "agent-history/v1",
+            "run_id": "fast",
+            "session_id": "s",
+            "started_at": start.isoformat(),
+            "ended_at": end,
+            "iterations": [{"index": 1, "started_at": start.isoformat(), "ended_at": end}],
+        }
+    )
+    svg = re.search(
+        r'<svg class="waterfall".*?</svg>', alice_client.get("/p/default/runs/fast/").content.decode(), re.S
+    )
+    assert re.findall(r'<text class="wf-axis"[^>]*>([^<]+)</text>', svg.group(0)) == ticks

@@ -62,16 +62,22 @@ def test_charts_and_their_tables(alice_client, history):
     assert "Run duration p50 and p95" in latency_chart and "No model calls in this period." in page
     # Today's 10 runs of 1 to 10 s: the median (5 or 6 s) within a bucket's width.
     assert re.search(rf"<title>{today} p50: (4\.[89]|5\.\d|6\.[0-3]) s</title>", latency_chart)
-    assert f'<tr><td>{today}</td><td class="num">10</td><td class="num">0</td>' in page
+    assert (
+        f'<tr><td>{today}</td><td class="num" data-label="Runs">10</td><td class="num" data-label="Failed">0</td>'
+        in page
+    )
 
 
 def test_top_tools_and_errors(alice_client, history):
     page = alice_client.get("/p/default/stats/").content.decode()
     tools = re.findall(
-        r'\?tool=(\w+)"><code>\w+</code></a></td><td class="num">(\d+)</td><td class="num">(\d+)</td>', page
+        r'\?tool=(\w+)"><code>\w+</code></a></td><td class="num"[^>]*>(\d+)</td><td class="num"[^>]*>(\d+)</td>',
+        page,
     )
     assert tools == [("search", "20", "0"), ("flaky", "10", "10"), ("fetch", "1", "0")]
-    errors = re.findall(r'title="A run with this error">([^<]+)</a></td><td class="num">(\d+)</td>', page)
+    errors = re.findall(
+        r'title="A run with this error">([^<]+)</a></td><td class="num"[^>]*>(\d+)</td>', page
+    )
     assert errors == [("HTTP 502 from upstream", "2"), ("timeout", "1")]
 
 

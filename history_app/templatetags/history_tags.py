@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import template
+from django.utils import timezone
+from django.utils.dateformat import format as format_date
+from django.utils.html import format_html
 
 from history_app import present
 from history_app.agent_history import jsonstream
@@ -99,3 +103,29 @@ def part_label(part: str) -> str:
         "input": "new input",
         "run": "this run so far",
     }.get(part, "")
+
+
+def ago(moment: datetime, now: datetime | None = None) -> str:
+    """``moment`` relative to now, short: "just now", "5 min ago", "3 h ago", "2 days ago";
+    beyond 30 days (or in the future) its date."""
+    seconds = ((now or timezone.now()) - moment).total_seconds()
+    if seconds < 0 or seconds >= 30 * 86400:
+        return format_date(timezone.localtime(moment), "Y-m-d")
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    days = int(seconds // 86400)
+    return f"{days} day{'s' if days != 1 else ''} ago"
+
+
+@register.simple_tag
+def when(moment: datetime | None) -> str:
+    """A time as a user reads it in a list: relative ("3 h ago"), the exact time on hover
+    and in the ``datetime`` attribute."""
+    if moment is None:
+        return "—"
+    exact = format_date(timezone.localtime(moment), "Y-m-d H:i:s")
+    return format_html('<time datetime="{}" title="{}">{}</time>', moment.isoformat(), exact, ago(moment))
