@@ -3,6 +3,8 @@ raw id widgets, ingested data read-only; plus the retention page and audit log."
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
@@ -12,8 +14,10 @@ from django.shortcuts import render
 from django.template.defaultfilters import pluralize
 from django.urls import path
 from django.utils.functional import cached_property
+from django.utils.html import format_html
 
-from . import audit, models, retention
+from . import audit, ingestion, models, retention
+from .templatetags.history_tags import money
 
 COUNT_CAP = 10_000
 
@@ -40,6 +44,51 @@ class BigTableAdmin(admin.ModelAdmin):
     paginator = CappedCountPaginator
     show_full_result_count = False
     list_per_page = 50
+
+
+# A list must fit a 1280-pixel screen beside the admin's two sidebars (issue #17): ids and
+# names longer than this are shortened in lists, the whole value in the cell's title. The
+# columns showing them are named short_*, which admin.css lets break anywhere (an id has no
+# spaces to wrap at).
+CLIP_AT = 28
+
+
+def clipped(value: object, length: int = CLIP_AT) -> str | None:
+    """``value``, or, when longer than ``length``, its start and end around an ellipsis:
+    the ends are what tell ids apart ("…-attempt-2" from "…-attempt-3"), and both are
+    kept; the whole value is the title (shown on hover). None for no value, which the
+    admin shows as "-", as it does for an empty field."""
+    text = "" if value is None else str(value)
+    if len(text) <= length:
+        return text or None
+    tail = length // 3
+    return format_html('<span title="{}">{}…{}</span>', text, text[: length - tail - 1], text[-tail:])
+
+
+def _counted(count: int, noun: str) -> str:
+    """ "1 session", "2 sessions"; ``noun`` is the plural, with underscores for spaces."""
+    words = noun.replace("_", " ")
+    if count == 1:
+        words = words[:-3] + "y" if words.endswith("ies") else words[:-1]
+    return f"{count:,} {words}"
+
+
+def _nonzero(counts: dict[str, int], order: tuple[str, ...]) -> list[tuple[str, int]]:
+    """The counts that are not zero, in ``order`` (then any others by name): PostgreSQL's
+    jsonb keeps a dict's keys in an order of its own."""
+    keys = [*order, *sorted(counts.keys() - set(order))]
+    return [(key, counts[key]) for key in keys if counts.get(key)]
+
+
+def prune_counts_summary(counts: dict[str, int]) -> str:
+    """A prune log's counts in a line a person reads at a glance, "2 sessions, 4 runs
+    (36 rows in all)", every count that is not zero in the title."""
+    total = sum(counts.values())
+    shown = ", ".join(_counted(counts.get(key, 0), key) for key in ("sessions", "runs"))
+    every = ", ".join(_counted(count, key) for key, count in _nonzero(counts, retention.PRUNE_COUNT_KEYS))
+    return format_html(
+        '<span title="{}">{} ({})</span>', every or "nothing", shown, _counted(total, "rows") + " in all"
+    )
 
 
 class ReadOnlyAdmin(BigTableAdmin):
@@ -115,20 +164,44 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(models.AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ["at", "project", "actor", "action", "target"]
+    list_display = ["at", "project", "short_actor", "action", "short_target"]
     list_filter = ["project", "action"]
     list_select_related = ["project"]
     search_fields = ["actor", "target"]
     readonly_fields = ["at", "project", "actor", "action", "target", "details"]
 
+    @admin.display(description="actor", ordering="actor")
+    def short_actor(self, event: models.AuditEvent) -> str | None:
+        return clipped(event.actor)
+
+    @admin.display(description="target", ordering="target")
+    def short_target(self, event: models.AuditEvent) -> str | None:
+        return clipped(event.target)
+
 
 @admin.register(models.IngestToken)
 class IngestTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked"]
+    list_display = [
+        "short_name",
+        "project",
+        "prefix",
+        "shown_scopes",
+        "created_at",
+        "last_used_at",
+        "revoked",
+    ]
     list_filter = ["project", "revoked"]
     list_select_related = ["project"]
     readonly_fields = ["project", "token_hash", "prefix", "scopes", "created_at", "last_used_at"]
     fields = ["name", "revoked", *readonly_fields]
+
+    @admin.display(description="name", ordering="name")
+    def short_name(self, token: models.IngestToken) -> str | None:
+        return clipped(token.name)
+
+    @admin.display(description="scopes")
+    def shown_scopes(self, token: models.IngestToken) -> str:
+        return ", ".join(token.scopes)  # not the list's repr, "['ingest', 'read']"
 
     def get_readonly_fields(self, request: HttpRequest, obj: models.IngestToken | None = None):
         # A revoked token stays revoked.
@@ -182,13 +255,13 @@ class RetentionForm(forms.Form):
 @admin.register(models.Session)
 class SessionAdmin(BigTableAdmin):
     list_display = [
-        "session_id",
+        "short_session_id",
         "project",
-        "agent_name",
+        "short_agent_name",
         "framework",
         "run_count",
         "last_status",
-        "last_activity_at",
+        "last_activity",
         "pinned",
     ]
     list_filter = ["project", "pinned", "framework", "last_status"]
@@ -197,6 +270,18 @@ class SessionAdmin(BigTableAdmin):
     readonly_fields = [f.name for f in models.Session._meta.fields if f.name != "pinned"]
     actions = ["pin_sessions", "unpin_sessions", "prune_selected"]
     change_list_template = "admin/history_app/session/change_list.html"
+
+    @admin.display(description="session", ordering="session_id")
+    def short_session_id(self, session: models.Session) -> str | None:
+        return clipped(session.session_id)
+
+    @admin.display(description="agent", ordering="agent_name")
+    def short_agent_name(self, session: models.Session) -> str | None:
+        return clipped(session.agent_name)
+
+    @admin.display(description="last activity", ordering="last_activity_at")
+    def last_activity(self, session: models.Session) -> datetime:
+        return session.last_activity_at  # formatted by the admin, as a date field is
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -322,10 +407,10 @@ class SessionAdmin(BigTableAdmin):
 @admin.register(models.Run)
 class RunAdmin(ReadOnlyAdmin):
     list_display = [
-        "run_id",
+        "short_run_id",
         "project",
-        "session",
-        "agent_name",
+        "short_session",
+        "short_agent_name",
         "status",
         "kind",
         "started_at",
@@ -337,33 +422,61 @@ class RunAdmin(ReadOnlyAdmin):
     list_select_related = ["session", "project"]
     raw_id_fields = ["session"]
 
+    @admin.display(description="run", ordering="run_id")
+    def short_run_id(self, run: models.Run) -> str | None:
+        return clipped(run.run_id)
+
+    @admin.display(description="session", ordering="session")
+    def short_session(self, run: models.Run) -> str | None:
+        return clipped(run.session.session_id)
+
+    @admin.display(description="agent", ordering="agent_name")
+    def short_agent_name(self, run: models.Run) -> str | None:
+        return clipped(run.agent_name)
+
 
 @admin.register(models.Iteration)
 class IterationAdmin(ReadOnlyAdmin):
-    list_display = ["run", "index", "name", "started_at"]
+    list_display = ["short_run", "index", "short_name", "started_at"]
     search_fields = ["=run__run_id"]
     list_select_related = ["run"]
     raw_id_fields = ["run"]
 
+    @admin.display(description="run", ordering="run")
+    def short_run(self, iteration: models.Iteration) -> str | None:
+        return clipped(iteration.run.run_id)
+
+    @admin.display(description="name", ordering="name")
+    def short_name(self, iteration: models.Iteration) -> str | None:
+        return clipped(iteration.name)
+
 
 @admin.register(models.ToolCall)
 class ToolCallAdmin(ReadOnlyAdmin):
-    list_display = ["tool", "run", "iteration", "position", "started_at"]
+    list_display = ["short_tool", "short_run", "iteration", "position", "started_at"]
     search_fields = ["=run__run_id", "=tool"]
     list_select_related = ["run", "iteration"]
     raw_id_fields = ["run", "iteration"]
+
+    @admin.display(description="tool", ordering="tool")
+    def short_tool(self, call: models.ToolCall) -> str | None:
+        return clipped(call.tool)
+
+    @admin.display(description="run", ordering="run")
+    def short_run(self, call: models.ToolCall) -> str | None:
+        return clipped(call.run.run_id)
 
 
 @admin.register(models.ModelCall)
 class ModelCallAdmin(ReadOnlyAdmin):
     list_display = [
-        "run",
+        "short_run",
         "position",
-        "model",
-        "provider",
+        "short_model",
+        "short_provider",
         "input_tokens",
         "output_tokens",
-        "cost",
+        "shown_cost",
         "cost_source",
     ]
     list_filter = ["cost_source"]
@@ -371,22 +484,58 @@ class ModelCallAdmin(ReadOnlyAdmin):
     list_select_related = ["run"]
     raw_id_fields = ["run", "iteration"]
 
+    @admin.display(description="run", ordering="run")
+    def short_run(self, call: models.ModelCall) -> str | None:
+        return clipped(call.run.run_id)
+
+    @admin.display(description="model", ordering="model")
+    def short_model(self, call: models.ModelCall) -> str | None:
+        return clipped(call.model)
+
+    @admin.display(description="provider", ordering="provider")
+    def short_provider(self, call: models.ModelCall) -> str | None:
+        return clipped(call.provider, 16)
+
+    @admin.display(description="cost", ordering="cost")
+    def shown_cost(self, call: models.ModelCall) -> str:
+        return money(call.cost)  # as the site writes it, not 0.0074999999
+
 
 @admin.register(models.MemberInteraction)
 class MemberInteractionAdmin(ReadOnlyAdmin):
-    list_display = ["member", "run", "member_run_id"]
+    list_display = ["short_member", "short_run", "short_member_run_id"]
     search_fields = ["=run__run_id", "member", "=member_run_id"]
     list_select_related = ["run"]
     raw_id_fields = ["run"]
 
+    @admin.display(description="member", ordering="member")
+    def short_member(self, interaction: models.MemberInteraction) -> str | None:
+        return clipped(interaction.member)
+
+    @admin.display(description="run", ordering="run")
+    def short_run(self, interaction: models.MemberInteraction) -> str | None:
+        return clipped(interaction.run.run_id)
+
+    @admin.display(description="member run id", ordering="member_run_id")
+    def short_member_run_id(self, interaction: models.MemberInteraction) -> str | None:
+        return clipped(interaction.member_run_id)
+
 
 @admin.register(models.InjectedContext)
 class InjectedContextAdmin(ReadOnlyAdmin):
-    list_display = ["kind", "target", "step", "run", "reported"]
+    list_display = ["kind", "target", "short_step", "short_run", "reported"]
     list_filter = ["kind", "target", "reported"]
     search_fields = ["=run__run_id", "step"]
     list_select_related = ["run"]
     raw_id_fields = ["run"]
+
+    @admin.display(description="step", ordering="step")
+    def short_step(self, context: models.InjectedContext) -> str | None:
+        return clipped(context.step)
+
+    @admin.display(description="run", ordering="run")
+    def short_run(self, context: models.InjectedContext) -> str | None:
+        return clipped(context.run.run_id)
 
 
 @admin.register(models.PruneLog)
@@ -395,22 +544,56 @@ class PruneLogAdmin(ReadOnlyAdmin):
         "started_at",
         "project",
         "trigger",
-        "user",
+        "short_user",
         "dry_run",
         "batches",
-        "longest_transaction_ms",
-        "counts",
+        "longest_transaction",
+        "shown_counts",
     ]
     list_filter = ["project", "trigger", "dry_run"]
     list_select_related = ["project"]
 
+    @admin.display(description="user", ordering="user")
+    def short_user(self, log: models.PruneLog) -> str | None:
+        return clipped(log.user, 20)
+
+    @admin.display(description="longest transaction", ordering="longest_transaction_ms")
+    def longest_transaction(self, log: models.PruneLog) -> str:
+        return f"{log.longest_transaction_ms:,} ms"
+
+    @admin.display(description="counts")
+    def shown_counts(self, log: models.PruneLog) -> str:
+        return prune_counts_summary(log.counts)
+
 
 @admin.register(models.IngestReceipt)
 class IngestReceiptAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "project", "source", "token", "label", "shown_state", "counts"]
+    list_display = [
+        "created_at",
+        "project",
+        "source",
+        "short_token",
+        "short_label",
+        "shown_state",
+        "shown_counts",
+    ]
     list_filter = ["project", "source", "state"]
     list_select_related = ["token", "project"]
     raw_id_fields = ["token"]
+
+    @admin.display(description="token", ordering="token")
+    def short_token(self, receipt: models.IngestReceipt) -> str | None:
+        return clipped(receipt.token)
+
+    @admin.display(description="label", ordering="label")
+    def short_label(self, receipt: models.IngestReceipt) -> str | None:
+        return clipped(receipt.label)
+
+    @admin.display(description="counts")
+    def shown_counts(self, receipt: models.IngestReceipt) -> str:
+        # "3 created, 1 rejected": the counts that are not zero, not the stored dict.
+        counts = _nonzero(receipt.counts, ingestion.RECEIPT_COUNT_KEYS)
+        return ", ".join(f"{count:,} {key}" for key, count in counts) or "nothing"
 
     @admin.display(description="state")
     def shown_state(self, receipt: models.IngestReceipt) -> str:

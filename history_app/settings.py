@@ -204,6 +204,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
+# The admin shows dates as the rest of the site does ("2026-11-30 22:00:00").
+FORMAT_MODULE_PATH = ["history_app.formats"]
 
 STATIC_URL = "/static/"
 # Set STATIC_ROOT to run collectstatic (production); unset, files are served from the apps.
