@@ -357,6 +357,11 @@ class InjectedContext(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} for {self.step or 'run'}"
 
+    @property
+    def number(self) -> int:
+        """Its number in the run, from 1, as its inspector's URL gives it."""
+        return self.position + 1
+
 
 class RunFingerprint(models.Model):
     """What a run leaves in a history block, fingerprinted (``provenance.py``): one row per

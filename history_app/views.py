@@ -274,11 +274,14 @@ def receipt_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 @project_view()
 @vary_on_headers("HX-Request")
-def context_detail(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
-    """The context inspector: one injected context, exactly as sent, with its sources,
-    a rebuild check, a re-render under other settings and the delta from the step before."""
+def context_detail(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
+    """The context inspector: the run's ``number``-th injected context (1-based), exactly
+    as sent, with its sources, a rebuild check, a re-render under other settings and the
+    delta from the step before."""
+    if number < 1:
+        raise Http404("Injected contexts are numbered from 1")
     try:
-        inspection = inspector.inspect(request.project, run_id, position, request.GET)
+        inspection = inspector.inspect(request.project, run_id, number - 1, request.GET)
     except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     context = {"i": inspection, "run": inspection.run, "session": inspection.run.session}

@@ -421,7 +421,7 @@ def test_a_member_run_sent_alone_says_its_boundary_is_ambiguous(ingest, alice_cl
     assert context.text == INTERACTIONS  # the whole block, not cut at the forged tag
     assert context.settings["boundary"] == "ambiguous" and context.settings["boundary_readings"] == 2
     assert context.settings["boundary_places"] == ["the Response of entry 1 (Member: Researcher)"]
-    page = alice_client.get(f"/p/default/runs/member-1/context/{context.position}/").content.decode()
+    page = alice_client.get(f"/p/default/runs/member-1/context/{context.number}/").content.decode()
     assert "ambiguous" in page and "2 readings of the message fit the layout" in page
     assert "the Response of entry 1 (Member: Researcher)" in page
     assert "boundary ambiguous" in alice_client.get("/p/default/runs/member-1/").content.decode()
@@ -444,7 +444,7 @@ def test_the_team_run_settles_its_members_blocks_whichever_arrives_first(ingest,
     assert context.text == INTERACTIONS  # not the longest reading, which takes part of the task
     assert context.settings["boundary"] == "exact"
     assert context.settings["settled_by"] == "the task the team run delegated"
-    page = alice_client.get(f"/p/default/runs/member-1/context/{context.position}/").content.decode()
+    page = alice_client.get(f"/p/default/runs/member-1/context/{context.number}/").content.decode()
     assert (
         "exact" in page
         and "boundary ambiguous" not in alice_client.get("/p/default/runs/member-1/").content.decode()

@@ -279,7 +279,7 @@ def test_pages_work_without_javascript(live_server, django_user_model):
         assert "q=partitioning" in page.url
         assert page.locator("#session-rows tr").count() == 1
         # The inspector's re-render is a plain GET form too.
-        page.goto(f"{live_server.url}/p/default/runs/demo-wf-run-3/context/0/")
+        page.goto(f"{live_server.url}/p/default/runs/demo-wf-run-3/context/1/")
         page.fill("input[name=runs]", "1")
         page.click("#rerender-card button[type=submit]")
         assert "runs=1" in page.url and "-[run-2]" in page.inner_text("#rerender pre.diff")
@@ -316,7 +316,7 @@ def test_xss_payloads_open_no_dialog_and_fetch_nothing(browser_page, live_server
     page.goto(f"{live_server.url}/p/default/?errors=1")
     for i in range(len(payloads)):
         page.goto(f"{live_server.url}/p/default/?{urlencode({'q': payloads[i]})}")
-        page.goto(f"{live_server.url}/p/default/runs/xss-{i}/context/0/?runs=2")
+        page.goto(f"{live_server.url}/p/default/runs/xss-{i}/context/1/?runs=2")
         page.wait_for_selector("#context-text")
         page.goto(f"{live_server.url}/p/default/runs/xss-{i}/")
         page.wait_for_selector("#transcript")
@@ -366,7 +366,7 @@ def test_show_more_loads_the_next_contexts_in_place(browser_page, live_server, d
     page.click("text=Show more contexts")
     items.nth(44).wait_for()
     assert items.count() == 45 and page.locator("text=Show more contexts").count() == 0
-    assert items.last.locator("a").get_attribute("href") == "/p/default/runs/ctx-run/context/44/"
+    assert items.last.locator("a").get_attribute("href") == "/p/default/runs/ctx-run/context/45/"
     assert page.problems == []
 
 
@@ -393,7 +393,7 @@ def test_model_calls_from_run_to_call_to_inspector_and_stats(browser_page, live_
     assert tags[0] == "instructions" and tags[-1] == "new input" and "history" in tags
     assert page.locator("dd:has-text('the price list does not know this model')").count() == 1
     page.locator("text=carries an injected context: inspect it").first.click()
-    page.wait_for_url("**/context/0/")
+    page.wait_for_url("**/context/1/")
     assert "user: What's the weather in Tokyo and Kyoto?" in page.content()
     page.goto(f"{live_server.url}/p/default/runs/many-calls/")
     rows = page.locator("#model-calls tbody tr:not(.more)")

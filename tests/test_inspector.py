@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import native
+
 pytestmark = pytest.mark.django_db
 
 DEMO = Path(__file__).resolve().parent.parent / "history_app" / "demo"
@@ -27,7 +29,7 @@ def page_of(client, url, **params) -> str:
 def test_run_page_lists_its_contexts_with_provenance(alice_client, workflow):
     page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/")
     assert "What the model was told" in page
-    assert 'href="/p/default/runs/demo-wf-run-3/context/0/"' in page
+    assert 'href="/p/default/runs/demo-wf-run-3/context/1/"' in page
     assert ">reported<" in page and "2 source runs" in page
     # The iteration of the step the context was sent at links to it.
     draft = page[page.index('id="iteration-2"') :]
@@ -35,7 +37,7 @@ def test_run_page_lists_its_contexts_with_provenance(alice_client, workflow):
 
 
 def test_exact_text_with_each_run_entry_linked_to_its_source(alice_client, workflow):
-    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/")
+    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/1/")
     text = re.search(r'<pre class="text context-text" id="context-text">(.*?)</pre>', page, re.S).group(1)
     assert (
         '<a class="src" href="/p/default/runs/demo-wf-run-1/" title="source run demo-wf-run-1">[run-1]</a>'
@@ -56,17 +58,17 @@ def test_exact_text_with_each_run_entry_linked_to_its_source(alice_client, workf
 
 
 def test_rebuild_check_and_rerender_with_other_settings(alice_client, workflow):
-    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/")
+    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/1/")
     assert "✓ Identical" in page  # our renderer, from the linked runs, writes the same text
     assert "✓ The same text as was sent." in page  # defaults re-render the same
-    fewer = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/", runs="1")
+    fewer = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/1/", runs="1")
     assert "Difference from what was sent" in fewer
     assert '<span class="d-del">-[run-2]</span>' in fewer  # the older run drops out, renumbered
-    stamped = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/", runs="2", timestamps="1")
+    stamped = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/1/", runs="2", timestamps="1")
     assert re.search(r'<span class="d-add">\+\[run-1\] \(2026-11-29 09:00:00\)</span>', stamped)
     # An htmx re-render gets just the result.
     fragment = alice_client.get(
-        "/p/default/runs/demo-wf-run-3/context/0/", {"runs": "1"}, HTTP_HX_REQUEST="true"
+        "/p/default/runs/demo-wf-run-3/context/1/", {"runs": "1"}, HTTP_HX_REQUEST="true"
     ).content.decode()
     assert fragment.startswith('\n  <div id="rerender">') or fragment.lstrip().startswith(
         '<div id="rerender">'
@@ -75,11 +77,11 @@ def test_rebuild_check_and_rerender_with_other_settings(alice_client, workflow):
 
 
 def test_delta_from_the_previous_step(alice_client, workflow):
-    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/0/")
-    assert 'href="/p/default/runs/demo-wf-run-2/context/0/"' in page
+    page = page_of(alice_client, "/p/default/runs/demo-wf-run-3/context/1/")
+    assert 'href="/p/default/runs/demo-wf-run-2/context/1/"' in page
     assert re.search(r'<span class="d-add">\+\[run-2\]</span>', page)
     assert "This is the first" not in page
-    first = page_of(alice_client, "/p/default/runs/demo-wf-run-2/context/0/")
+    first = page_of(alice_client, "/p/default/runs/demo-wf-run-2/context/1/")
     assert "This is the first workflow history sent to system in this session." in first
 
 
@@ -87,18 +89,20 @@ def test_delta_from_the_previous_step(alice_client, workflow):
     ("params", "field"), [({"runs": "many"}, "runs"), ({"runs": "-1"}, "runs"), ({"items": "1000"}, "items")]
 )
 def test_bad_settings_get_a_400_naming_them(alice_client, workflow, params, field):
-    response = alice_client.get("/p/default/runs/demo-wf-run-3/context/0/", params)
+    response = alice_client.get("/p/default/runs/demo-wf-run-3/context/1/", params)
     assert response.status_code == 400 and f"<code>{field}</code>" in response.content.decode()
 
 
 def test_missing_context_is_404(alice_client, workflow):
     assert alice_client.get("/p/default/runs/demo-wf-run-3/context/9/").status_code == 404
-    assert alice_client.get("/p/default/runs/nope/context/0/").status_code == 404
+    # Numbered from 1, as the README says "the n-th": there is no context 0.
+    assert alice_client.get("/p/default/runs/demo-wf-run-3/context/0/").status_code == 404
+    assert alice_client.get("/p/default/runs/nope/context/1/").status_code == 404
 
 
 def test_team_member_entries_link_to_member_runs(alice_client, ingest):
     ingest(json.loads((DEMO / "team_research.json").read_text()))
-    page = page_of(alice_client, "/p/default/runs/demo-team-member-2/context/0/")
+    page = page_of(alice_client, "/p/default/runs/demo-team-member-2/context/1/")
     assert re.search(
         r'<a class="src" href="/p/default/runs/demo-team-member-1/"[^>]*>Member: Researcher</a>', page
     )
@@ -111,7 +115,7 @@ def test_cot_history_rerenders_with_other_detail_items(alice_client, ingest):
     from history_app import models
 
     context = models.InjectedContext.objects.get(run__run_id="cot:p-1")
-    url = f"/p/default/runs/cot:p-1/context/{context.position}/"
+    url = f"/p/default/runs/cot:p-1/context/{context.number}/"
     page = page_of(alice_client, url)
     assert "reconstructed" in page and "✓ Identical" in page
     fewer = page_of(alice_client, url, items="2")
@@ -127,7 +131,7 @@ def test_free_text_contexts_are_shown_but_not_rerendered(alice_client, ingest):
             "injected_contexts": [{"text": "Be <b>brief</b>. [run-1]", "kind": "instructions"}],
         }
     )
-    page = page_of(alice_client, "/p/default/runs/r/context/0/")
+    page = page_of(alice_client, "/p/default/runs/r/context/1/")
     assert "Be &lt;b&gt;brief&lt;/b&gt;. [run-1]" in page  # escaped, and no link without a source
     assert "only history blocks" in page
 
@@ -162,10 +166,10 @@ def test_inspector_query_count_is_bounded(alice_client, ingest, django_assert_nu
     ingest(workflow_runs(4))
     # session + user, project + role, the project menu, the context with its run, source runs, the pool, the previous context.
     with django_assert_num_queries(8):
-        alice_client.get("/p/default/runs/w3/context/0/")
+        alice_client.get("/p/default/runs/w3/context/1/")
     ingest(workflow_runs(40))
     with django_assert_num_queries(8):
-        page = page_of(alice_client, "/p/default/runs/w39/context/0/")
+        page = page_of(alice_client, "/p/default/runs/w39/context/1/")
     assert page.count('class="src"') == 39 and "✓ Identical" in page
 
 
@@ -186,7 +190,19 @@ def test_hostile_text_in_a_context_is_shown_exactly_and_never_as_markup(alice_cl
         "injected_contexts": [{"text": hostile, "kind": "team_history", "target": "user"}],
     }
     assert ingest(run).status_code == 200
-    page = page_of(alice_client, "/p/default/runs/m-1/context/0/")
+    page = page_of(alice_client, "/p/default/runs/m-1/context/1/")
     shown = re.search(r'<pre class="text context-text" id="context-text">(.*?)</pre>', page, re.S).group(1)
     assert "<script>" not in page and 'href="/evil"' not in page
     assert html.unescape(shown) == hostile
+
+
+def test_a_run_with_one_context_opens_it_as_context_1(alice_client, ingest):
+    """Issue #17: the URL's number was 0-based, so /context/1/ was a 404 for a run with one
+    context while the README says "the n-th". Numbered from 1 now, in every link."""
+    ingest({**native("one", "s"), "injected_contexts": [{"kind": "custom", "text": "the only one"}]})
+    run_page = alice_client.get("/p/default/runs/one/").content.decode()
+    assert 'href="/p/default/runs/one/context/1/"' in run_page and "/context/0/" not in run_page
+    page = alice_client.get("/p/default/runs/one/context/1/").content.decode()
+    assert "the only one" in page and "<span>context 1</span>" in page
+    assert alice_client.get("/p/default/runs/one/context/0/").status_code == 404
+    assert alice_client.get("/p/default/runs/one/context/2/").status_code == 404

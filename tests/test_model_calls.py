@@ -148,7 +148,7 @@ def test_the_run_page_and_the_call_page(alice_client, ingest):
     parts = re.findall(r'<span class="tag part">([^<]+)</span>', call_page)
     assert parts == ["instructions", "history", "new input"]
     # The replayed message is part of the history context: linked to the inspector.
-    assert call_page.count('/p/default/runs/mc-1/context/0/">carries an injected context') == 1
+    assert call_page.count('/p/default/runs/mc-1/context/1/">carries an injected context') == 1
     assert "You are terse." in call_page and "What is 2+2?" in call_page and "<code>stop</code>" in call_page
     assert "(estimated with genai-prices" in call_page
     second = alice_client.get("/p/default/runs/mc-1/model-calls/2/").content.decode()
@@ -272,8 +272,8 @@ def test_sessions_list_timeline_and_json_show_tokens_cost_latency(alice_client, 
     assert ingest([_run(), _run("mc-2", calls=[_call(input_tokens=10, output_tokens=5)])]).status_code == 200
     page = alice_client.get("/p/default/").content.decode()
     row = re.search(r'<tr data-nav>.*?href="/p/default/sessions/mc-s/".*?</tr>', page, re.S).group(0)
-    cells = re.findall(r'<td class="num">([^<]*)</td>', row)
-    assert cells[2:5] == ["1,515", "$0.007575", "2.0 s"]  # tokens, cost, mean duration
+    cells = dict(re.findall(r'<td class="num" data-label="([^"]+)">([^<]*)</td>', row))
+    assert (cells["Tokens"], cells["Cost"], cells["Latency"]) == ("1,515", "$0.007575", "2.0 s")
     (listed,) = alice_client.get("/api/v1/sessions").json()["sessions"]
     assert (listed["input_tokens"], listed["output_tokens"], listed["mean_duration_ms"]) == (1010, 505, 2000)
     assert listed["cost"] == pytest.approx(0.0075 + 0.000075)
@@ -305,11 +305,11 @@ def test_stats_show_cost_tokens_per_model_and_agent_and_latency(alice_client, in
     )
     assert "1 call with no price" in page
     per_model = re.findall(
-        r"<tr><td><code>([^<]+)</code></td><td class=\"num\">(\d+)</td>.*?<td class=\"num\">([^<]+)</td></tr>",
+        r"<tr><td><code>([^<]+)</code></td><td class=\"num\"[^>]*>(\d+)</td>.*?<td class=\"num\"[^>]*>([^<]+)</td></tr>",
         page,
     )
     assert ("gpt-4o", "2", "$0.015") in per_model and ("mystery", "1", "no price") in per_model
-    assert re.search(r'\?agent=Calc">Calc</a></td><td class="num">2</td>', page)
+    assert re.search(r'\?agent=Calc">Calc</a></td><td class="num" data-label="Calls">2</td>', page)
     assert "Cost per day" in page and 'aria-label="Model cost per day' in page
     assert (
         'aria-label="Run duration p50 and p95' in page

@@ -157,7 +157,7 @@ ACCESS = {
     "p/<slug:project>/runs/<id:run_id>/contexts/": "read",
     "p/<slug:project>/runs/<id:run_id>/model-calls/": "read",
     "p/<slug:project>/runs/<id:run_id>/model-calls/<int:number>/": "read",
-    "p/<slug:project>/runs/<id:run_id>/context/<int:position>/": "read",
+    "p/<slug:project>/runs/<id:run_id>/context/<int:number>/": "read",
     "p/<slug:project>/runs/<id:run_id>/export.<str:fmt>": "export",
     "p/<slug:project>/sessions/<id:session_id>/export.<str:fmt>": "export",
     "p/<slug:project>/receipts/": "read",
@@ -265,7 +265,7 @@ def test_each_user_reads_their_own_project_and_only_it(client, world):
         ("bob", "beta", "submarines", "lighthouses"),
     ):
         client = as_user(client, world, user)
-        for page in ("sessions/default/", "runs/r-1/", "runs/r-1/context/0/", "runs/r-1/model-calls/1/", "?q=words", "?q=" + other):  # fmt: skip
+        for page in ("sessions/default/", "runs/r-1/", "runs/r-1/context/1/", "runs/r-1/model-calls/1/", "?q=words", "?q=" + other):  # fmt: skip
             text = client.get(f"/p/{slug}/{page}").content.decode()
             assert f"words about {other}" not in text, (user, slug, page)
             if "q=" + other not in page:
@@ -294,7 +294,7 @@ def test_a_provenance_link_never_points_into_another_project(client, world):
     """A's context names "b-only" as its source, a run that exists only in B: the
     inspector shows the id as not stored, links nothing, and says nothing of B's run."""
     client = as_user(client, world, "carol")  # she may read both projects, and still
-    page = client.get("/p/alpha/runs/r-2/context/0/").content.decode()
+    page = client.get("/p/alpha/runs/r-2/context/1/").content.decode()
     assert "b-only" in page and "beta only" not in page
     assert "/runs/b-only/" not in page and "/p/beta/" not in page.split("switcher-menu")[-1]
     assert client.get("/p/alpha/runs/b-only/").status_code == 404
@@ -361,8 +361,8 @@ def test_a_token_writes_only_into_its_project(client, world):
 
 def test_old_addresses_redirect_where_they_are_unambiguous(client, world):
     alice = as_user(client, world, "alice")
-    response = alice.get("/runs/r-1/context/0/?diff=1")
-    assert response.status_code == 302 and response["Location"] == "/p/alpha/runs/r-1/context/0/?diff=1"
+    response = alice.get("/runs/r-1/context/1/?diff=1")
+    assert response.status_code == 302 and response["Location"] == "/p/alpha/runs/r-1/context/1/?diff=1"
     assert alice.get("/sessions/default/").headers["Location"] == "/p/alpha/sessions/default/"
     assert alice.get("/runs/b-only/").status_code == 404  # B's, and she is not in B
     assert alice.get("/stats/").headers["Location"] == "/p/alpha/stats/"

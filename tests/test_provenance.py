@@ -100,7 +100,7 @@ def test_late_sources_through_the_api(ingest, alice_client):
     for run in reversed(runs):
         assert ingest(run).status_code == 200
     assert sources() == expected(4)
-    page = alice_client.get("/p/default/runs/r3/context/0/").content.decode()
+    page = alice_client.get("/p/default/runs/r3/context/1/").content.decode()
     for n, run_id in enumerate(["r0", "r1", "r2"], 1):
         assert (
             f'<a class="src" href="/p/default/runs/{run_id}/" title="source run {run_id}">[run-{n}]</a>'
@@ -141,7 +141,7 @@ def test_member_interactions_link_the_member_runs_of_the_same_team_run(reverse, 
     store([other, *(runs[::-1] if reverse else runs)])
     models.Run.objects.filter(run_id="other").update(output="Researcher did part 0")
     assert sources("t") == {"m1": ["m0"], "m2": ["m0", "m1"]}
-    page = alice_client.get("/p/default/runs/m2/context/0/").content.decode()
+    page = alice_client.get("/p/default/runs/m2/context/1/").content.decode()
     assert re.search(r'<a class="src" href="/p/default/runs/m0/"[^>]*>Member: Researcher</a>', page)
     assert re.search(r'<a class="src" href="/p/default/runs/m1/"[^>]*>Member: Analyst</a>', page)
 

@@ -78,7 +78,7 @@ def test_inspector_shows_a_run_mark_with_thousands_of_digits(alice_client, run):
     models.InjectedContext.objects.create(
         run=run, position=0, kind="workflow_history", text=text, source_run_ids=["r-1"]
     )
-    page = alice_client.get("/p/default/runs/r-1/context/0/")
+    page = alice_client.get("/p/default/runs/r-1/context/1/")
     assert page.status_code == 200
     assert "9" * 5000 in page.content.decode()
 
@@ -167,7 +167,7 @@ def test_bad_stats_days_are_a_400(alice_client, days):
 @pytest.mark.parametrize("value", ["²", "٣", "9" * 5000, "1e9", "-1", "NaN", "Infinity", "1.5"])
 def test_bad_inspector_settings_are_a_400(alice_client, run, name, value):
     models.InjectedContext.objects.create(run=run, position=0, kind="workflow_history", text="[run-1]")
-    page = alice_client.get("/p/default/runs/r-1/context/0/", {name: value})
+    page = alice_client.get("/p/default/runs/r-1/context/1/", {name: value})
     assert page.status_code == 400 and f"<code>{name}</code>" in page.content.decode()
 
 
@@ -343,7 +343,7 @@ NUL_URLS = [
     "/p/default/runs/a%00b/",
     "/p/default/runs/a%00b/export.json",
     "/p/default/runs/a%00b/export.md",
-    "/p/default/runs/a%00b/context/0/",
+    "/p/default/runs/a%00b/context/1/",
     "/p/default/runs/a%00b/iterations/",
     "/p/default/runs/a%00b/iterations/0/calls/",
     "/p/default/sessions/a%00b/",

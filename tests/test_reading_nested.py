@@ -52,8 +52,11 @@ def _add_contexts(run: models.Run, count: int, *, step: str = "") -> None:
 
 
 def _listed(html: str) -> list[int]:
-    """Positions of the contexts in the list of contexts (not the per-step links)."""
-    return [int(p) for p in re.findall(r'<li>\s*<a href="/p/default/runs/r-1/context/(\d+)/"><strong>', html)]
+    """Positions of the contexts in the list of contexts (not the per-step links): their
+    URLs number them from 1."""
+    return [
+        int(p) - 1 for p in re.findall(r'<li>\s*<a href="/p/default/runs/r-1/context/(\d+)/"><strong>', html)
+    ]
 
 
 def _page(client, url: str, **headers) -> str:
@@ -123,7 +126,7 @@ def test_a_step_sent_thousands_of_contexts_links_the_first(alice_client, run, se
         links = re.findall(
             r'<p class="step-context"><a href="/p/default/runs/r-1/context/(\d+)/">Inspect', page
         )
-        assert links == [str(p) for p in range(n)], url
+        assert links == [str(p + 1) for p in range(n)], url
         assert f"{1_000 - n} more contexts sent at this step" in page
 
 

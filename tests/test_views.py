@@ -261,7 +261,7 @@ def test_xss_payloads_render_inert_in_every_field(alice_client, ingest):
         query = urlencode({"q": payload, "framework": payload[:32], "agent": payload[:200]})
         for url in (
             f"/p/default/runs/x{i}/",
-            f"/p/default/runs/x{i}/context/0/?runs=2&timestamps=1",
+            f"/p/default/runs/x{i}/context/1/?runs=2&timestamps=1",
             f"/p/default/runs/x{i}/context/1/",
             "/p/default/sessions/s-0/",
             "/p/default/sessions/s-1/",
@@ -283,7 +283,7 @@ def test_the_inertness_check_catches_a_live_payload():
     with pytest.raises(AssertionError):
         assert_inert('<form action="https://evil.example/"></form>', "self-test")
     with pytest.raises(AssertionError):
-        assert_inert('<form action="/p/default/runs/x/context/0/" hx-vals="{}"></form>', "self-test")
+        assert_inert('<form action="/p/default/runs/x/context/1/" hx-vals="{}"></form>', "self-test")
     with pytest.raises(AssertionError):
         assert_inert('<svg onload="alert(1)"></svg>', "self-test")
     assert_inert('<a title="t&quot; onmouseover=alert(1)" href="/x">x</a>', "self-test")

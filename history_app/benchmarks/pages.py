@@ -208,7 +208,7 @@ def pages(runs: int) -> list[tuple[str, str]]:
         ("run: model calls slice", f"/p/default/runs/{middle}/model-calls/?start=0"),
         ("model call", f"/p/default/runs/{middle}/model-calls/3/"),
         ("api run", f"/api/v1/runs/{middle}"),
-        ("inspector", f"/p/default/runs/run-{inspected:07d}/context/0/"),
+        ("inspector", f"/p/default/runs/run-{inspected:07d}/context/1/"),
         ("stats 30 days", "/p/default/stats/"),
         ("stats 7 days", "/p/default/stats/?days=7"),
         ("receipts", "/p/default/receipts/"),
