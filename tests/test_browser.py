@@ -108,6 +108,12 @@ def editor(django_user_model, name: str, project: str = "default"):
     return user
 
 
+def open_session(page, session_id: str) -> None:
+    """Follow a session's link in the sessions list (the link names the session by its
+    first input; its id is written beneath)."""
+    page.click(f"#session-rows tr:has(code.sid:text-is('{session_id}')) td.title-cell > a")
+
+
 def log_in(page, live_server, django_user_model):
     editor(django_user_model, "alice")
     page.goto(f"{live_server.url}/")
@@ -129,7 +135,7 @@ def test_main_path_log_in_open_session_open_run(browser_page, live_server, djang
     page = browser_page
     log_in(page, live_server, django_user_model)
     shot(page, "01-sessions")
-    page.click("text=autourgos:ResearchBot:2026-11-29")
+    open_session(page, "autourgos:ResearchBot:2026-11-29")
     page.wait_for_selector("#timeline")
     assert "Compare Tokyo and Osaka" in page.inner_text("#timeline")
     shot(page, "02-session")
@@ -144,7 +150,7 @@ def test_main_path_log_in_open_session_open_run(browser_page, live_server, djang
     page.go_back()
     page.wait_for_selector("#timeline")
     page.goto(f"{live_server.url}/")
-    page.click("text=autourgos:Agent:2026-11-29")
+    open_session(page, "autourgos:Agent:2026-11-29")
     page.click("#timeline a >> nth=0")
     page.wait_for_selector(".error-card")
     assert "HTTP 502" in page.inner_text(".error-card")
@@ -182,7 +188,7 @@ def test_main_path_search_context_link_and_export(browser_page, live_server, dja
     page.reload()
     assert page.input_value("#q") == "partitioning"
     assert page.locator("#session-rows tr").count() == 1
-    page.click("#session-rows a >> text=demo-workflow-blog")
+    open_session(page, "demo-workflow-blog")
     page.wait_for_selector("#timeline")
     assert page.locator("tr.idle").count() == 3
     shot(page, "02-session-workflow")
@@ -269,7 +275,7 @@ def test_pages_work_without_javascript(live_server, django_user_model):
         page.fill("#id_username", "alice")
         page.fill("#id_password", "alice-password-1")
         page.click("button[type=submit]")
-        page.click("text=autourgos:Agent:2026-11-29")
+        open_session(page, "autourgos:Agent:2026-11-29")
         page.click("#timeline tr:has-text('What is 6*7?') a >> nth=0")
         assert "Quick answer." in page.inner_text("#transcript")
         # Search and filters are a plain GET form.
