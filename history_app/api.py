@@ -11,11 +11,12 @@ from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpRespons
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from . import ingestion, listing, models, paging, retention, streams, timeline, transcripts
+from . import ingestion, inspector, listing, models, paging, retention, stats, streams, timeline, transcripts
 from .agent_history import formats
 from .agent_history.jsonstream import iter_json
 from .auth import error_response, token_required
 from .errors import require_GET, require_POST
+from .forms import StatsForm
 
 logger = logging.getLogger(__name__)
 
@@ -230,3 +231,140 @@ def receipts(request: HttpRequest) -> JsonResponse:
     return _json_page(
         request, listing.receipts_page, listing.receipt_summary, "receipts", project=request.project
     )
+
+
+@require_GET
+@token_required(allow_session=True, scope=models.IngestToken.READ)
+def session_timeline(request: HttpRequest, session_id: str) -> JsonResponse:
+    """The session page's timeline, paged like it (``_next``): each row a run with its
+    number, depth, parent, first member interactions and steps, or an idle gap. The whole
+    session's counts come with the first page (``null`` on later ones, which read only
+    their runs)."""
+    first_page = not request.GET.get("_next")
+    try:
+        data = timeline.session_timeline(
+            project=request.project,
+            session_id=session_id,
+            with_counts=first_page,
+            after=request.GET.get("_next"),
+            limit=settings.HISTORY_PAGE_SIZE,
+            idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000,
+            nested=settings.HISTORY_SESSION_PAGE_NESTED,
+        )
+    except Http404:
+        return error_response(f"no session {session_id!r}", 404)
+    except paging.BadParameter as exc:
+        return error_response(str(exc), 400, parameter=exc.field)
+    return JsonResponse(
+        {
+            "ok": True,
+            "session": listing.session_summary(data["session"]),
+            "counts": data["counts"],
+            "rows": [timeline.row_summary(row) for row in data["rows"]],
+            "next": data["next_cursor"],
+        }
+    )
+
+
+@require_GET
+@token_required(allow_session=True, scope=models.IngestToken.READ)
+def project_stats(request: HttpRequest) -> JsonResponse:
+    """The stats page's numbers for the last ``days`` days (1-365, default 30), read from
+    the same daily rollups."""
+    try:
+        days = StatsForm.read(request.GET)["days"]
+    except paging.BadParameter as exc:
+        return error_response(str(exc), 400, parameter=exc.field)
+    return JsonResponse({"ok": True, **stats.summary(stats.stats(project=request.project, days=days))})
+
+
+# Injected contexts are numbered by a 32-bit position: a larger number names none (and
+# would overflow the databases' integer), so it is a 404 before any query.
+_MAX_CONTEXT_NUMBER = 2**31
+
+
+@require_GET
+@token_required(allow_session=True, scope=models.IngestToken.READ)
+def context_detail(request: HttpRequest, run_id: str, number: int) -> JsonResponse:
+    """The context inspector's data for the run's ``number``-th injected context (from 1,
+    as on the page): the exact text, the runs and entries it came from, whether our
+    renderer rebuilds it, the re-render under ``runs``/``items``/``timestamps`` and the
+    delta from the step before."""
+    missing = error_response(f"run {run_id!r} has no injected context {number}", 404)
+    if not 1 <= number <= _MAX_CONTEXT_NUMBER:
+        return missing
+    try:
+        inspection = inspector.inspect(request.project, run_id, number - 1, request.GET)
+    except Http404:
+        return missing
+    except paging.BadParameter as exc:
+        return error_response(str(exc), 400, parameter=exc.field)
+    return JsonResponse({"ok": True, **_inspection_summary(inspection)})
+
+
+def _diff(lines: list[inspector.DiffLine] | None) -> list[str] | None:
+    return [line.text for line in lines] if lines is not None else None
+
+
+def _inspection_summary(i: inspector.Inspection) -> dict[str, Any]:
+    context = i.context
+    entries, offset = [], 0
+    for segment in i.linked_text:
+        if segment.source is not None:
+            entries.append(
+                {
+                    "header": segment.text,
+                    "start": offset,
+                    "end": offset + len(segment.text),
+                    "run_id": segment.source,
+                }
+            )
+        offset += len(segment.text)
+    previous = i.previous
+    return {
+        "run_id": i.run.run_id,
+        "session_id": i.run.session.session_id,
+        "context": {
+            "number": context.number,
+            "step": context.step,
+            "target": context.target,
+            "kind": context.kind,
+            "reported": context.reported,
+            "settings": context.settings,
+            "source_run_ids": context.source_run_ids,
+            "text": context.text,
+        },
+        "sources": [
+            {"run_id": source_id, "stored": run is not None, "run": _source_run(run)}
+            for source_id, run in i.sources
+        ],
+        "entries": entries,
+        "rebuild": {
+            "matches": None if i.rebuilt is None else i.rebuilt == context.text,
+            "text": i.rebuilt,
+            "diff": _diff(i.rebuilt_diff),
+        },
+        "rerender": None
+        if not i.rerenderable
+        else {
+            "defaults": _settings(i.defaults),
+            "settings": _settings(i.settings),
+            "text": i.rerendered,
+            "diff": _diff(i.rerendered_diff),
+        },
+        "previous": None
+        if previous is None
+        else {"run_id": previous.run.run_id, "number": previous.number, "diff": _diff(i.previous_diff)},
+        "notes": i.notes,
+    }
+
+
+def _source_run(run: models.Run | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    started = run.started_at.isoformat() if run.started_at else None
+    return {"kind": run.kind, "status": run.status, "agent_name": run.agent_name, "started_at": started}
+
+
+def _settings(chosen: inspector.Settings) -> dict[str, Any]:
+    return {"runs": chosen.history_runs, "items": chosen.detail_items, "timestamps": chosen.timestamps}

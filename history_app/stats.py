@@ -148,3 +148,54 @@ def _usage(*, project: models.Project, days: int, today: Any, since: Any) -> dic
         "model_p50": rollups.bucket_percentile(window["model"], 0.5),
         "model_p95": rollups.bucket_percentile(window["model"], 0.95),
     }
+
+
+def summary(numbers: dict[str, Any]) -> dict[str, Any]:
+    """The stats page's numbers as its JSON twin gives them: the same figures, days as
+    ISO dates, the per-day counts and usage in one series."""
+    per_day = [
+        {
+            "day": runs["day"].isoformat(),
+            "runs": runs["total"],
+            "failed": runs["failed"],
+            **{key: usage[key] for key in ("calls", "input_tokens", "output_tokens", "cost")},
+            **{f"{key}_ms": usage[key] for key in ("run_p50", "run_p95", "model_p50", "model_p95")},
+        }
+        for runs, usage in zip(numbers["series"], numbers["usage_series"], strict=True)
+    ]
+    sums = ("calls", "input_tokens", "output_tokens", "cost", "unpriced")
+
+    def top(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
+        return [{field: row[field], **{key: row[key] for key in sums}} for row in rows]
+
+    return {
+        "days": numbers["days"],
+        "since": numbers["since"].isoformat(),
+        "totals": {
+            "runs": numbers["total"],
+            "failed": numbers["failed"],
+            "failure_rate": numbers["failure_rate"],
+            "model_calls": numbers["usage_total"]["calls"],
+            "input_tokens": numbers["usage_total"]["input_tokens"],
+            "output_tokens": numbers["usage_total"]["output_tokens"],
+            "cost": numbers["usage_total"]["cost"],
+            "unpriced_calls": numbers["unpriced"],
+        },
+        "latency": {
+            "run_p50_ms": numbers["p50"],
+            "run_p95_ms": numbers["p95"],
+            "timed_runs": numbers["timed"],
+            "run_percentiles_exact": numbers["exact_percentiles"],
+            "model_p50_ms": numbers["model_p50"],
+            "model_p95_ms": numbers["model_p95"],
+        },
+        "per_day": per_day,
+        "per_model": top(numbers["per_model"], "model"),
+        "per_agent": top(numbers["per_agent"], "agent"),
+        "top_tools": [
+            {"tool": t["tool"], "calls": t["calls"], "errors": t["errors"]} for t in numbers["tools"]
+        ],
+        "top_errors": [
+            {"error": e["error"], "count": e["count"], "run_id": e["latest"]} for e in numbers["errors"]
+        ],
+    }

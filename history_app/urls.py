@@ -67,6 +67,9 @@ history_patterns = [
     path("api/v1/sessions", api.sessions, name="api_sessions"),
     path("api/v1/sessions/<id:session_id>", api.session_detail, name="api_session_detail"),
     path("api/v1/runs/<id:run_id>", api.run_detail, name="api_run_detail"),
+    path("api/v1/sessions/<id:session_id>/timeline", api.session_timeline, name="api_session_timeline"),
+    path("api/v1/stats", api.project_stats, name="api_stats"),
+    path("api/v1/runs/<id:run_id>/contexts/<int:number>", api.context_detail, name="api_context_detail"),
 ]
 
 urlpatterns = [

@@ -126,17 +126,24 @@ def _with(request: HttpRequest, **changes: str | None) -> str:
 @project_view()
 @vary_on_headers("HX-Request")
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
-    session = listing.get_session(request.project, session_id)
-    timeline = session_timeline(
-        session=session,
-        idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000,
-        nested=settings.HISTORY_SESSION_PAGE_NESTED,
-    )
-    return render(
-        request,
-        _template(request, "session_detail", "timeline"),
-        {"session": session, **timeline},
-    )
+    """A session's nested timeline, a page of runs at a time (``_next``: an htmx request
+    for a later page gets only its rows); the counts above it are the whole session's."""
+    partial = "timeline-rows" if request.GET.get("_next") else "timeline"
+    template = _template(request, "session_detail", partial)
+    try:
+        timeline = session_timeline(
+            project=request.project,
+            session_id=session_id,
+            with_counts="#" not in template,
+            after=request.GET.get("_next"),
+            limit=settings.HISTORY_PAGE_SIZE,
+            idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000,
+            nested=settings.HISTORY_SESSION_PAGE_NESTED,
+        )
+    except paging.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    page = paging.Page(timeline["rows"], timeline["next_cursor"])
+    return render(request, template, {**timeline, **_keyset_context(request, page, "rows")})
 
 
 @require_GET
