@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import Count, F, QuerySet, Window
+from django.db.models import Count, F, Q, QuerySet, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length, RowNumber
 from django.http import Http404
@@ -115,6 +115,7 @@ def iteration_slice(*, run: models.Run, start: int = 0) -> IterationSlice:
     for call in first_calls.order_by("iteration_id", "position"):
         calls.setdefault(call.iteration_id, []).append(call)
     parts = [CallSlice(it, *_split(calls.get(it.pk, []), call_limit)) for it in iterations]
+    link_delegations(run, [call for part in parts for call in part.calls])
     names = {it.name for it in iterations if it.name}
     model_calls: dict[int, list[models.ModelCall]] = {}
     if run.model_call_count:
@@ -200,7 +201,9 @@ def call_slice(*, iteration: models.Iteration, start: int) -> CallSlice:
     """An iteration's tool calls from position ``start`` (one query)."""
     limit = settings.HISTORY_RUN_PAGE_TOOL_CALLS
     rows = models.ToolCall.objects.filter(iteration=iteration, position__gte=start).order_by("position")
-    return CallSlice(iteration, *_split(list(rows[: limit + 1]), limit))
+    part = CallSlice(iteration, *_split(list(rows[: limit + 1]), limit))
+    link_delegations(iteration.run, part.calls, skip=_delegations_before(iteration, start))
+    return part
 
 
 def cost_sources(run: models.Run) -> list[dict[str, str]]:
@@ -215,3 +218,89 @@ def cost_sources(run: models.Run) -> list[dict[str, str]]:
         .distinct()
     )
     return list(rows[:5])
+
+
+# The tools a team calls to hand a member a task (agno's, and the names older releases and
+# other frameworks use); a call whose parameters name a ``member_id`` is one too.
+DELEGATION_TOOLS = {
+    "delegate_task_to_member",
+    "delegate_task_to_members",
+    "transfer_task_to_member",
+    "forward_task_to_member",
+    "atransfer_task_to_member",
+}
+# A run page links at most this many of a team run's member interactions to its calls.
+MAX_DELEGATIONS = 500
+
+
+def _is_delegation(call: models.ToolCall) -> bool:
+    params = call.params if isinstance(call.params, dict) else {}
+    return call.tool in DELEGATION_TOOLS or "member_id" in params
+
+
+def _delegations_before(iteration: models.Iteration, start: int) -> int:
+    """How many delegation calls come before tool call ``start`` of ``iteration`` (in
+    earlier iterations or earlier in this one): where a "show more" slice picks up the
+    order-wise matching. Counted in Python over at most ``MAX_DELEGATIONS`` calls; no
+    query when the run is no team's."""
+    if not models.MemberInteraction.objects.filter(run_id=iteration.run_id).exists():
+        return 0
+    earlier = models.ToolCall.objects.filter(iteration__run_id=iteration.run_id).filter(
+        Q(iteration__position__lt=iteration.position) | Q(iteration=iteration, position__lt=start)
+    )
+    rows = earlier.only("tool", "params_json").order_by("iteration__position", "position")[:MAX_DELEGATIONS]
+    return sum(1 for call in rows if _is_delegation(call))
+
+
+def link_delegations(run: models.Run, calls: list[models.ToolCall], skip: int = 0) -> None:
+    """Give each delegation call among ``calls`` the member run it started
+    (``call.member_run``: the member's name and the run id, only for a run stored in the
+    project), from the run's member interactions: matched by the task handed over, else
+    in order (``skip`` delegations came before these calls). Two queries when any call
+    delegates, none otherwise."""
+    delegations = [call for call in calls if _is_delegation(call)]
+    if not delegations:
+        return
+    interactions = list(
+        models.MemberInteraction.objects.filter(run=run, member_run_id__isnull=False)
+        .only("position", "member", "task", "member_run_id")
+        .order_by("position")[:MAX_DELEGATIONS]
+    )
+    stored = set(
+        models.Run.objects.filter(
+            project_id=run.project_id, run_id__in=[i.member_run_id for i in interactions]
+        ).values_list("run_id", flat=True)
+    )
+    unused = [i for i in interactions if i.member_run_id in stored]
+    by_order = list(unused[skip:])
+    for call in delegations:
+        params = call.params if isinstance(call.params, dict) else {}
+        task = params.get("task")
+        match = next((i for i in unused if task and i.task == task), None)
+        if match is None and by_order:
+            match = by_order[0]
+        if match is not None:
+            call.member_run = match
+            unused.remove(match)
+            if match in by_order:
+                by_order.remove(match)
+
+
+def neighbours(run: models.Run) -> tuple[models.Run | None, models.Run | None]:
+    """The runs before and after ``run`` in its session, in start order (the session
+    timeline's order; a run with no start time goes by its key among such runs). Two
+    indexed queries (``run_session_order_idx``)."""
+    fields = ("run_id", "agent_name", "status", "started_at", "project_id")
+    runs = models.Run.objects.filter(session_id=run.session_id).only(*fields)
+    if run.started_at is None:
+        same = runs.filter(started_at__isnull=True)
+        before, after = same.filter(pk__lt=run.pk), same.filter(pk__gt=run.pk)
+    else:
+        at = run.started_at
+        before = runs.filter(Q(started_at__lt=at) | Q(started_at=at, pk__lt=run.pk))
+        after = runs.filter(Q(started_at__gt=at) | Q(started_at=at, pk__gt=run.pk))
+        return (
+            before.order_by("-started_at", "-pk").first(),
+            after.order_by("started_at", "pk").first(),
+        )
+    return before.order_by("-pk").first(), after.order_by("pk").first()

@@ -37,6 +37,7 @@ project_patterns = [
     path("runs/<id:run_id>/model-calls/", views.run_model_calls, name="run_model_calls"),
     path("runs/<id:run_id>/model-calls/<int:number>/", views.model_call_detail, name="model_call_detail"),
     path("runs/<id:run_id>/context/<int:number>/", views.context_detail, name="context_detail"),
+    path("runs/<id:run_id>/context/<int:number>/text/", views.context_text, name="context_text"),
     path("runs/<id:run_id>/export.<str:fmt>", views.run_export, name="run_export"),
     path("sessions/<id:session_id>/export.<str:fmt>", views.session_export, name="session_export"),
     path("receipts/", views.receipt_list, name="receipt_list"),

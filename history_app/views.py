@@ -155,9 +155,12 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     load the rest)."""
     run = transcripts.get_run(request.project, run_id)
     iterations = transcripts.iteration_slice(run=run)
+    previous_run, next_run = transcripts.neighbours(run)
     context = {
         "run": run,
         "session": run.session,
+        "previous_run": previous_run,
+        "next_run": next_run,
         "contexts": transcripts.context_slice(run=run),
         "output_html": transcripts.answer_html(run),
         "slice": iterations,
@@ -293,6 +296,36 @@ def context_detail(request: HttpRequest, run_id: str, number: int) -> HttpRespon
         return _bad_request(request, str(exc), exc.field)
     context = {"i": inspection, "run": inspection.run, "session": inspection.run.session}
     return render(request, _template(request, "context_detail", "rerender"), context)
+
+
+@require_GET
+@project_view()
+@vary_on_headers("HX-Request")
+def context_text(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
+    """One injected context's text exactly as sent, nothing else: what the run page opens
+    in place (htmx), or a page of its own without JavaScript. One query."""
+    try:
+        context = (
+            models.InjectedContext.objects.select_related("run__session")
+            .only(
+                "position",
+                "kind",
+                "target",
+                "step",
+                "text",
+                "reported",
+                "run__run_id",
+                "run__project_id",
+                "run__agent_name",
+                "run__session__session_id",
+                "run__session__project_id",
+            )
+            .get(run__project=request.project, run__run_id=run_id, position=number - 1)
+        )
+    except models.InjectedContext.DoesNotExist:
+        raise Http404("No such injected context") from None
+    page = {"context": context, "run": context.run, "session": context.run.session}
+    return render(request, _template(request, "context_text", "text"), page)
 
 
 def _download(chunks: Iterable[str], content_type: str, filename: str) -> StreamingHttpResponse:

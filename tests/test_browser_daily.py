@@ -145,3 +145,42 @@ def test_tables_stack_with_labels_and_charts_keep_readable_labels(page, live_ser
     assert smallest_text_px(page, ".figure svg.waterfall text") >= 9
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[page.width]["width"]
     assert page.problems == []
+
+
+def test_run_page_context_in_place_copy_and_previous_next(page, live_server, django_user_model):
+    load_demo()
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/p/default/runs/demo-wf-run-3/")
+    # The injected context opens in place, exactly as the inspector shows it was sent.
+    page.click(".context-list details.inplace > summary")
+    sent = page.wait_for_selector(".context-list .context-sent pre.context-text")
+    assert urlparse(page.url).path == "/p/default/runs/demo-wf-run-3/"  # no navigation
+    shown = sent.text_content()
+    assert shown.startswith("[run-1]") or "[run-1]" in shown
+    # Copy it: the clipboard holds the text as sent.
+    page.click(".context-list .context-sent button.copy")
+    page.wait_for_selector(".context-list .context-sent button.copy:text('Copied')")
+    assert page.evaluate("navigator.clipboard.readText()") == shown
+    # The run id's copy button (hidden without JavaScript, shown by our script).
+    page.click("dl.facts button.copy")
+    assert page.evaluate("navigator.clipboard.readText()") == "demo-wf-run-3"
+    # Previous and next run of the session.
+    page.click("nav.run-nav a[rel=next]")
+    page.wait_for_url("**/runs/demo-wf-run-4/")
+    page.click("nav.run-nav a[rel=prev]")
+    page.wait_for_url("**/runs/demo-wf-run-3/")
+    inspector = page.get_attribute(".context-list > li > a", "href")
+    page.goto(live_server.url + inspector)
+    assert page.text_content("#context-text").strip() == shown.strip()
+    assert page.problems == []
+
+
+def test_a_team_run_links_its_delegations_to_member_runs(page, live_server, django_user_model):
+    load_demo()
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/p/default/runs/demo-team-run-1/")
+    page.click("p.delegation a >> nth=1")
+    page.wait_for_url("**/runs/demo-team-member-2/")
+    assert "Writer" in page.inner_text("h1") or page.locator("#transcript").count() == 1
+    assert page.problems == []

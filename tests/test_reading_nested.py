@@ -124,7 +124,7 @@ def test_a_step_sent_thousands_of_contexts_links_the_first(alice_client, run, se
     for url in ("/p/default/runs/r-1/", "/p/default/runs/r-1/iterations/?start=0"):
         page = _page(alice_client, url)
         links = re.findall(
-            r'<p class="step-context"><a href="/p/default/runs/r-1/context/(\d+)/">Inspect', page
+            r'<div class="step-context"><p><a href="/p/default/runs/r-1/context/(\d+)/">Inspect', page
         )
         assert links == [str(p + 1) for p in range(n)], url
         assert f"{1_000 - n} more contexts sent at this step" in page
@@ -161,8 +161,8 @@ def test_run_page_queries_do_not_grow_with_its_contexts(alice_client, run, djang
         assert len(re.findall(r'href="/p/default/runs/r-1/context/\d+/"', page)) <= 40, url
     # session + user, project + role, the project menu, the run, its first iterations,
     # their first tool calls, the contexts sent at their steps, the run's contexts: how
-    # many, then the first of them.
-    assert counts["/p/default/runs/r-1/"] == 10
+    # many, then the first of them; the runs before and after it in its session.
+    assert counts["/p/default/runs/r-1/"] == 12
 
 
 # -- the session page -----------------------------------------------------------------------

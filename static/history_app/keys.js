@@ -1,5 +1,9 @@
 // Our only script (no inline script anywhere: the CSP forbids it), loaded on every page.
 //
+// Copy buttons: a button.copy carries what it copies (data-copy) or names the element
+// whose text it copies (data-copy-from). The buttons are hidden until this script shows
+// them: without JavaScript there is nothing to click.
+//
 // Keyboard: "/" focuses the search box; "j"/"k" move between rows or cards marked data-nav
 // (runs, sessions, iterations); Enter on a focused row opens its first link.
 //
@@ -80,4 +84,48 @@
     }
     searchEntry = typed;
   });
+
+  function showCopyButtons(root) {
+    Array.prototype.forEach.call((root || document).querySelectorAll("button.copy[hidden]"), function (button) {
+      button.hidden = false;
+    });
+  }
+  function copied(button, ok) {
+    var label = button.getAttribute("data-label") || button.textContent;
+    button.setAttribute("data-label", label);
+    button.textContent = ok ? "Copied" : "Copy failed";
+    setTimeout(function () { button.textContent = label; }, 1500);
+  }
+  function copyText(text, button) {
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { copied(button, true); }, function () { fallback(text, button); });
+    } else {
+      fallback(text, button);
+    }
+  }
+  function fallback(text, button) {
+    // Plain http on another host is no "secure context": the clipboard API is missing there.
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "visually-hidden";
+    document.body.appendChild(area);
+    area.select();
+    var ok = false;
+    try { ok = document.execCommand("copy"); } catch (error) { ok = false; }
+    document.body.removeChild(area);
+    copied(button, ok);
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("button.copy") : null;
+    if (!button) return;
+    var text = button.getAttribute("data-copy");
+    if (text === null) {
+      var source = document.querySelector(button.getAttribute("data-copy-from"));
+      text = source ? source.textContent : "";
+    }
+    copyText(text, button);
+  });
+  document.addEventListener("DOMContentLoaded", function () { showCopyButtons(document); });
+  document.addEventListener("htmx:load", function (event) { showCopyButtons(event.target); });
 })();
