@@ -6,11 +6,12 @@ violation and no request to another host (``page.problems``).
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlparse
 
 import pytest
 
-from history_app import ingestion
+from history_app import ingestion, models
 
 from .conftest import native
 from .test_browser import launch, load_demo, log_in, open_page, sync_api
@@ -183,4 +184,67 @@ def test_a_team_run_links_its_delegations_to_member_runs(page, live_server, djan
     page.click("p.delegation a >> nth=1")
     page.wait_for_url("**/runs/demo-team-member-2/")
     assert "Writer" in page.inner_text("h1") or page.locator("#transcript").count() == 1
+    assert page.problems == []
+
+
+def test_error_pages_login_page_and_team_session_at_each_width(page, live_server, django_user_model):
+    load_demo()
+    width = WIDTHS[page.width]["width"]
+    # Logged out: the login page offers no Sessions/Stats/Receipts links.
+    page.goto(f"{live_server.url}/accounts/login/")
+    assert page.locator("nav a").count() == 0
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    log_in(page, live_server, django_user_model)
+    # The team session is named after the team (its agent), not a member.
+    row = page.locator("#session-rows tr:has(code.sid:text-is('demo-team-research'))")
+    assert row.locator("td[data-label='Agent']").inner_text() == "Research team"
+    # Unknown run, session and context: the site's 404 with a way back.
+    for url in (
+        "/p/default/runs/nope/",
+        "/p/default/sessions/nope/",
+        "/p/default/runs/demo-wf-run-3/context/99/",
+    ):
+        response = page.goto(live_server.url + url)
+        assert response.status == 404
+        assert page.inner_text("h1") == "Not found"
+        assert page.locator("main a:text('Back to the sessions of Default')").count() == 1
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+    # An editor may not open the project's settings: the site's 403, saying why.
+    response = page.goto(f"{live_server.url}/p/default/settings/")
+    assert response.status == 403 and page.inner_text("h1") == "Not allowed"
+    assert "Your role in Default is editor" in page.inner_text("main")
+    page.click("main a:text('Back to the sessions of Default')")
+    page.wait_for_selector("#session-rows")
+    # Context numbers start at 1: the run page's first context link opens context 1.
+    page.goto(f"{live_server.url}/p/default/runs/demo-wf-run-3/")
+    assert page.get_attribute(".context-list > li > a", "href").endswith("/context/1/")
+    page.click(".context-list > li > a")
+    page.wait_for_selector("#context-text")
+    # Chromium reports each error status it was shown as a console error: exactly the
+    # three 404s and the 403 opened on purpose, nothing else.
+    expected = [p for p in page.problems if re.search(r"status of (404 \(Not Found\)|403 \(Forbidden\))", p)]
+    assert len(expected) == 4 and page.problems == expected
+
+
+def test_admin_delete_selected_asks_first_at_each_width(page, live_server, django_user_model):
+    ingestion.ingest_items(items=[native("keep-run", "keep-me"), native("go-run", "go-away")])
+    models.Session.objects.filter(session_id="keep-me").update(pinned=True)
+    django_user_model.objects.create_superuser("root", password="root-password-1")
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/history_app/session/")
+    page.fill("#id_username", "root")
+    page.fill("#id_password", "root-password-1")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+    page.check("#action-toggle")
+    page.select_option("select[name=action]", "prune_selected")
+    page.click("button[name=index]")
+    # A confirmation page, saying what goes and what a pin keeps; nothing deleted yet.
+    page.wait_for_selector("#summary")
+    summary = page.inner_text("#summary")
+    assert "2 sessions selected" in summary and "1 of them is pinned (legal hold) and kept" in summary
+    assert models.Session.objects.count() == 2
+    page.click("input[value='Yes, delete them']")
+    page.wait_for_selector(".messagelist")
+    assert "Deleted 1 session" in page.inner_text(".messagelist")
+    assert list(models.Session.objects.values_list("session_id", flat=True)) == ["keep-me"]
     assert page.problems == []
