@@ -293,12 +293,16 @@ def context_detail(request: HttpRequest, run_id: str, number: int) -> JsonRespon
     missing = error_response(f"run {run_id!r} has no injected context {number}", 404)
     if not 1 <= number <= _MAX_CONTEXT_NUMBER:
         return missing
+    # The source runs' links name the project: known, they need no query each.
+    drawing = models.set_current_project(request.project)
     try:
         inspection = inspector.inspect(request.project, run_id, number - 1, request.GET)
     except Http404:
         return missing
     except paging.BadParameter as exc:
         return error_response(str(exc), 400, parameter=exc.field)
+    finally:
+        models.reset_current_project(drawing)
     return JsonResponse({"ok": True, **_inspection_summary(inspection)})
 
 
