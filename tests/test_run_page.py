@@ -108,6 +108,8 @@ def test_a_context_opens_in_place_exactly_as_sent(alice_client, ingest, django_a
     # session + user, project + role, the project menu, the context with its run.
     with django_assert_num_queries(5):
         alice_client.get("/p/default/runs/r/context/1/text/")
+    with django_assert_num_queries(4):  # as htmx's fragment: no project menu
+        alice_client.get("/p/default/runs/r/context/1/text/", HTTP_HX_REQUEST="true")
 
 
 def test_copy_buttons_carry_what_they_copy_and_wait_for_the_script(alice_client, ingest):
