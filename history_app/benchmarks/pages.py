@@ -209,8 +209,12 @@ def pages(runs: int) -> list[tuple[str, str]]:
         ("model call", f"/p/default/runs/{middle}/model-calls/3/"),
         ("api run", f"/api/v1/runs/{middle}"),
         ("inspector", f"/p/default/runs/run-{inspected:07d}/context/1/"),
+        ("context as sent (in place)", f"/p/default/runs/run-{inspected:07d}/context/1/text/"),
+        ("api inspector", f"/api/v1/runs/run-{inspected:07d}/contexts/1"),
+        ("api session timeline", f"/api/v1/sessions/{session}/timeline"),
         ("stats 30 days", "/p/default/stats/"),
         ("stats 7 days", "/p/default/stats/?days=7"),
+        ("api stats 30 days", "/api/v1/stats?days=30"),
         ("receipts", "/p/default/receipts/"),
         ("api receipts", "/api/v1/receipts"),
     ]
