@@ -5,6 +5,7 @@ never grows with the number of sessions or runs.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -166,26 +167,37 @@ def session_total(*, project: models.Project, filters: SessionFilters, page: Pag
     return min(count, TOTAL_CAP), count > TOTAL_CAP
 
 
-# A session's title is the first input of its first top-level run, cut to this length.
+# A session's title is the first input of its first top-level run, cut to this length,
+# from at most ``TITLE_READ`` characters of it (whitespace and invisible format characters
+# before its words are skipped, not counted).
 TITLE_CHARS = 120
+TITLE_READ = 2000
+
+
+def _title(text: str | None) -> str:
+    """``text`` as a one-line title: invisible format characters (zero-width spaces,
+    direction marks) dropped, whitespace runs folded to one space, cut at
+    ``TITLE_CHARS`` with "…" when anything was left out (whitespace included)."""
+    more = len(text or "") >= TITLE_READ  # the input goes on past what was read
+    words = "".join(c for c in (text or "") if unicodedata.category(c) != "Cf").split()
+    folded = " ".join(words)
+    if len(folded) <= TITLE_CHARS and not (more and words):
+        return folded
+    return folded[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 def session_titles(sessions: list[models.Session]) -> dict[int, str]:
-    """Each session's title (its first top-level run's input, cut), in one query for the
-    page: a session id such as ``session-<uuid>`` is no name."""
+    """Each session's title (its first top-level run's input, see ``_title``), in one
+    query for the page: a session id such as ``session-<uuid>`` is no name."""
     first = (
         models.Run.objects.filter(session=OuterRef("pk"), parent_run_id__isnull=True)
         .order_by("started_at", "id")  # run_session_order_idx
-        .annotate(head=Substr("input", 1, TITLE_CHARS + 1))
+        .annotate(head=Substr("input", 1, TITLE_READ))
         .values("head")[:1]
     )
     rows = models.Session.objects.filter(pk__in=[s.pk for s in sessions]).annotate(title=Subquery(first))
-    titles = {}
-    for pk, title in rows.values_list("pk", "title"):
-        text = " ".join((title or "").split())
-        if text:
-            titles[pk] = text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
-    return titles
+    titles = {pk: _title(head) for pk, head in rows.values_list("pk", "title")}
+    return {pk: title for pk, title in titles.items() if title}
 
 
 # A search (SQLite) looks for matches among this many sessions in list order first, then

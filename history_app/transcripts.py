@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.db.models import Count, F, Q, QuerySet, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length, RowNumber
@@ -254,53 +254,77 @@ def _delegations_before(iteration: models.Iteration, start: int) -> int:
 
 def link_delegations(run: models.Run, calls: list[models.ToolCall], skip: int = 0) -> None:
     """Give each delegation call among ``calls`` the member run it started
-    (``call.member_run``: the member's name and the run id, only for a run stored in the
-    project), from the run's member interactions: matched by the task handed over, else
-    in order (``skip`` delegations came before these calls). Two queries when any call
-    delegates, none otherwise."""
+    (``call.member_run``: the interaction, with the member's name and run id), from the
+    run's member interactions: first each call whose task is an interaction's task takes
+    that interaction; then the others take the interactions left, in order (``skip``
+    delegations came before these calls, on earlier slices). A call is linked only when
+    its interaction's run is stored in the project: an interaction whose run is not
+    stored still takes its place in the order. Two queries when any call delegates, none
+    otherwise."""
     delegations = [call for call in calls if _is_delegation(call)]
     if not delegations:
         return
     interactions = list(
-        models.MemberInteraction.objects.filter(run=run, member_run_id__isnull=False)
+        models.MemberInteraction.objects.filter(run=run)
         .only("position", "member", "task", "member_run_id")
         .order_by("position")[:MAX_DELEGATIONS]
     )
+    ids = [i.member_run_id for i in interactions if i.member_run_id]
     stored = set(
-        models.Run.objects.filter(
-            project_id=run.project_id, run_id__in=[i.member_run_id for i in interactions]
-        ).values_list("run_id", flat=True)
+        models.Run.objects.filter(project_id=run.project_id, run_id__in=ids).values_list("run_id", flat=True)
     )
-    unused = [i for i in interactions if i.member_run_id in stored]
-    by_order = list(unused[skip:])
+    matched: dict[int, models.MemberInteraction] = {}
+    taken: set[int] = set()
     for call in delegations:
         params = call.params if isinstance(call.params, dict) else {}
         task = params.get("task")
-        match = next((i for i in unused if task and i.task == task), None)
-        if match is None and by_order:
-            match = by_order[0]
-        if match is not None:
-            call.member_run = match
-            unused.remove(match)
-            if match in by_order:
-                by_order.remove(match)
+        found = next((i for i in interactions if task and i.task == task and i.pk not in taken), None)
+        if found is not None:
+            matched[call.pk] = found
+            taken.add(found.pk)
+    rest = [i for i in interactions if i.pk not in taken][skip:]
+    for call in delegations:
+        if call.pk not in matched and rest:
+            matched[call.pk] = rest.pop(0)
+    for call in delegations:
+        found = matched.get(call.pk)
+        if found is not None and found.member_run_id in stored:
+            call.member_run = found
 
 
 def neighbours(run: models.Run) -> tuple[models.Run | None, models.Run | None]:
-    """The runs before and after ``run`` in its session, in start order (the session
-    timeline's order; a run with no start time goes by its key among such runs). Two
-    indexed queries (``run_session_order_idx``)."""
+    """The runs before and after ``run`` in its session, in the session timeline's order:
+    by start time, then key; runs with no start time by key, before the timed ones on
+    SQLite and after them on PostgreSQL, as each database sorts a missing value. At most
+    three indexed queries (``run_session_order_idx``)."""
     fields = ("run_id", "agent_name", "status", "started_at", "project_id")
     runs = models.Run.objects.filter(session_id=run.session_id).only(*fields)
+    timed, untimed = runs.filter(started_at__isnull=False), runs.filter(started_at__isnull=True)
     if run.started_at is None:
-        same = runs.filter(started_at__isnull=True)
-        before, after = same.filter(pk__lt=run.pk), same.filter(pk__gt=run.pk)
+        before = untimed.filter(pk__lt=run.pk).order_by("-pk").first()
+        after = untimed.filter(pk__gt=run.pk).order_by("pk").first()
     else:
         at = run.started_at
-        before = runs.filter(Q(started_at__lt=at) | Q(started_at=at, pk__lt=run.pk))
-        after = runs.filter(Q(started_at__gt=at) | Q(started_at=at, pk__gt=run.pk))
-        return (
-            before.order_by("-started_at", "-pk").first(),
-            after.order_by("started_at", "pk").first(),
+        before = (
+            timed.filter(Q(started_at__lt=at) | Q(started_at=at, pk__lt=run.pk))
+            .order_by("-started_at", "-pk")
+            .first()
         )
-    return before.order_by("-pk").first(), after.order_by("pk").first()
+        after = (
+            timed.filter(Q(started_at__gt=at) | Q(started_at=at, pk__gt=run.pk))
+            .order_by("started_at", "pk")
+            .first()
+        )
+    # Across the border between the untimed runs and the timed ones.
+    untimed_last = connection.features.nulls_order_largest  # PostgreSQL: NULL sorts last
+    if run.started_at is None:
+        if untimed_last and before is None:
+            before = timed.order_by("-started_at", "-pk").first()
+        elif not untimed_last and after is None:
+            after = timed.order_by("started_at", "pk").first()
+    else:
+        if untimed_last and after is None:
+            after = untimed.order_by("pk").first()
+        elif not untimed_last and before is None:
+            before = untimed.order_by("-pk").first()
+    return before, after

@@ -248,3 +248,27 @@ def test_admin_delete_selected_asks_first_at_each_width(page, live_server, djang
     assert "Deleted 1 session" in page.inner_text(".messagelist")
     assert list(models.Session.objects.values_list("session_id", flat=True)) == ["keep-me"]
     assert page.problems == []
+
+
+def test_long_unbroken_words_never_widen_the_page(page, live_server, django_user_model):
+    """Found from outside: a title, an agent name or an id that is one long word made the
+    list and the run page scroll sideways on a phone."""
+    word = "https://github.com/some-org/some-repository/pull/12345/files#diff-" + "0123456789abcdef" * 8
+    agent = "ResearchAssistantAgentWithAVeryLongCamelCaseName_v2" * 2
+    items = [
+        native("long-1", "long-session-" + "x" * 80, input=f"Summarise {word} please", agent_name=agent,
+               started_at="2026-11-30T10:00:00Z", output="y\r\nz"),
+        native("long-2", "long-session-" + "x" * 80, input=word, agent_name=agent, started_at="2026-11-30T10:01:00Z"),
+    ]  # fmt: skip
+    ingestion.ingest_items(items=items)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+    log_in(page, live_server, django_user_model)
+    width = WIDTHS[page.width]["width"]
+    for url in ("/p/default/", "/p/default/runs/long-1/", "/p/default/runs/long-2/"):
+        page.goto(live_server.url + url)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, url
+    # The answer copies exactly, its CRLF kept.
+    page.goto(f"{live_server.url}/p/default/runs/long-1/")
+    page.click(".answer button.copy")
+    assert page.evaluate("navigator.clipboard.readText()") == "y\r\nz"
+    assert page.problems == []

@@ -157,3 +157,21 @@ def test_every_stacked_table_cell_has_a_label(alice_client, ingest):
                 # each other says what it is.
                 named = [c for c in cells[1:] if "row-number" not in c and "run-cell" not in c]
                 assert all("data-label=" in c for c in named), (url, row[:300])
+
+
+@pytest.mark.parametrize(
+    ("text", "title"),
+    [
+        (" " * 300 + "after the spaces", "after the spaces"),
+        ("start" + " " * 200 + "end", "start end"),
+        ("\u200b" * 200 + "visible", "visible"),
+        ("\u200b\u200e \t\n", ""),
+        ("x" * 3000, "x" * 119 + "…"),
+        (" " * 1990 + "abcdefghijklmnop", "abcdefghij…"),
+    ],
+)
+def test_titles_fold_whitespace_and_drop_invisible_characters(text, title):
+    """Found from outside: titles were cut before whitespace was folded (a title of
+    spaces, or "start" with no "…" though more followed) and kept zero-width spaces."""
+    head = text[: listing.TITLE_READ]
+    assert listing._title(head) == title

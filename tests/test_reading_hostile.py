@@ -286,8 +286,9 @@ def test_run_page_and_slices_make_the_same_queries_whatever_the_size(
     for url in urls:
         with django_assert_num_queries(counts[url]):
             alice_client.get(url)
-    # session + user, project + role, the project menu, and the page's own three.
-    assert counts["/p/default/runs/r-1/"] == 8
+    # session + user, project + role, the project menu, and the page's own three; the
+    # runs before and after it in its session.
+    assert counts["/p/default/runs/r-1/"] == 10
 
 
 # -- exports and the JSON twin stream, with the same text as before -------------------------

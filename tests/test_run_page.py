@@ -98,7 +98,7 @@ def test_a_context_opens_in_place_exactly_as_sent(alice_client, ingest, django_a
     assert page.count('<a href="/p/default/runs/r/context/1/text/">Open the text as sent</a>') == 2
     fragment = page_of(alice_client, "/p/default/runs/r/context/1/text/", HTTP_HX_REQUEST="true")
     assert "<html" not in fragment
-    sent = re.search(r'<pre class="text context-text" id="context-sent-text-1">(.*?)</pre>', fragment, re.S)
+    sent = re.search(r'<pre class="text context-text">(.*?)</pre>', fragment, re.S)
     assert html.unescape(sent.group(1)) == text
     assert "&lt;history&gt;" in sent.group(1)  # escaped, never markup
     full = page_of(alice_client, "/p/default/runs/r/context/1/text/")
@@ -123,3 +123,79 @@ def test_copy_buttons_carry_what_they_copy_and_wait_for_the_script(alice_client,
         ("data-copy", 'ask "this"'),
         ("data-copy", "the <b>answer</b>"),
     ]
+
+
+def test_delegations_keep_their_order_past_an_unstored_member_run(alice_client, ingest):
+    """Found from outside: an interaction whose run is not stored still holds its place in
+    the order (it used to shift every later call onto the next member's run), and a task
+    match is never taken by an earlier call's order fallback."""
+
+    def call(member: str, task: str | None = None) -> dict:
+        params = {"member_id": member, **({"task": task} if task else {})}
+        return {"tool": "delegate_task_to_member", "params": params}
+
+    def interaction(member: str, task: str, run_id: str) -> dict:
+        return {"member": member, "task": task, "response": "", "member_run_id": run_id}
+
+    team_2 = native(
+        "team-2",
+        "t2",
+        iterations=[{"index": 1, "tool_calls": [call("x"), call("y"), call("z")]}],
+        member_interactions=[
+            interaction("X", "", "missing"),
+            interaction("Y", "", "m-y"),
+            interaction("Z", "", "m-z"),
+        ],
+    )
+    team_1 = native(
+        "team-1",
+        "t1",
+        iterations=[{"index": 1, "tool_calls": [call("a", "Task X (rewritten)"), call("b", "Task B")]}],
+        member_interactions=[interaction("B", "Task B", "m-b"), interaction("A", "Task A", "m-a")],
+    )
+    members = [native(r, "t", parent_run_id="p") for r in ("m-y", "m-z", "m-a", "m-b")]
+    ingest([team_2, team_1, *members])
+    link = r'member run of <strong>([^<]+)</strong>: <a href="/p/default/runs/([^/]+)/">'
+    assert re.findall(link, page_of(alice_client, "/p/default/runs/team-2/")) == [("Y", "m-y"), ("Z", "m-z")]
+    page = page_of(alice_client, "/p/default/runs/team-1/")
+    assert re.findall(link, page) == [("A", "m-a"), ("B", "m-b")]
+
+
+def test_previous_and_next_cross_between_untimed_and_timed_runs(alice_client, ingest):
+    """The run page follows the timeline's order: runs with no start time come first on
+    SQLite and last on PostgreSQL, as each sorts a missing value."""
+    from django.db import connection
+
+    ingest(native("t1", "s", started_at="2026-11-30T10:00:00Z"))
+    ingest(native("t2", "s", started_at="2026-11-30T10:01:00Z"))
+    ingest(native("u1", "s"))
+    ingest(native("u2", "s"))
+    order = ["t1", "t2", "u1", "u2"] if connection.features.nulls_order_largest else ["u1", "u2", "t1", "t2"]
+    timeline = page_of(alice_client, "/p/default/sessions/s/")
+    assert re.findall(r'<td class="run-cell"><a href="/p/default/runs/([^/]+)/"', timeline) == order
+    for n, run_id in enumerate(order):
+        expected = (order[n - 1] if n else None, order[n + 1] if n + 1 < len(order) else None)
+        assert nav_of(page_of(alice_client, f"/p/default/runs/{run_id}/")) == expected, run_id
+
+
+def test_a_dot_or_dot_dot_id_is_refused(ingest):
+    """Found from outside: a run called ".." was stored, and every link to it resolved to
+    its parent page."""
+    for field in ("run_id", "session_id"):
+        for value in (".", ".."):
+            body = native(**{"run_id": "ok", "session_id": "ok", field: value})
+            response = ingest(body)
+            assert response.status_code == 400, (field, value)
+            assert response.json()["results"][0]["errors"][0]["path"] == f"$.{field}"
+
+
+def test_copies_keep_carriage_returns(alice_client, ingest):
+    """An HTML parser turns CR and CRLF into LF, in text and in attributes: the copy
+    buttons' text and the context's <pre> write them as character references."""
+    ingest(
+        {**native("cr", "s", input="a\r\nb\rc"), "injected_contexts": [{"kind": "custom", "text": "x\r\ny"}]}
+    )
+    page = page_of(alice_client, "/p/default/runs/cr/")
+    assert 'data-copy="a&#13;\nb&#13;c"' in page
+    fragment = page_of(alice_client, "/p/default/runs/cr/context/1/text/", HTTP_HX_REQUEST="true")
+    assert '<pre class="text context-text">x&#13;\ny</pre>' in fragment

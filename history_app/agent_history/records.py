@@ -460,6 +460,9 @@ class _Reader:
             self.fail(key, f"must be 1 to {MAX_ID_LENGTH} characters")
         elif "/" in value or any(ord(c) < 32 for c in value):
             self.fail(key, "must not contain '/' or control characters")
+        elif value in {".", ".."}:
+            # A path segment of its own: a link to it would resolve to its parent page.
+            self.fail(key, "must not be '.' or '..'")
         return value
 
     def choice(self, key: str, allowed: tuple[str, ...], default: str) -> str:

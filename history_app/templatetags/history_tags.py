@@ -6,7 +6,8 @@ from typing import Any
 from django import template
 from django.utils import timezone
 from django.utils.dateformat import format as format_date
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
+from django.utils.safestring import mark_safe
 
 from history_app import present
 from history_app.agent_history import jsonstream
@@ -129,3 +130,11 @@ def when(moment: datetime | None) -> str:
         return "—"
     exact = format_date(timezone.localtime(moment), "Y-m-d H:i:s")
     return format_html('<time datetime="{}" title="{}">{}</time>', moment.isoformat(), exact, ago(moment))
+
+
+@register.filter
+def keep_cr(text: str | None) -> str:
+    """``text`` escaped, each carriage return written as ``&#13;``: an HTML parser turns a
+    literal CR or CRLF into LF (in text and in attribute values alike), a character
+    reference it keeps, so what a copy button copies is the text exactly as sent."""
+    return mark_safe(escape(text or "").replace("\r", "&#13;"))  # noqa: S308 - escaped first

@@ -1,7 +1,7 @@
 // Our only script (no inline script anywhere: the CSP forbids it), loaded on every page.
 //
-// Copy buttons: a button.copy carries what it copies (data-copy) or names the element
-// whose text it copies (data-copy-from). The buttons are hidden until this script shows
+// Copy buttons: a button.copy carries what it copies (data-copy) or names the box around
+// it whose <pre> it copies (data-copy-in). The buttons are hidden until this script shows
 // them: without JavaScript there is nothing to click.
 //
 // Keyboard: "/" focuses the search box; "j"/"k" move between rows or cards marked data-nav
@@ -10,9 +10,9 @@
 // Search as you type (the sessions list's form#filters, driven by htmx): the first request
 // of a search pushes one history entry, the following keystrokes replace it, so Back
 // leaves the search in one step; a request that would push the address already shown
-// replaces it instead. Following a link aborts a search still in flight and drops one
-// still waiting for its typing pause, so a late search result never takes the address
-// bar back from the page being opened.
+// replaces it instead. Once a link is followed, a search still waiting for its typing
+// pause is not sent and one in flight is not swapped in, so a late search result never
+// takes the address bar back from the page being opened.
 (function () {
   "use strict";
   function typing(target) {
@@ -59,15 +59,24 @@
     });
   });
   var leaving = false;     // a boosted navigation (a link, a form) is under way
+  var navigations = 0;     // boosted navigations started so far
   var searchEntry = false; // the current history entry was pushed by typing in the search
   document.addEventListener("htmx:beforeRequest", function (event) {
-    var config = event.detail.requestConfig;
-    if (isSearch(config)) {
+    var detail = event.detail;
+    if (isSearch(detail.requestConfig)) {
       if (leaving) event.preventDefault();
-    } else if (event.detail.boosted) {
+      else detail.xhr.navigationsAtStart = navigations;
+    } else if (detail.boosted) {
       leaving = true;
-      var form = document.getElementById("filters");
-      if (form && window.htmx) window.htmx.trigger(form, "htmx:abort");
+      navigations += 1;
+    }
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    // A search answered after a link was followed is dropped: neither swapped in nor
+    // written to the address bar (htmx updates the history only when it swaps).
+    var detail = event.detail;
+    if (isSearch(detail.requestConfig) && detail.xhr.navigationsAtStart !== navigations) {
+      detail.shouldSwap = false;
     }
   });
   document.addEventListener("htmx:afterRequest", function (event) {
@@ -121,7 +130,8 @@
     if (!button) return;
     var text = button.getAttribute("data-copy");
     if (text === null) {
-      var source = document.querySelector(button.getAttribute("data-copy-from"));
+      var box = button.closest(button.getAttribute("data-copy-in"));
+      var source = box ? box.querySelector("pre") : null;
       text = source ? source.textContent : "";
     }
     copyText(text, button);
