@@ -272,3 +272,37 @@ def test_long_unbroken_words_never_widen_the_page(page, live_server, django_user
     page.click(".answer button.copy")
     assert page.evaluate("navigator.clipboard.readText()") == "y\r\nz"
     assert page.problems == []
+
+
+def test_retention_preview_lists_what_would_go_at_each_width(page, live_server, django_user_model):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = (timezone.now() - timedelta(days=40)).isoformat()
+    ingestion.ingest_items(
+        items=[
+            native(f"old-{n}", f"old-session-{n}", started_at=old, agent_name="Archivist") for n in range(3)
+        ]
+    )
+    models.Session.objects.filter(session_id="old-session-0").update(pinned=True)
+    owner = django_user_model.objects.create_user("olga", password="olga-password-1")
+    models.Membership.objects.create(
+        project=models.Project.default(), user=owner, role=models.Membership.ADMIN
+    )
+    page.goto(f"{live_server.url}/accounts/login/?next=/p/default/settings/")
+    page.fill("#id_username", "olga")
+    page.fill("#id_password", "olga-password-1")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#retention")
+    page.fill("#retention input[name=retention_days]", "30")
+    page.click("button[name=preview]")
+    page.wait_for_selector("#prune-preview")
+    listed = page.locator("#prune-preview tbody tr td:first-child a").all_inner_texts()
+    assert sorted(listed) == ["old-session-1", "old-session-2"]
+    notice = page.inner_text("#retention .notice")
+    assert "2 sessions, 2 runs, 2 search documents" in notice
+    assert "1 pinned session idle as long is kept" in notice
+    assert models.Session.objects.count() == 3  # a preview deletes nothing
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[page.width]["width"]
+    assert page.problems == []

@@ -40,6 +40,8 @@ def test_a_request_leaves_a_receipt_with_rejections_and_redacted_fields(ingest, 
     page = alice_client.get("/p/default/receipts/").content.decode()
     assert "must be an array" in page and "$.metadata.password" in page and "openai × 1" in page
     assert SECRET not in page and "hunter2" not in page
+    # Each changed field names its run, linked to it (issue #17).
+    assert '<a href="/p/default/runs/ok/"><code>ok</code></a> <code>$.input</code>' in page
     body = alice_client.get("/api/v1/receipts").json()
     assert body["receipts"][0]["counts"]["rejected"] == 1
     assert SECRET not in json.dumps(body)
