@@ -4,6 +4,7 @@ raw id widgets, ingested data read-only; plus the retention page and audit log."
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -63,6 +64,19 @@ def clipped(value: object, length: int = CLIP_AT) -> str | None:
         return text or None
     tail = length // 3
     return format_html('<span title="{}">{}…{}</span>', text, text[: length - tail - 1], text[-tail:])
+
+
+def clipped_column(path: str, description: str, *, ordering: str, length: int = CLIP_AT) -> Any:
+    """A changelist column showing the attribute at ``path`` ("run.run_id") ``clipped``
+    to ``length``, headed ``description`` and sorted by ``ordering``."""
+
+    def column(admin_: admin.ModelAdmin, obj: object) -> str | None:
+        value = obj
+        for name in path.split("."):
+            value = getattr(value, name, None)
+        return clipped(value, length)
+
+    return admin.display(description=description, ordering=ordering)(column)
 
 
 def _counted(count: int, noun: str) -> str:
@@ -170,13 +184,8 @@ class AuditEventAdmin(ReadOnlyAdmin):
     search_fields = ["actor", "target"]
     readonly_fields = ["at", "project", "actor", "action", "target", "details"]
 
-    @admin.display(description="actor", ordering="actor")
-    def short_actor(self, event: models.AuditEvent) -> str | None:
-        return clipped(event.actor)
-
-    @admin.display(description="target", ordering="target")
-    def short_target(self, event: models.AuditEvent) -> str | None:
-        return clipped(event.target)
+    short_actor = clipped_column("actor", "actor", ordering="actor")
+    short_target = clipped_column("target", "target", ordering="target")
 
 
 @admin.register(models.IngestToken)
@@ -195,9 +204,7 @@ class IngestTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["project", "token_hash", "prefix", "scopes", "created_at", "last_used_at"]
     fields = ["name", "revoked", *readonly_fields]
 
-    @admin.display(description="name", ordering="name")
-    def short_name(self, token: models.IngestToken) -> str | None:
-        return clipped(token.name)
+    short_name = clipped_column("name", "name", ordering="name")
 
     @admin.display(description="scopes")
     def shown_scopes(self, token: models.IngestToken) -> str:
@@ -271,13 +278,8 @@ class SessionAdmin(BigTableAdmin):
     actions = ["pin_sessions", "unpin_sessions", "prune_selected"]
     change_list_template = "admin/history_app/session/change_list.html"
 
-    @admin.display(description="session", ordering="session_id")
-    def short_session_id(self, session: models.Session) -> str | None:
-        return clipped(session.session_id)
-
-    @admin.display(description="agent", ordering="agent_name")
-    def short_agent_name(self, session: models.Session) -> str | None:
-        return clipped(session.agent_name)
+    short_session_id = clipped_column("session_id", "session", ordering="session_id")
+    short_agent_name = clipped_column("agent_name", "agent", ordering="agent_name")
 
     @admin.display(description="last activity", ordering="last_activity_at")
     def last_activity(self, session: models.Session) -> datetime:
@@ -422,17 +424,9 @@ class RunAdmin(ReadOnlyAdmin):
     list_select_related = ["session", "project"]
     raw_id_fields = ["session"]
 
-    @admin.display(description="run", ordering="run_id")
-    def short_run_id(self, run: models.Run) -> str | None:
-        return clipped(run.run_id)
-
-    @admin.display(description="session", ordering="session")
-    def short_session(self, run: models.Run) -> str | None:
-        return clipped(run.session.session_id)
-
-    @admin.display(description="agent", ordering="agent_name")
-    def short_agent_name(self, run: models.Run) -> str | None:
-        return clipped(run.agent_name)
+    short_run_id = clipped_column("run_id", "run", ordering="run_id")
+    short_session = clipped_column("session.session_id", "session", ordering="session")
+    short_agent_name = clipped_column("agent_name", "agent", ordering="agent_name")
 
 
 @admin.register(models.Iteration)
@@ -442,13 +436,8 @@ class IterationAdmin(ReadOnlyAdmin):
     list_select_related = ["run"]
     raw_id_fields = ["run"]
 
-    @admin.display(description="run", ordering="run")
-    def short_run(self, iteration: models.Iteration) -> str | None:
-        return clipped(iteration.run.run_id)
-
-    @admin.display(description="name", ordering="name")
-    def short_name(self, iteration: models.Iteration) -> str | None:
-        return clipped(iteration.name)
+    short_run = clipped_column("run.run_id", "run", ordering="run")
+    short_name = clipped_column("name", "name", ordering="name")
 
 
 @admin.register(models.ToolCall)
@@ -458,13 +447,8 @@ class ToolCallAdmin(ReadOnlyAdmin):
     list_select_related = ["run", "iteration"]
     raw_id_fields = ["run", "iteration"]
 
-    @admin.display(description="tool", ordering="tool")
-    def short_tool(self, call: models.ToolCall) -> str | None:
-        return clipped(call.tool)
-
-    @admin.display(description="run", ordering="run")
-    def short_run(self, call: models.ToolCall) -> str | None:
-        return clipped(call.run.run_id)
+    short_tool = clipped_column("tool", "tool", ordering="tool")
+    short_run = clipped_column("run.run_id", "run", ordering="run")
 
 
 @admin.register(models.ModelCall)
@@ -484,17 +468,9 @@ class ModelCallAdmin(ReadOnlyAdmin):
     list_select_related = ["run"]
     raw_id_fields = ["run", "iteration"]
 
-    @admin.display(description="run", ordering="run")
-    def short_run(self, call: models.ModelCall) -> str | None:
-        return clipped(call.run.run_id)
-
-    @admin.display(description="model", ordering="model")
-    def short_model(self, call: models.ModelCall) -> str | None:
-        return clipped(call.model)
-
-    @admin.display(description="provider", ordering="provider")
-    def short_provider(self, call: models.ModelCall) -> str | None:
-        return clipped(call.provider, 16)
+    short_run = clipped_column("run.run_id", "run", ordering="run")
+    short_model = clipped_column("model", "model", ordering="model")
+    short_provider = clipped_column("provider", "provider", ordering="provider", length=16)
 
     @admin.display(description="cost", ordering="cost")
     def shown_cost(self, call: models.ModelCall) -> str:
@@ -508,17 +484,9 @@ class MemberInteractionAdmin(ReadOnlyAdmin):
     list_select_related = ["run"]
     raw_id_fields = ["run"]
 
-    @admin.display(description="member", ordering="member")
-    def short_member(self, interaction: models.MemberInteraction) -> str | None:
-        return clipped(interaction.member)
-
-    @admin.display(description="run", ordering="run")
-    def short_run(self, interaction: models.MemberInteraction) -> str | None:
-        return clipped(interaction.run.run_id)
-
-    @admin.display(description="member run id", ordering="member_run_id")
-    def short_member_run_id(self, interaction: models.MemberInteraction) -> str | None:
-        return clipped(interaction.member_run_id)
+    short_member = clipped_column("member", "member", ordering="member")
+    short_run = clipped_column("run.run_id", "run", ordering="run")
+    short_member_run_id = clipped_column("member_run_id", "member run id", ordering="member_run_id")
 
 
 @admin.register(models.InjectedContext)
@@ -529,13 +497,8 @@ class InjectedContextAdmin(ReadOnlyAdmin):
     list_select_related = ["run"]
     raw_id_fields = ["run"]
 
-    @admin.display(description="step", ordering="step")
-    def short_step(self, context: models.InjectedContext) -> str | None:
-        return clipped(context.step)
-
-    @admin.display(description="run", ordering="run")
-    def short_run(self, context: models.InjectedContext) -> str | None:
-        return clipped(context.run.run_id)
+    short_step = clipped_column("step", "step", ordering="step")
+    short_run = clipped_column("run.run_id", "run", ordering="run")
 
 
 @admin.register(models.PruneLog)
@@ -553,9 +516,7 @@ class PruneLogAdmin(ReadOnlyAdmin):
     list_filter = ["project", "trigger", "dry_run"]
     list_select_related = ["project"]
 
-    @admin.display(description="user", ordering="user")
-    def short_user(self, log: models.PruneLog) -> str | None:
-        return clipped(log.user, 20)
+    short_user = clipped_column("user", "user", ordering="user", length=20)
 
     @admin.display(description="longest transaction", ordering="longest_transaction_ms")
     def longest_transaction(self, log: models.PruneLog) -> str:
@@ -581,13 +542,8 @@ class IngestReceiptAdmin(ReadOnlyAdmin):
     list_select_related = ["token", "project"]
     raw_id_fields = ["token"]
 
-    @admin.display(description="token", ordering="token")
-    def short_token(self, receipt: models.IngestReceipt) -> str | None:
-        return clipped(receipt.token)
-
-    @admin.display(description="label", ordering="label")
-    def short_label(self, receipt: models.IngestReceipt) -> str | None:
-        return clipped(receipt.label)
+    short_token = clipped_column("token", "token", ordering="token")
+    short_label = clipped_column("label", "label", ordering="label")
 
     @admin.display(description="counts")
     def shown_counts(self, receipt: models.IngestReceipt) -> str:
