@@ -11,7 +11,19 @@ from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpRespons
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from . import ingestion, inspector, listing, models, paging, retention, stats, streams, timeline, transcripts
+from . import (
+    compare,
+    ingestion,
+    inspector,
+    listing,
+    models,
+    paging,
+    retention,
+    stats,
+    streams,
+    timeline,
+    transcripts,
+)
 from .agent_history import formats
 from .agent_history.jsonstream import iter_json
 from .auth import error_response, token_required
@@ -372,3 +384,17 @@ def _source_run(run: models.Run | None) -> dict[str, Any] | None:
 
 def _settings(chosen: inspector.Settings) -> dict[str, Any]:
     return {"runs": chosen.history_runs, "items": chosen.detail_items, "timestamps": chosen.timestamps}
+
+
+@require_GET
+@token_required(allow_session=True, scope=models.IngestToken.READ)
+def compare_runs(request: HttpRequest) -> JsonResponse:
+    """The comparison page's twin: ``?a=<run>&b=<run>``."""
+    try:
+        a, b = compare.read_pair(request.GET)
+    except paging.BadParameter as exc:
+        return error_response(str(exc), 400, parameter=exc.field)
+    comparison = compare.compare(request.project, a, b)
+    if comparison is None:
+        return error_response(f"no run {a!r} or no run {b!r} in this project", 404)
+    return JsonResponse({"ok": True, **compare.summary(comparison)})

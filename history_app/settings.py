@@ -287,6 +287,10 @@ HISTORY_RUN_PAGE_MODEL_CALLS = env_int("HISTORY_RUN_PAGE_MODEL_CALLS", 50, minim
 HISTORY_MESSAGE_PREVIEW_CHARS = env_int("HISTORY_MESSAGE_PREVIEW_CHARS", 20_000, minimum=100)
 HISTORY_RUN_PAGE_TOOL_CALLS = env_int("HISTORY_RUN_PAGE_TOOL_CALLS", 20, minimum=1)
 HISTORY_RUN_PAGE_CONTEXTS = env_int("HISTORY_RUN_PAGE_CONTEXTS", 20, minimum=1)
+# Comparing two runs aligns their first HISTORY_COMPARE_ITERATIONS iterations, and the
+# first HISTORY_COMPARE_CALLS tool calls of each, model calls and injected contexts.
+HISTORY_COMPARE_ITERATIONS = env_int("HISTORY_COMPARE_ITERATIONS", 50, minimum=1)
+HISTORY_COMPARE_CALLS = env_int("HISTORY_COMPARE_CALLS", 50, minimum=1)
 # A session page shows at most this many items of each list nested in a run's row (a team
 # run's member interactions, a workflow run's steps), with the total and a link to the rest.
 HISTORY_SESSION_PAGE_NESTED = env_int("HISTORY_SESSION_PAGE_NESTED", 20, minimum=1)

@@ -40,6 +40,7 @@ project_patterns = [
     path("runs/<id:run_id>/context/<int:number>/text/", views.context_text, name="context_text"),
     path("runs/<id:run_id>/export.<str:fmt>", views.run_export, name="run_export"),
     path("sessions/<id:session_id>/export.<str:fmt>", views.session_export, name="session_export"),
+    path("compare/", views.compare_runs, name="compare"),
     path("receipts/", views.receipt_list, name="receipt_list"),
     path("stats/", views.stats, name="stats"),
     path("settings/", project_pages.project_settings, name="project_settings"),
@@ -70,6 +71,7 @@ history_patterns = [
     path("api/v1/runs/<id:run_id>", api.run_detail, name="api_run_detail"),
     path("api/v1/sessions/<id:session_id>/timeline", api.session_timeline, name="api_session_timeline"),
     path("api/v1/stats", api.project_stats, name="api_stats"),
+    path("api/v1/compare", api.compare_runs, name="api_compare"),
     path("api/v1/runs/<id:run_id>/contexts/<int:number>", api.context_detail, name="api_context_detail"),
 ]
 

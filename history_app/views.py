@@ -10,16 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from . import inspector, listing, models, paging, present, streams, transcripts
+from . import compare, inspector, listing, models, paging, present, streams, transcripts
 from .access import project_view
 from .agent_history import jsonstream
 from .agent_history.jsonstream import Lazy
@@ -326,6 +327,26 @@ def context_text(request: HttpRequest, run_id: str, number: int) -> HttpResponse
         raise Http404("No such injected context") from None
     page = {"context": context, "run": context.run, "session": context.run.session}
     return render(request, _template(request, "context_text", "text"), page)
+
+
+@require_GET
+@project_view()
+def compare_runs(request: HttpRequest) -> HttpResponse:
+    """Two runs of the project side by side (``?a=<run>&b=<run>``, an address to share):
+    facts, input, settings, iterations aligned with their thoughts and tool calls, model
+    calls, injected contexts and answers, what differs marked. Picked as two ``run``
+    values (the session timeline's checkboxes), it redirects to its ``a``/``b`` address."""
+    try:
+        a, b = compare.read_pair(request.GET)
+    except paging.BadParameter as exc:
+        return _bad_request(request, str(exc), exc.field)
+    if "run" in request.GET:
+        return redirect(f"{request.path}?{urlencode({'a': a, 'b': b})}")
+    comparison = compare.compare(request.project, a, b)
+    if comparison is None:
+        raise Http404("No such run")
+    swap = urlencode({"a": b, "b": a})
+    return render(request, "history_app/compare.html", {"c": comparison, "swap_query": swap})
 
 
 def _download(chunks: Iterable[str], content_type: str, filename: str) -> StreamingHttpResponse:

@@ -306,3 +306,20 @@ def test_retention_preview_lists_what_would_go_at_each_width(page, live_server, 
     assert models.Session.objects.count() == 3  # a preview deletes nothing
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[page.width]["width"]
     assert page.problems == []
+
+
+def test_compare_two_runs_picked_on_the_timeline(page, live_server, django_user_model):
+    """Issue #18: tick two runs of a session, compare them; the address can be shared."""
+    load_demo()
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/p/default/sessions/demo-workflow-blog/")
+    page.check("input[name=run][value=demo-wf-run-2]")
+    page.check("input[name=run][value=demo-wf-run-3]")
+    page.click("#compare-form button[type=submit]")
+    page.wait_for_url("**/compare/?a=demo-wf-run-2&b=demo-wf-run-3")
+    assert "differ" in page.inner_text("#compare-summary")
+    assert page.locator("#input.differs .d-add").count() >= 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[page.width]["width"]
+    page.click("text=Swap A and B")
+    page.wait_for_url("**/compare/?a=demo-wf-run-3&b=demo-wf-run-2")
+    assert page.problems == []

@@ -100,7 +100,7 @@ def run_rows(page: str) -> list[tuple[str, str]]:
     """(number, run id) of each run row of a session page, in page order."""
     return re.findall(
         r'<tr data-nav[^>]*>\s*<td class="row-number"><span class="visually-hidden">Run </span>(.*?)</td>\s*'
-        r'<td class="run-cell"><a href="/p/default/runs/([^/]+)/"',
+        r'<td class="run-cell"><input [^>]*> <a href="/p/default/runs/([^/]+)/"',
         page,
     )
 

@@ -159,6 +159,7 @@ ACCESS = {
     "p/<slug:project>/runs/<id:run_id>/model-calls/<int:number>/": "read",
     "p/<slug:project>/runs/<id:run_id>/context/<int:number>/": "read",
     "p/<slug:project>/runs/<id:run_id>/context/<int:number>/text/": "read",
+    "p/<slug:project>/compare/": "read",
     "p/<slug:project>/runs/<id:run_id>/export.<str:fmt>": "export",
     "p/<slug:project>/sessions/<id:session_id>/export.<str:fmt>": "export",
     "p/<slug:project>/receipts/": "read",
@@ -184,6 +185,7 @@ ACCESS = {
     "api/v1/runs/<id:run_id>": "api",
     "api/v1/sessions/<id:session_id>/timeline": "api",
     "api/v1/stats": "api",
+    "api/v1/compare": "api",
     "api/v1/runs/<id:run_id>/contexts/<int:number>": "api",
 }
 

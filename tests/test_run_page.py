@@ -172,7 +172,10 @@ def test_previous_and_next_cross_between_untimed_and_timed_runs(alice_client, in
     ingest(native("u2", "s"))
     order = ["t1", "t2", "u1", "u2"] if connection.features.nulls_order_largest else ["u1", "u2", "t1", "t2"]
     timeline = page_of(alice_client, "/p/default/sessions/s/")
-    assert re.findall(r'<td class="run-cell"><a href="/p/default/runs/([^/]+)/"', timeline) == order
+    assert (
+        re.findall(r'<td class="run-cell"><input [^>]*> <a href="/p/default/runs/([^/]+)/"', timeline)
+        == order
+    )
     for n, run_id in enumerate(order):
         expected = (order[n - 1] if n else None, order[n + 1] if n + 1 < len(order) else None)
         assert nav_of(page_of(alice_client, f"/p/default/runs/{run_id}/")) == expected, run_id

@@ -49,6 +49,7 @@ def test_every_page_with_the_demo(live_server, django_user_model, view):
         ("13-team-run", "/p/default/runs/demo-team-run-1/", "p.delegation"),
         ("14-settings", "/p/default/settings/", "h1"),
         ("15-not-found", "/p/default/runs/no-such-run/", "h1"),
+        ("19-compare", "/p/default/compare/?a=demo-wf-run-2&b=demo-wf-run-3", "#compare-summary"),
     ]
     shots = OUTPUT / "shots"
     shots.mkdir(parents=True, exist_ok=True)

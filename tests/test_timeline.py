@@ -19,7 +19,7 @@ DEMO = Path(__file__).resolve().parent.parent / "history_app" / "demo"
 def rows_of(page: str) -> list[tuple[str, str]]:
     """(number, run id) of each run row, in page order."""
     return re.findall(
-        r'<tr data-nav[^>]*>\s*<td class="row-number"><span class="visually-hidden">Run </span>([\d.]+)</td>\s*<td class="run-cell"><a href="/p/default/runs/([^/]+)/"',
+        r'<tr data-nav[^>]*>\s*<td class="row-number"><span class="visually-hidden">Run </span>([\d.]+)</td>\s*<td class="run-cell"><input [^>]*> <a href="/p/default/runs/([^/]+)/"',
         page,
     )
 
