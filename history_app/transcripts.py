@@ -295,36 +295,44 @@ def link_delegations(run: models.Run, calls: list[models.ToolCall], skip: int = 
 def neighbours(run: models.Run) -> tuple[models.Run | None, models.Run | None]:
     """The runs before and after ``run`` in its session, in the session timeline's order:
     by start time, then key; runs with no start time by key, before the timed ones on
-    SQLite and after them on PostgreSQL, as each database sorts a missing value. At most
-    three indexed queries (``run_session_order_idx``)."""
+    SQLite and after them on PostgreSQL, as each database sorts a missing value. Three
+    queries, each an index range read (``run_session_order_idx``) that stops at its first
+    row: the neighbour on each side within the run's own group (timed or not), and the
+    nearest run of the other group, which is a neighbour when the run is at its group's
+    edge."""
     fields = ("run_id", "agent_name", "status", "started_at", "project_id")
     runs = models.Run.objects.filter(session_id=run.session_id).only(*fields)
     timed, untimed = runs.filter(started_at__isnull=False), runs.filter(started_at__isnull=True)
+    untimed_first = not connection.features.nulls_order_largest  # SQLite: NULL sorts first
     if run.started_at is None:
         before = untimed.filter(pk__lt=run.pk).order_by("-pk").first()
         after = untimed.filter(pk__gt=run.pk).order_by("pk").first()
+        # The nearest timed run: after the last untimed one on SQLite, before the first on
+        # PostgreSQL.
+        edge = timed.order_by(*(("started_at", "pk") if untimed_first else ("-started_at", "-pk"))).first()
+        if untimed_first:
+            after = after or edge
+        else:
+            before = before or edge
+        return before, after
+    at = run.started_at
+    before = (
+        timed.filter(started_at__lte=at)  # the index range; the next line breaks the tie
+        .filter(Q(started_at__lt=at) | Q(pk__lt=run.pk))
+        .order_by("-started_at", "-pk")
+        .first()
+    )
+    after = (
+        timed.filter(started_at__gte=at)
+        .filter(Q(started_at__gt=at) | Q(pk__gt=run.pk))
+        .order_by("started_at", "pk")
+        .first()
+    )
+    # The nearest untimed run: before the first timed run on SQLite, after the last on
+    # PostgreSQL (read always, so the page's query count does not depend on the data).
+    edge = untimed.order_by("-pk" if untimed_first else "pk").first()
+    if untimed_first:
+        before = before or edge
     else:
-        at = run.started_at
-        before = (
-            timed.filter(Q(started_at__lt=at) | Q(started_at=at, pk__lt=run.pk))
-            .order_by("-started_at", "-pk")
-            .first()
-        )
-        after = (
-            timed.filter(Q(started_at__gt=at) | Q(started_at=at, pk__gt=run.pk))
-            .order_by("started_at", "pk")
-            .first()
-        )
-    # Across the border between the untimed runs and the timed ones.
-    untimed_last = connection.features.nulls_order_largest  # PostgreSQL: NULL sorts last
-    if run.started_at is None:
-        if untimed_last and before is None:
-            before = timed.order_by("-started_at", "-pk").first()
-        elif not untimed_last and after is None:
-            after = timed.order_by("started_at", "pk").first()
-    else:
-        if untimed_last and after is None:
-            after = untimed.order_by("pk").first()
-        elif not untimed_last and before is None:
-            before = untimed.order_by("-pk").first()
+        after = after or edge
     return before, after

@@ -287,8 +287,9 @@ def test_run_page_and_slices_make_the_same_queries_whatever_the_size(
         with django_assert_num_queries(counts[url]):
             alice_client.get(url)
     # session + user, project + role, the project menu, and the page's own three; the
-    # runs before and after it in its session.
-    assert counts["/p/default/runs/r-1/"] == 10
+    # runs before and after it in its session and the nearest of the other group (timed
+    # or not).
+    assert counts["/p/default/runs/r-1/"] == 11
 
 
 # -- exports and the JSON twin stream, with the same text as before -------------------------

@@ -161,8 +161,9 @@ def test_run_page_queries_do_not_grow_with_its_contexts(alice_client, run, djang
         assert len(re.findall(r'href="/p/default/runs/r-1/context/\d+/"', page)) <= 40, url
     # session + user, project + role, the project menu, the run, its first iterations,
     # their first tool calls, the contexts sent at their steps, the run's contexts: how
-    # many, then the first of them; the runs before and after it in its session.
-    assert counts["/p/default/runs/r-1/"] == 12
+    # many, then the first of them; the runs before and after it in its session and the
+    # nearest of the other group (timed or not).
+    assert counts["/p/default/runs/r-1/"] == 13
 
 
 # -- the session page -----------------------------------------------------------------------

@@ -174,7 +174,7 @@ OUR_TRIGGERS = {
     "toggle once from:closest details",
 }
 # Our own forms (search, log out, the context inspector's re-render) and our own charts.
-OUR_FORM_ACTIONS = {"/p/default/", "/accounts/logout/"}
+OUR_FORM_ACTIONS = {"/p/default/", "/accounts/logout/", "/p/default/compare/"}
 OUR_SVG_CLASSES = {"waterfall", "chart"}
 
 
@@ -379,10 +379,11 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
     # The run page: session + user, project + role, project menu, the run, its first
     # iterations, their first tool calls, how many contexts it has (none here, so no query
     # for the first of them). The first view also keeps the answer's HTML, rendered then
-    # (one UPDATE); later views read it. The runs before and after it in the session (2).
-    with django_assert_num_queries(11):
+    # (one UPDATE); later views read it. The runs before and after it in the session and
+    # the nearest run of the other group, timed or not (3).
+    with django_assert_num_queries(12):
         alice_client.get("/p/default/runs/run-10-0/")
-    with django_assert_num_queries(10):
+    with django_assert_num_queries(11):
         alice_client.get("/p/default/runs/run-10-0/")
     # The list with a search: sessions, their titles, their matching runs, the framework
     # menu (a search that fits one page is counted from it); on PostgreSQL the sample
