@@ -372,7 +372,7 @@ def test_show_more_loads_the_next_contexts_in_place(browser_page, live_server, d
     page.click("text=Show more contexts")
     items.nth(44).wait_for()
     assert items.count() == 45 and page.locator("text=Show more contexts").count() == 0
-    assert items.last.locator("a").get_attribute("href") == "/p/default/runs/ctx-run/context/45/"
+    assert items.last.locator("> a").get_attribute("href") == "/p/default/runs/ctx-run/context/45/"
     assert page.problems == []
 
 
