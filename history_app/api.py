@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpRespons
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
+from . import annotations as annotation_store
 from . import (
     compare,
     ingestion,
@@ -398,3 +400,56 @@ def compare_runs(request: HttpRequest) -> JsonResponse:
     if comparison is None:
         return error_response(f"no run {a!r} or no run {b!r} in this project", 404)
     return JsonResponse({"ok": True, **compare.summary(comparison)})
+
+
+@csrf_exempt
+def run_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
+    """``GET``: the run's annotations (a ``read`` token or a login). ``POST``: add some
+    (a token with the ``annotate`` scope: an evaluator), one object or a list, all or
+    none: ``{"kind": "score", "name": "correct", "value": 1}``,
+    ``{"kind": "score", "name": "tone", "text": "formal"}``,
+    ``{"kind": "label", "name": "needs-review", "iteration": 2}``,
+    ``{"kind": "comment", "text": "…"}``."""
+    if request.method == "POST":
+        return _add_annotations(request, run_id)
+    if request.method in ("GET", "HEAD"):
+        return _list_annotations(request, run_id)
+    response = error_response("this address answers GET and POST", 405)
+    response["Allow"] = "GET, POST"
+    return response
+
+
+@token_required(allow_session=True, scope=models.IngestToken.READ)
+def _list_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
+    try:
+        run = transcripts.get_run(request.project, run_id)
+    except Http404:
+        return error_response(f"no run {run_id!r}", 404)
+    rows = run.annotations.order_by("created_at", "id")[: annotation_store.MAX_LISTED]
+    return JsonResponse(
+        {"ok": True, "run_id": run.run_id, "annotations": [annotation_store.summary(a) for a in rows]}
+    )
+
+
+@token_required(allow_session=False, scope=models.IngestToken.ANNOTATE)
+def _add_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
+    body = _read_body(request)
+    if body is None:
+        return error_response("the body is too large", 413)
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        return error_response(f"invalid JSON: {exc}", 400, errors=[{"path": "$", "message": "invalid JSON"}])
+    try:
+        run = transcripts.get_run(request.project, run_id)
+    except Http404:
+        return error_response(f"no run {run_id!r}", 404)
+    try:
+        created = annotation_store.add(
+            run, annotation_store.parse(data), author=f"token:{request.ingest_token.name}"
+        )
+    except annotation_store.Invalid as exc:
+        return error_response(exc.message, 400, errors=[{"path": exc.path, "message": exc.message}])
+    return JsonResponse(
+        {"ok": True, "annotations": [annotation_store.summary(a) for a in created]}, status=201
+    )

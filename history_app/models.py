@@ -363,6 +363,45 @@ class InjectedContext(models.Model):
         return self.position + 1
 
 
+class Annotation(models.Model):
+    """A judgement on a run or on one of its iterations (issue #18): a score (numeric, or
+    categorical in ``text``) with a ``name`` ("correct", "helpfulness"), a label (its
+    ``name``), or a comment (``text``); who wrote it and when. Written by editors on the
+    run page and by tokens with the ``annotate`` scope through the JSON API; its text is
+    redacted like every stored text."""
+
+    SCORE, LABEL, COMMENT = "score", "label", "comment"
+    KINDS = (SCORE, LABEL, COMMENT)
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="annotations")
+    # The iteration as the agent numbered it (``Iteration.index``); none for the whole run.
+    # A number, not a key: a run sent again rewrites its iterations, and its judgements stay.
+    iteration_index = models.IntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=16, choices=[(k, k) for k in KINDS])
+    name = models.CharField(max_length=64, blank=True)
+    value = models.FloatField(null=True, blank=True, help_text="A numeric score.")
+    text = models.TextField(blank=True, help_text="A categorical score's value, or a comment.")
+    author = models.CharField(max_length=255, help_text='A username, or "token:<name>".')
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["run", "created_at"], name="annotation_run_idx"),
+            models.Index(fields=["project", "kind", "name"], name="annotation_name_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}".strip()
+
+    @property
+    def shown_value(self) -> str:
+        """The score as a reader sees it: 0.75, 1, "pass"."""
+        if self.value is not None:
+            return f"{self.value:g}"
+        return self.text
+
+
 class RunFingerprint(models.Model):
     """What a run leaves in a history block, fingerprinted (``provenance.py``): one row per
     block kind, layout and form (ours neutralised, agno's verbatim) that differ. Filled

@@ -16,7 +16,8 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import Resolver404, resolve, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from . import access, audit, listing, models, paging, retention
+from . import access, audit, listing, models, paging, retention, transcripts
+from . import annotations as annotation_store
 from .auth import register_token
 from .forms import MemberForm, RetentionDaysForm, TokenForm
 
@@ -123,6 +124,38 @@ def session_pin(request: HttpRequest, session_id: str) -> HttpResponse:
         models.Session.objects.filter(pk=session.pk), pinned=pinned, actor=request.user.get_username()
     )
     return HttpResponseRedirect(session.get_absolute_url())
+
+
+@require_POST
+@access.project_view("annotate")
+def annotation_add(request: HttpRequest, run_id: str) -> HttpResponse:
+    """An editor's score, label or comment on a run or one of its iterations (the run
+    page's form); a bad field is a 400 page naming it."""
+    run = transcripts.get_run(request.project, run_id)
+    post = request.POST
+    data: dict[str, object] = {"kind": post.get("kind", "")}
+    name, value, iteration = (post.get(key, "").strip() for key in ("name", "value", "iteration"))
+    if name:
+        data["name"] = name
+    if data["kind"] == models.Annotation.SCORE and value:
+        try:
+            data["value"] = float(value)
+        except ValueError:
+            data["text"] = value  # a category: "pass", "formal"
+    if data["kind"] == models.Annotation.COMMENT:
+        data["text"] = post.get("text", "")
+    if iteration:
+        try:
+            data["iteration"] = int(iteration)
+        except ValueError:
+            data["iteration"] = iteration  # refused by the parser, naming the field
+    try:
+        annotation_store.add(run, annotation_store.parse(data), author=request.user.get_username())
+    except annotation_store.Invalid as exc:
+        field = exc.path.rsplit(".", 1)[-1]
+        context = {"message": f"{field}: {exc.message}", "field": field, "back": run.get_absolute_url()}
+        return render(request, "history_app/bad_request.html", context, status=400)
+    return HttpResponseRedirect(run.get_absolute_url() + "#annotations")
 
 
 @require_http_methods(["GET", "POST"])

@@ -35,11 +35,12 @@ PRUNE_COUNT_KEYS = (
     "context_entries",
     "run_fingerprints",
     "span_batches",
+    "annotations",
 )
 PROVENANCE_COUNT_KEYS = ("context_entries", "run_fingerprints")
 # Counts a summary names only when there were any: provenance rows, and the spans kept for
 # traces received over OpenTelemetry.
-OPTIONAL_COUNT_KEYS = (*PROVENANCE_COUNT_KEYS, "span_batches")
+OPTIONAL_COUNT_KEYS = (*PROVENANCE_COUNT_KEYS, "span_batches", "annotations")
 # How many of the sessions a dry run would remove the previews list by name (the rest are
 # counted, and linked to as one filtered list).
 PREVIEW_SIZE = 20
@@ -137,6 +138,7 @@ def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, A
     """
     runs = {"run_id__in": run_ids} if run_ids is not None else {"run__session_id__in": session_ids}
     return [
+        ("annotations", models.Annotation.objects.filter(**runs)),
         ("model_calls", models.ModelCall.objects.filter(**runs)),
         ("tool_calls", models.ToolCall.objects.filter(**runs)),
         ("iterations", models.Iteration.objects.filter(**runs)),

@@ -20,6 +20,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
+from . import annotations as annotation_store
 from . import compare, inspector, listing, models, paging, present, streams, transcripts
 from .access import project_view
 from .agent_history import jsonstream
@@ -144,7 +145,9 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     page = paging.Page(timeline["rows"], timeline["next_cursor"])
-    return render(request, template, {**timeline, **_keyset_context(request, page, "rows")})
+    runs = [row.run for row in timeline["rows"] if getattr(row, "run", None) is not None]
+    notes = annotation_store.of_runs(runs)
+    return render(request, template, {**timeline, **_keyset_context(request, page, "rows"), "notes": notes})
 
 
 @require_GET
@@ -160,6 +163,8 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     context = {
         "run": run,
         "session": run.session,
+        "annotations": annotation_store.of_runs([run]).get(run.pk, []),
+        "annotation_kinds": models.Annotation.KINDS,
         "previous_run": previous_run,
         "next_run": next_run,
         "contexts": transcripts.context_slice(run=run),
@@ -392,6 +397,9 @@ def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpRespo
             "schema": "agent-history/session-bundle/v1",
             "session": listing.session_summary(session),
             "runs": Lazy(reader.dicts()),
+            "annotations": Lazy(
+                annotation_store.exported(models.Annotation.objects.filter(run__session=session))
+            ),
         }
         chunks = jsonstream.iter_json(bundle, indent=2, ensure_ascii=False)
         return _download(chunks, "application/json", f"{name}.json")

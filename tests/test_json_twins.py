@@ -304,8 +304,8 @@ def test_later_timeline_pages_read_only_their_runs(alice_client, ingest, setting
     with django_assert_num_queries(7):
         third = alice_client.get("/api/v1/sessions/s/timeline", {"_next": second}).json()["next"]
     # The htmx "Later runs" request: session + user, project + role, the session, its
-    # runs, member interactions, steps.
-    with django_assert_num_queries(7):
+    # runs, member interactions, steps, the runs' annotations.
+    with django_assert_num_queries(8):
         fragment = alice_client.get("/p/default/sessions/s/", {"_next": second}, HTTP_HX_REQUEST="true")
     assert "<html" not in fragment.content.decode()
     # The last page reads past the timed runs: on PostgreSQL, where the untimed ones

@@ -143,7 +143,7 @@ def app_routes() -> list[str]:
     ]
 
 
-# What each route needs: "read", "export", "pin", "delete", "manage" (a project's pages by
+# What each route needs: "read", "export", "pin", "annotate", "delete", "manage" (a project's pages by
 # role), "post:<action>" (a POST-only action), and the routes outside projects.
 ACCESS = {
     "": "home",
@@ -160,6 +160,7 @@ ACCESS = {
     "p/<slug:project>/runs/<id:run_id>/context/<int:number>/": "read",
     "p/<slug:project>/runs/<id:run_id>/context/<int:number>/text/": "read",
     "p/<slug:project>/compare/": "read",
+    "p/<slug:project>/runs/<id:run_id>/annotations/": "post:annotate",
     "p/<slug:project>/runs/<id:run_id>/export.<str:fmt>": "export",
     "p/<slug:project>/sessions/<id:session_id>/export.<str:fmt>": "export",
     "p/<slug:project>/receipts/": "read",
@@ -186,6 +187,7 @@ ACCESS = {
     "api/v1/sessions/<id:session_id>/timeline": "api",
     "api/v1/stats": "api",
     "api/v1/compare": "api",
+    "api/v1/runs/<id:run_id>/annotations": "api",
     "api/v1/runs/<id:run_id>/contexts/<int:number>": "api",
 }
 
@@ -195,7 +197,14 @@ ROLES = {
     "carol": {"alpha": "viewer", "beta": "viewer"},
 }
 RANK = {"viewer": 1, "editor": 2, "admin": 3}
-NEEDS = {"read": "viewer", "export": "editor", "pin": "editor", "delete": "admin", "manage": "admin"}
+NEEDS = {
+    "read": "viewer",
+    "export": "editor",
+    "pin": "editor",
+    "annotate": "editor",
+    "delete": "admin",
+    "manage": "admin",
+}
 
 
 def test_every_url_is_in_the_access_table():

@@ -288,8 +288,8 @@ def test_run_page_and_slices_make_the_same_queries_whatever_the_size(
             alice_client.get(url)
     # session + user, project + role, the project menu, and the page's own three; the
     # runs before and after it in its session and the nearest of the other group (timed
-    # or not).
-    assert counts["/p/default/runs/r-1/"] == 11
+    # or not); its annotations.
+    assert counts["/p/default/runs/r-1/"] == 12
 
 
 # -- exports and the JSON twin stream, with the same text as before -------------------------

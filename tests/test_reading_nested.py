@@ -162,8 +162,8 @@ def test_run_page_queries_do_not_grow_with_its_contexts(alice_client, run, djang
     # session + user, project + role, the project menu, the run, its first iterations,
     # their first tool calls, the contexts sent at their steps, the run's contexts: how
     # many, then the first of them; the runs before and after it in its session and the
-    # nearest of the other group (timed or not).
-    assert counts["/p/default/runs/r-1/"] == 13
+    # nearest of the other group (timed or not); its annotations.
+    assert counts["/p/default/runs/r-1/"] == 14
 
 
 # -- the session page -----------------------------------------------------------------------
@@ -222,12 +222,12 @@ def test_session_page_queries_do_not_grow_with_nested_children(
 ):
     _session(ingest, 3)
     # session + user, project + role, the project menu, the session, its runs, member
-    # interactions, workflow steps.
-    with django_assert_num_queries(8):
+    # interactions, workflow steps, the runs' annotations.
+    with django_assert_num_queries(9):
         small = _page(alice_client, "/p/default/sessions/big/")
     assert "3 of 3" not in small and len(_members(small)) == 3
     _session(ingest, 60)
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         page = _page(alice_client, "/p/default/sessions/big/")
     assert len(_members(page)) == 20 and len(_steps(page)) == 20
 

@@ -98,11 +98,11 @@ def test_timeline_query_count_does_not_grow(alice_client, ingest, django_assert_
 
     ingest(session_of(2))
     # session + user, project + role, the project menu, the session, its runs, member
-    # interactions, workflow steps.
-    with django_assert_num_queries(8):
+    # interactions, workflow steps, the runs' annotations.
+    with django_assert_num_queries(9):
         alice_client.get("/p/default/sessions/big/")
     ingest(session_of(25))
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         page = alice_client.get("/p/default/sessions/big/").content.decode()
     # The timeline is paged (HISTORY_PAGE_SIZE runs a page): the 75 runs are the first
     # page's 50 and the 25 behind its "Later runs" link, each run once.

@@ -192,7 +192,7 @@ class _Elements(HTMLParser):
 def _our_form(attrs: dict[str, str]) -> bool:
     action = attrs.get("action", "")
     ours = action in OUR_FORM_ACTIONS or re.fullmatch(
-        r"/p/default/(runs/[^/\"<>]+/context/\d+|sessions/[^/\"<>]+/pin)/", action
+        r"/p/default/(runs/[^/\"<>]+/(context/\d+|annotations)|sessions/[^/\"<>]+/pin)/", action
     )
     return bool(ours) and attrs.get("method", "get") in {"get", "post"} and "hx-vals" not in attrs
 
@@ -374,16 +374,16 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
     # total, the framework menu.
     with django_assert_num_queries(8):
         alice_client.get("/p/default/")
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):  # the timeline: the session, its runs, their annotations
         alice_client.get("/p/default/sessions/sess-0/")
     # The run page: session + user, project + role, project menu, the run, its first
     # iterations, their first tool calls, how many contexts it has (none here, so no query
     # for the first of them). The first view also keeps the answer's HTML, rendered then
     # (one UPDATE); later views read it. The runs before and after it in the session and
-    # the nearest run of the other group, timed or not (3).
-    with django_assert_num_queries(12):
+    # the nearest run of the other group, timed or not (3); its annotations (1).
+    with django_assert_num_queries(13):
         alice_client.get("/p/default/runs/run-10-0/")
-    with django_assert_num_queries(11):
+    with django_assert_num_queries(12):
         alice_client.get("/p/default/runs/run-10-0/")
     # The list with a search: sessions, their titles, their matching runs, the framework
     # menu (a search that fits one page is counted from it); on PostgreSQL the sample

@@ -138,3 +138,9 @@ def keep_cr(text: str | None) -> str:
     literal CR or CRLF into LF (in text and in attribute values alike), a character
     reference it keeps, so what a copy button copies is the text exactly as sent."""
     return mark_safe(escape(text or "").replace("\r", "&#13;"))  # noqa: S308 - escaped first
+
+
+@register.filter
+def comment_count(notes: list | None) -> int:
+    """How many of a run's annotations are comments."""
+    return sum(1 for note in notes or () if note.kind == "comment")

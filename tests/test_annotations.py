@@ -1,0 +1,206 @@
+"""Annotations (issue #18): scores (numeric or categorical, each with a name), labels and
+comments on a run or one iteration; editors write on the run page, tokens with the
+``annotate`` scope through the JSON API; each records its author and time; shown on the
+run page and the timeline; redacted like every stored text."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from django.test import Client
+
+from history_app import ingestion, models, retention
+from history_app.auth import register_token
+
+from .conftest import native
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "sk-proj-FAKEc2LufYNuydk9sgEWl2agE4aE_Yhc3a_LcBf"
+URL = "/api/v1/runs/r/annotations"
+
+
+@pytest.fixture
+def run(ingest):
+    ingest(native("r", "s", input="2+2?", output="4", iterations=[{"index": 1}, {"index": 2}]))
+    return models.Run.objects.get(run_id="r")
+
+
+@pytest.fixture
+def evaluator():
+    _, token = register_token(name="evaluator", scopes=["annotate", "read"])
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+def post(client: Client, body, headers: dict, url: str = URL):
+    return client.post(url, data=json.dumps(body), content_type="application/json", **headers)
+
+
+def test_an_evaluator_scores_labels_and_comments_through_the_api(run, evaluator):
+    client = Client()
+    body = [
+        {"kind": "score", "name": "correct", "value": 1},
+        {"kind": "score", "name": "tone", "text": "formal"},
+        {"kind": "label", "name": "needs-review", "iteration": 2},
+        {"kind": "comment", "text": "Right, but terse."},
+    ]
+    response = post(client, body, evaluator)
+    assert response.status_code == 201, response.json()
+    created = response.json()["annotations"]
+    assert [(a["kind"], a["name"], a["value"], a["text"], a["iteration"]) for a in created] == [
+        ("score", "correct", 1.0, None, None),
+        ("score", "tone", None, "formal", None),
+        ("label", "needs-review", None, None, 2),
+        ("comment", None, None, "Right, but terse.", None),
+    ]
+    assert {a["author"] for a in created} == {"token:evaluator"} and all(a["created_at"] for a in created)
+    listed = client.get(URL, **evaluator).json()["annotations"]
+    assert [a["id"] for a in listed] == [a["id"] for a in created]
+
+
+def test_who_may_write(run, client, alice_client):
+    body = {"kind": "label", "name": "x"}
+    assert post(Client(), body, {}).status_code == 401
+    _, reader = register_token(name="reader", scopes=["read"])
+    refused = post(Client(), body, {"HTTP_AUTHORIZATION": f"Bearer {reader}"})
+    assert refused.status_code == 403 and "'annotate' scope" in refused.json()["error"]
+    # A logged-in user writes on the run page (an editor), not through the API.
+    assert post(alice_client, body, {}).status_code == 401
+    other = models.Project.objects.create(slug="other", name="Other")
+    _, theirs = register_token(name="theirs", scopes=["annotate"], project=other)
+    assert post(Client(), body, {"HTTP_AUTHORIZATION": f"Bearer {theirs}"}).status_code == 404
+    assert models.Annotation.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ({"kind": "vote"}, "$.kind"),
+        ({"kind": "score", "value": 1}, "$.name"),
+        ({"kind": "score", "name": "correct"}, "$.value"),
+        ({"kind": "score", "name": "correct", "value": True}, "$.value"),
+        ({"kind": "score", "name": "correct", "value": "1"}, "$.value"),
+        ({"kind": "score", "name": "correct", "value": 1, "text": "yes"}, "$.text"),
+        ({"kind": "score", "name": "x" * 65, "value": 1}, "$.name"),
+        ({"kind": "score", "name": "<b>", "value": 1}, "$.name"),
+        ({"kind": "label", "name": "a", "value": 2}, "$.value"),
+        ({"kind": "comment", "text": "   "}, "$.text"),
+        ({"kind": "comment", "text": "x" * 10_001}, "$.text"),
+        ({"kind": "comment", "name": "n", "text": "t"}, "$.name"),
+        ({"kind": "label", "name": "a", "iteration": 9}, "$.iteration"),
+        ({"kind": "label", "name": "a", "iteration": "2"}, "$.iteration"),
+        ({"kind": "label", "name": "a", "colour": "red"}, "$.colour"),
+        ([{"kind": "label", "name": "ok"}, {"kind": "label"}], "$[1].name"),
+        ([], "$"),
+        ([{"kind": "label", "name": "a"}] * 101, "$"),
+        ("label", "$"),
+    ],
+)
+def test_a_bad_annotation_is_a_400_naming_its_field_and_nothing_is_written(run, evaluator, body, path):
+    response = post(Client(), body, evaluator)
+    assert response.status_code == 400, response.json()
+    assert response.json()["errors"][0]["path"] == path
+    assert models.Annotation.objects.count() == 0
+
+
+def test_not_a_number_and_bad_json_are_refused(run, evaluator):
+    nan = Client().post(
+        URL, data='{"kind": "score", "name": "c", "value": NaN}', content_type="application/json", **evaluator
+    )
+    assert nan.status_code == 400 and nan.json()["errors"][0]["path"] == "$.value"
+    assert math.isnan(json.loads('{"v": NaN}')["v"])  # what Python's JSON reader lets through
+    broken = Client().post(URL, data="{broken", content_type="application/json", **evaluator)
+    assert broken.status_code == 400
+    assert (
+        post(Client(), {"kind": "label", "name": "a"}, evaluator, "/api/v1/runs/nope/annotations").status_code
+        == 404
+    )
+
+
+def test_comments_are_redacted_before_they_are_stored(run, evaluator, alice_client):
+    response = post(Client(), {"kind": "comment", "text": f"the key was {SECRET}"}, evaluator)
+    assert response.status_code == 201 and SECRET not in response.content.decode()
+    assert SECRET not in models.Annotation.objects.get().text
+    assert SECRET not in alice_client.get("/p/default/runs/r/").content.decode()
+
+
+def test_an_editor_annotates_on_the_run_page_and_it_shows_on_the_timeline(run, alice_client):
+    page = alice_client.get("/p/default/runs/r/").content.decode()
+    assert '<form method="post" action="/p/default/runs/r/annotations/" class="annotation-form">' in page
+    for data in (
+        {"kind": "score", "name": "helpfulness", "value": "0.75"},
+        {"kind": "score", "name": "verdict", "value": "pass"},
+        {"kind": "label", "name": "golden", "iteration": "1"},
+        {"kind": "comment", "text": "Good <b>answer</b>"},
+    ):
+        response = alice_client.post("/p/default/runs/r/annotations/", data)
+        assert response.status_code == 302 and response["Location"] == "/p/default/runs/r/#annotations"
+    page = alice_client.get("/p/default/runs/r/").content.decode()
+    assert '<span class="tag note score">helpfulness: 0.75</span>' in page
+    assert '<span class="tag note score">verdict: pass</span>' in page
+    assert '<span class="tag note label">golden</span> on <a href="#iteration-1">iteration 1</a>' in page
+    assert "Good &lt;b&gt;answer&lt;/b&gt;" in page and "by alice" in page
+    timeline = alice_client.get("/p/default/sessions/s/").content.decode()
+    assert ">helpfulness: 0.75</span>" in timeline and ">golden</span>" in timeline
+    assert ">1 comment</span>" in timeline
+    bad = alice_client.post("/p/default/runs/r/annotations/", {"kind": "score", "name": "x"})
+    assert bad.status_code == 400 and "<code>value</code>" in bad.content.decode()
+
+
+def test_a_viewer_sees_annotations_but_may_not_write(run, client, django_user_model):
+    viewer = django_user_model.objects.create_user("vera", password="vera-password-1")
+    models.Membership.objects.create(
+        project=models.Project.default(), user=viewer, role=models.Membership.VIEWER
+    )
+    client.force_login(viewer)
+    page = client.get("/p/default/runs/r/").content.decode()
+    assert "annotation-form" not in page and "Editors add them here" in page
+    assert client.post("/p/default/runs/r/annotations/", {"kind": "label", "name": "x"}).status_code == 403
+    assert models.Annotation.objects.count() == 0
+
+
+def test_annotations_outlive_a_rewrite_and_go_with_their_session(run, evaluator, ingest):
+    post(Client(), [{"kind": "label", "name": "kept", "iteration": 1}], evaluator)
+    ingest(native("r", "s", input="2+2?", output="four", iterations=[{"index": 1}]))  # sent again, changed
+    assert models.Run.objects.get(run_id="r").output == "four"
+    assert list(models.Annotation.objects.values_list("name", "iteration_index")) == [("kept", 1)]
+    result = retention.prune_sessions(session_ids=[run.session_id], trigger="test")
+    assert result.counts["annotations"] == 1 and models.Annotation.objects.count() == 0
+
+
+def test_pages_read_annotations_in_one_query_whatever_their_number(run, alice_client, evaluator):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def count(url: str) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            alice_client.get(url)
+        return len(captured)
+
+    alice_client.get("/p/default/runs/r/")  # the first view keeps the answer's HTML
+    before = (count("/p/default/runs/r/"), count("/p/default/sessions/s/"))
+    post(Client(), [{"kind": "comment", "text": f"note {n}"} for n in range(80)], evaluator)
+    assert (count("/p/default/runs/r/"), count("/p/default/sessions/s/")) == before
+    page = alice_client.get("/p/default/runs/r/").content.decode()
+    assert page.count('<pre class="text comment">') == 50  # the latest 50 a page shows
+    assert ingestion  # the module the fixtures ingest through
+
+
+def test_the_session_bundle_carries_the_annotations(run, evaluator, alice_client, ingest):
+    """The session's JSON bundle lists its runs' annotations; a run's own export stays its
+    canonical record (re-ingesting it is still a duplicate), its annotations a GET away."""
+    post(
+        Client(),
+        [{"kind": "score", "name": "correct", "value": 0}, {"kind": "comment", "text": "wrong"}],
+        evaluator,
+    )
+    bundle = json.loads(b"".join(alice_client.get("/p/default/sessions/s/export.json").streaming_content))
+    assert [(a["run_id"], a["kind"], a["name"], a["value"]) for a in bundle["annotations"]] == [
+        ("r", "score", "correct", 0.0),
+        ("r", "comment", None, None),
+    ]
+    data = json.loads(b"".join(alice_client.get("/p/default/runs/r/export.json").streaming_content))
+    assert "annotations" not in data
+    assert ingest(data).json()["results"][0]["status"] == "duplicate"
