@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from . import models
+from . import models, rollups
 from .ingestion import server_redactor
 
 MAX_PER_REQUEST = 100
@@ -128,7 +128,10 @@ def add(run: models.Run, items: list[dict[str, Any]], *, author: str) -> list[mo
     ]
     # Each annotation is its own record of who wrote it and when (no audit event besides).
     with transaction.atomic():
-        return models.Annotation.objects.bulk_create(rows)
+        created = models.Annotation.objects.bulk_create(rows)
+        # The sessions list filters on them (``annotated``), from the session's facets.
+        rollups.add_facets(rollups.annotation_facets(created, run.session_id))
+    return created
 
 
 def of_runs(runs: list[models.Run]) -> dict[int, list[models.Annotation]]:

@@ -128,7 +128,7 @@ class SessionFilterForm(QueryForm):
         for name in ("framework", "agent"):
             self.fields[name] = QueryText()
         self.fields["status"] = QueryText(choices=RUN_STATUSES)
-        for name in ("user", "tool"):
+        for name in ("user", "tool", "annotated"):
             self.fields[name] = QueryText()
         self.fields["from"] = DayField()
         self.fields["to"] = DayField()

@@ -30,6 +30,8 @@ class SessionFilters:
     status: str = ""
     user: str = ""
     tool: str = ""
+    # A score or label name some run of the session carries ("comment": any comment).
+    annotated: str = ""
     date_from: date | None = None
     date_to: date | None = None
     errors: bool = False
@@ -48,6 +50,7 @@ class SessionFilters:
             status=data["status"],
             user=data["user"],
             tool=data["tool"],
+            annotated=data["annotated"],
             date_from=data["from"],
             date_to=data["to"],
             errors=data["errors"],
@@ -62,13 +65,13 @@ class SessionFilters:
     @property
     def active(self) -> bool:
         searching = self.q and not self.search_notice
-        texts = (searching, self.framework, self.agent, self.status, self.user, self.tool)
+        texts = (searching, self.framework, self.agent, self.status, self.user, self.tool, self.annotated)
         return any(texts) or bool(self.date_from or self.date_to or self.errors)
 
     @property
     def panel_open(self) -> bool:
         """Whether anything beyond the search box is set (the filter panel shows open)."""
-        texts = (self.framework, self.agent, self.status, self.user, self.tool)
+        texts = (self.framework, self.agent, self.status, self.user, self.tool, self.annotated)
         return any(texts) or bool(self.date_from or self.date_to or self.errors) or self.sort != "recent"
 
     def apply(self, queryset: Any, *, searching: bool = True) -> Any:
@@ -97,6 +100,13 @@ class SessionFilters:
             queryset = queryset.filter(user_id=self.user)
         if self.tool:
             queryset = queryset.filter(_having(models.SessionFacet.TOOL, self.tool))
+        if self.annotated:
+            values = (
+                ["comment"]
+                if self.annotated == "comment"
+                else [f"label:{self.annotated}", f"score:{self.annotated}"]
+            )
+            queryset = queryset.filter(_having_any(models.SessionFacet.ANNOTATION, values))
         if self.date_from:
             queryset = queryset.filter(last_activity_at__gte=day_start(self.date_from))
         if self.date_to:
@@ -116,6 +126,14 @@ def _common(queryset: Any) -> bool:
     """Whether ``queryset`` has at least ``COMMON_SESSIONS`` rows (an index read of at most
     that many)."""
     return queryset.values("pk")[COMMON_SESSIONS - 1 : COMMON_SESSIONS].exists()
+
+
+def _having_any(facet: str, values: list[str]) -> Any:
+    """A condition on sessions: some run of theirs has ``facet`` = one of ``values``."""
+    rows = models.SessionFacet.objects.filter(facet=facet, value__in=values)
+    if _common(rows):
+        return Exists(rows.filter(session=OuterRef("pk")))
+    return Q(pk__in=rows.values("session_id"))
 
 
 def _having(facet: str, value: str) -> Any:

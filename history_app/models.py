@@ -649,7 +649,7 @@ class SessionFacet(models.Model):
     filters read these indexed lists instead of walking every session's runs and tool
     calls. Kept by ingestion and pruning (``rollups.py``)."""
 
-    TOOL, STATUS, AGENT, ERRORS = "tool", "status", "agent", "errors"
+    TOOL, STATUS, AGENT, ERRORS, ANNOTATION = "tool", "status", "agent", "errors", "annotation"
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
     facet = models.CharField(max_length=16)

@@ -204,3 +204,24 @@ def test_the_session_bundle_carries_the_annotations(run, evaluator, alice_client
     data = json.loads(b"".join(alice_client.get("/p/default/runs/r/export.json").streaming_content))
     assert "annotations" not in data
     assert ingest(data).json()["results"][0]["status"] == "duplicate"
+
+
+def test_the_sessions_list_filters_on_annotations(run, evaluator, alice_client, ingest):
+    ingest([native("r2", "s2"), native("r3", "s3")])
+    post(Client(), [{"kind": "score", "name": "correct", "value": 1}], evaluator)
+    post(Client(), [{"kind": "label", "name": "golden"}], evaluator, "/api/v1/runs/r2/annotations")
+    post(Client(), [{"kind": "comment", "text": "hm"}], evaluator, "/api/v1/runs/r3/annotations")
+
+    def listed(**params) -> list[str]:
+        return [s["session_id"] for s in alice_client.get("/api/v1/sessions", params).json()["sessions"]]
+
+    assert listed(annotated="correct") == ["s"]
+    assert listed(annotated="golden") == ["s2"]
+    assert listed(annotated="comment") == ["s3"]
+    assert listed(annotated="nothing") == []
+    page = alice_client.get("/p/default/", {"annotated": "golden"}).content.decode()
+    assert '<p class="total" id="total">1 session matches</p>' in page
+    assert 'name="annotated" value="golden"' in page
+    # A run moved to another session takes its annotations' facets along.
+    ingest(native("r2", "s3"))
+    assert listed(annotated="golden") == ["s3"]
