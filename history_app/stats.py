@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Avg, Count, F, Max, Sum
+from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from . import models, rollups
@@ -76,6 +76,7 @@ def stats(*, project: models.Project, days: int) -> dict[str, Any]:
     )
     return {
         **usage,
+        "scores": scores(project=project, since=since),
         "days": days,
         "since": since.date(),
         "series": series,
@@ -150,6 +151,51 @@ def _usage(*, project: models.Project, days: int, today: Any, since: Any) -> dic
     }
 
 
+# The stats page aggregates at most this many score names (the most used first).
+MAX_SCORE_NAMES = 20
+
+
+def scores(*, project: models.Project, since: Any) -> dict[str, Any]:
+    """The scores given to the window's runs (by the day each run started, else was
+    received): for each name, how many and the mean of the numeric ones, the counts of
+    the categorical ones; the mean per day and per agent. Four queries."""
+    given = (
+        models.Annotation.objects.filter(project=project, kind=models.Annotation.SCORE)
+        .annotate(when=Coalesce("run__started_at", "run__received_at"))
+        .filter(when__gte=since)
+    )
+    names = list(
+        given.values("name")
+        .annotate(count=Count("id"), mean=Avg("value"))
+        .order_by("-count", "name")[:MAX_SCORE_NAMES]
+    )
+    shown = [row["name"] for row in names]
+    categories: dict[str, dict[str, int]] = {}
+    for row in (
+        given.filter(name__in=shown, value__isnull=True)
+        .values("name", "text")
+        .annotate(count=Count("id"))
+        .order_by("name", "-count", "text")
+    ):
+        categories.setdefault(row["name"], {})[row["text"]] = row["count"]
+    numeric = given.filter(name__in=shown, value__isnull=False)
+    per_day = list(
+        numeric.annotate(day=TruncDate("when"))
+        .values("day", "name")
+        .annotate(count=Count("id"), mean=Avg("value"))
+        .order_by("day", "name")
+    )
+    per_agent = list(
+        numeric.annotate(agent=F("run__agent_name"))
+        .values("agent", "name")
+        .annotate(count=Count("id"), mean=Avg("value"))
+        .order_by("name", "-count", "agent")[: MAX_SCORE_NAMES * 10]
+    )
+    for row in names:
+        row["categories"] = categories.get(row["name"], {})
+    return {"names": names, "per_day": per_day, "per_agent": per_agent}
+
+
 def summary(numbers: dict[str, Any]) -> dict[str, Any]:
     """The stats page's numbers as its JSON twin gives them: the same figures, days as
     ISO dates, the per-day counts and usage in one series."""
@@ -198,4 +244,9 @@ def summary(numbers: dict[str, Any]) -> dict[str, Any]:
         "top_errors": [
             {"error": e["error"], "count": e["count"], "run_id": e["latest"]} for e in numbers["errors"]
         ],
+        "scores": {
+            "names": numbers["scores"]["names"],
+            "per_day": [{**row, "day": row["day"].isoformat()} for row in numbers["scores"]["per_day"]],
+            "per_agent": numbers["scores"]["per_agent"],
+        },
     }

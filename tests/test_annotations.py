@@ -225,3 +225,31 @@ def test_the_sessions_list_filters_on_annotations(run, evaluator, alice_client, 
     # A run moved to another session takes its annotations' facets along.
     ingest(native("r2", "s3"))
     assert listed(annotated="golden") == ["s3"]
+
+
+def test_stats_aggregate_scores_per_name_day_and_agent(alice_client, evaluator, ingest):
+    from django.utils import timezone
+
+    today = timezone.now().replace(hour=0, minute=0, second=1, microsecond=0)
+    for n, (agent, score, verdict) in enumerate(
+        [("Calc", 1, "pass"), ("Calc", 0, "fail"), ("Poet", 0.5, "pass")]
+    ):
+        ingest(native(f"st-{n}", f"ss-{n}", agent_name=agent, started_at=today.isoformat()))
+        body = [
+            {"kind": "score", "name": "correct", "value": score},
+            {"kind": "score", "name": "verdict", "text": verdict},
+        ]
+        post(Client(), body, evaluator, f"/api/v1/runs/st-{n}/annotations")
+    numbers = alice_client.get("/api/v1/stats?days=7").json()["scores"]
+    names = {row["name"]: row for row in numbers["names"]}
+    assert names["correct"]["count"] == 3 and names["correct"]["mean"] == pytest.approx(0.5)
+    assert names["verdict"]["categories"] == {"pass": 2, "fail": 1} and names["verdict"]["mean"] is None
+    assert [(r["name"], r["count"], r["mean"]) for r in numbers["per_day"]] == [
+        ("correct", 3, pytest.approx(0.5))
+    ]
+    agents = {(r["agent"], r["name"]): r["mean"] for r in numbers["per_agent"]}
+    assert agents == {("Calc", "correct"): pytest.approx(0.5), ("Poet", "correct"): pytest.approx(0.5)}
+    page = alice_client.get("/p/default/stats/?days=7").content.decode()
+    assert '<a href="/p/default/?annotated=correct"><code>correct</code></a>' in page
+    assert '<td class="num" data-label="Mean">0.500</td>' in page
+    assert '<span class="tag">pass × 2</span>' in page
