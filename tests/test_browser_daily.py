@@ -323,3 +323,28 @@ def test_compare_two_runs_picked_on_the_timeline(page, live_server, django_user_
     page.click("text=Swap A and B")
     page.wait_for_url("**/compare/?a=demo-wf-run-3&b=demo-wf-run-2")
     assert page.problems == []
+
+
+def test_an_editor_scores_a_run_and_the_timeline_shows_it(page, live_server, django_user_model):
+    """Issue #18: annotations from the run page's form, at each width."""
+    load_demo()
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/p/default/runs/demo-wf-run-2/")
+    page.select_option("#annotations select[name=kind]", "score")
+    page.fill("#annotations input[name=name]", "helpfulness")
+    page.fill("#annotations input[name=value]", "0.75")
+    page.click("#annotations button[type=submit]")
+    page.wait_for_selector("#annotations .annotation-list")
+    assert "helpfulness: 0.75" in page.inner_text("#annotations .annotation-list")
+    assert "by alice" in page.inner_text("#annotations .annotation-list")
+    page.select_option("#annotations select[name=kind]", "comment")
+    page.fill("#annotations textarea[name=text]", "Short and right.")
+    page.click("#annotations button[type=submit]")
+    page.wait_for_selector("#annotations pre.comment")
+    page.goto(f"{live_server.url}/p/default/sessions/demo-workflow-blog/")
+    badges = page.inner_text("#run-demo-wf-run-2 .notes")
+    assert "helpfulness: 0.75" in badges and "1 comment" in badges
+    page.goto(f"{live_server.url}/p/default/?annotated=helpfulness")
+    assert page.locator("#session-rows code.sid").all_inner_texts() == ["demo-workflow-blog"]
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[page.width]["width"]
+    assert page.problems == []

@@ -11,6 +11,7 @@ import re
 import pytest
 from django.core.management import call_command
 
+from history_app import annotations as annotation_store
 from history_app import models
 
 from .test_browser import OUTPUT, launch, open_page, sync_api
@@ -29,6 +30,22 @@ def test_every_page_with_the_demo(live_server, django_user_model, view):
     owner = django_user_model.objects.create_user("owner", password="owner-password-1")
     models.Membership.objects.create(
         project=models.Project.default(), user=owner, role=models.Membership.ADMIN
+    )
+    wf = models.Run.objects.get(run_id="demo-wf-run-3")
+    annotation_store.add(
+        wf,
+        annotation_store.parse(
+            [
+                {"kind": "score", "name": "correct", "value": 1},
+                {"kind": "score", "name": "tone", "text": "formal"},
+                {"kind": "label", "name": "golden", "iteration": 1},
+                {
+                    "kind": "comment",
+                    "text": "Cites both earlier posts; the comparison is what readers asked for.",
+                },
+            ]
+        ),
+        author="token:evaluator",
     )
     run = (
         models.Run.objects.filter(session__session_id__startswith="demo-", model_call_count__gt=1)
@@ -66,6 +83,8 @@ def test_every_page_with_the_demo(live_server, django_user_model, view):
             page.goto(live_server.url + url)
             page.wait_for_selector(ready)
             assert page.evaluate("document.documentElement.scrollWidth") <= width, url
+            if name == "03-run" and view == "desktop":
+                page.locator("#annotations").screenshot(path=str(shots / "20-annotations.png"))
             if name == "03-run":  # a context opened in place
                 page.click(".context-list details.inplace > summary")
                 page.wait_for_selector(".context-list .context-sent")
