@@ -129,6 +129,9 @@ def add(run: models.Run, items: list[dict[str, Any]], *, author: str) -> list[mo
     # Each annotation is its own record of who wrote it and when (no audit event besides).
     with transaction.atomic():
         created = models.Annotation.objects.bulk_create(rows)
+        models.Session.objects.filter(pk=run.session_id).update(
+            annotation_count=F("annotation_count") + len(created)
+        )
         # The sessions list filters on them (``annotated``), from the session's facets.
         rollups.add_facets(rollups.annotation_facets(created, run.session_id))
     return created

@@ -23,6 +23,7 @@ SESSION_SORTS = {
     "oldest": ("last_activity_at", False),
     "runs": ("run_count", True),
     "failures": ("failed_count", True),
+    "annotations": ("annotation_count", True),
 }
 TRUE_VALUES = {"1", "on", "true"}
 

@@ -342,6 +342,7 @@ def session_summary(session: models.Session) -> dict[str, Any]:
         "output_tokens": session.output_tokens,
         "cost": session.cost,
         "mean_duration_ms": session.mean_duration_ms,
+        "annotation_count": session.annotation_count,
     }
 
 

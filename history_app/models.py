@@ -107,6 +107,8 @@ class Session(models.Model):
     cost = models.FloatField(null=True, blank=True, help_text="US dollars; null while no call has a price.")
     timed_runs = models.PositiveIntegerField(default=0)
     duration_total_ms = models.BigIntegerField(default=0)
+    # Its runs' annotations (scores, labels, comments): the list sorts on it.
+    annotation_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -121,6 +123,7 @@ class Session(models.Model):
             models.Index(fields=["last_activity_at"], name="session_activity_all_idx"),
             models.Index(fields=["project", "-run_count", "-id"], name="session_runs_idx"),
             models.Index(fields=["project", "-failed_count", "-id"], name="session_failures_idx"),
+            models.Index(fields=["project", "-annotation_count", "-id"], name="session_annotations_idx"),
             models.Index(fields=["project", "framework"], name="session_framework_idx"),
         ]
 

@@ -322,3 +322,10 @@ def refresh_facets(session_pks: Iterable[int]) -> None:
                 cursor.execute(
                     f"INSERT INTO {table} (session_id, facet, value) " + sql, [pk] * sql.count("%s")
                 )
+            # And its annotations' count (a run that moved took its annotations along).
+            cursor.execute(
+                f"UPDATE {models.Session._meta.db_table} SET annotation_count = (SELECT COUNT(*) FROM "
+                f"{models.Annotation._meta.db_table} a JOIN {models.Run._meta.db_table} r ON r.id = a.run_id "
+                "WHERE r.session_id = %s) WHERE id = %s",
+                [pk, pk],
+            )

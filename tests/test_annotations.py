@@ -253,3 +253,26 @@ def test_stats_aggregate_scores_per_name_day_and_agent(alice_client, evaluator, 
     assert '<a href="/p/default/?annotated=correct"><code>correct</code></a>' in page
     assert '<td class="num" data-label="Mean">0.500</td>' in page
     assert '<span class="tag">pass × 2</span>' in page
+
+
+def test_the_sessions_list_sorts_by_annotations(run, evaluator, alice_client, ingest):
+    ingest([native("r2", "s2"), native("r3", "s3")])
+    post(
+        Client(),
+        [{"kind": "comment", "text": f"n{n}"} for n in range(3)],
+        evaluator,
+        "/api/v1/runs/r2/annotations",
+    )
+    post(Client(), [{"kind": "label", "name": "x"}], evaluator)
+    listed = alice_client.get("/api/v1/sessions", {"sort": "annotations"}).json()["sessions"]
+    assert [(s["session_id"], s["annotation_count"]) for s in listed] == [("s2", 3), ("s", 1), ("s3", 0)]
+    page = alice_client.get("/p/default/", {"sort": "annotations"}).content.decode()
+    assert '<option value="annotations" selected>Most annotated</option>' in page
+    assert ">3 annotations</span>" in page and ">1 annotation</span>" in page
+    # A run that moves takes its annotations to its new session's count.
+    ingest(native("r2", "s3"))
+    counts = {
+        s["session_id"]: s["annotation_count"]
+        for s in alice_client.get("/api/v1/sessions").json()["sessions"]
+    }
+    assert counts["s3"] == 3 and counts.get("s2", 0) == 0

@@ -196,6 +196,8 @@ def pages(runs: int) -> list[tuple[str, str]]:
         ("search rare word", "q=zebrafish"),
         ("search common word", "q=workflow"),
         ("search + tool", f"q=workflow&tool={shape.TOOLS[3]}"),
+        ("sort annotations", "sort=annotations"),
+        ("annotated (none)", "annotated=correct"),
     ]
     found = []
     for label, query in lists:
@@ -215,6 +217,9 @@ def pages(runs: int) -> list[tuple[str, str]]:
         ("stats 30 days", "/p/default/stats/"),
         ("stats 7 days", "/p/default/stats/?days=7"),
         ("api stats 30 days", "/api/v1/stats?days=30"),
+        ("compare two runs", f"/p/default/compare/?a={middle}&b=run-{runs // 2 + 1:07d}"),
+        ("api compare", f"/api/v1/compare?a={middle}&b=run-{runs // 2 + 1:07d}"),
+        ("api run annotations", f"/api/v1/runs/{middle}/annotations"),
         ("receipts", "/p/default/receipts/"),
         ("api receipts", "/api/v1/receipts"),
     ]
