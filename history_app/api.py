@@ -269,12 +269,21 @@ def session_timeline(request: HttpRequest, session_id: str) -> JsonResponse:
         return error_response(f"no session {session_id!r}", 404)
     except paging.BadParameter as exc:
         return error_response(str(exc), 400, parameter=exc.field)
+    notes = annotation_store.of_runs(
+        [row.run for row in data["rows"] if getattr(row, "run", None) is not None]
+    )
+    rows = []
+    for row in data["rows"]:
+        summary = timeline.row_summary(row)
+        if summary["type"] == "run":
+            summary["annotations"] = [annotation_store.summary(a) for a in notes.get(row.run.pk, [])]
+        rows.append(summary)
     return JsonResponse(
         {
             "ok": True,
             "session": listing.session_summary(data["session"]),
             "counts": data["counts"],
-            "rows": [timeline.row_summary(row) for row in data["rows"]],
+            "rows": rows,
             "next": data["next_cursor"],
         }
     )

@@ -276,3 +276,12 @@ def test_the_sessions_list_sorts_by_annotations(run, evaluator, alice_client, in
         for s in alice_client.get("/api/v1/sessions").json()["sessions"]
     }
     assert counts["s3"] == 3 and counts.get("s2", 0) == 0
+
+
+def test_the_timeline_twin_carries_each_runs_annotations(run, evaluator, alice_client):
+    post(Client(), [{"kind": "score", "name": "correct", "value": 1}], evaluator)
+    rows = alice_client.get("/api/v1/sessions/s/timeline").json()["rows"]
+    (row,) = [r for r in rows if r["type"] == "run"]
+    assert [(a["name"], a["value"], a["author"]) for a in row["annotations"]] == [
+        ("correct", 1.0, "token:evaluator")
+    ]

@@ -286,11 +286,12 @@ def test_unknown_sessions_are_a_404_and_another_projects_are_unknown(alice_clien
 def test_timeline_twin_queries_do_not_grow_with_the_session(alice_client, ingest, django_assert_num_queries):
     ingest(teams_session(1))  # 4 runs
     # session + user, the project she opened last with her role, the session with its
-    # counts, its runs (with their parents), member interactions, workflow steps.
-    with django_assert_num_queries(7):
+    # counts, its runs (with their parents), member interactions, workflow steps, the runs'
+    # annotations.
+    with django_assert_num_queries(8):
         small = alice_client.get("/api/v1/sessions/s/timeline").json()
     ingest(teams_session(10, members=2))  # 40 runs, more interactions and steps
-    with django_assert_num_queries(7):
+    with django_assert_num_queries(8):
         big = alice_client.get("/api/v1/sessions/s/timeline").json()
     assert len(small["rows"]) == 4 and len([r for r in big["rows"] if r["type"] == "run"]) == 40
 
@@ -300,8 +301,8 @@ def test_later_timeline_pages_read_only_their_runs(alice_client, ingest, setting
     ingest(teams_session(3))  # 12 runs: page 2 is full
     second = alice_client.get("/api/v1/sessions/s/timeline").json()["next"]
     # No counts on a later page: session + user, project, the session, its runs, member
-    # interactions, steps (the same for a session seven times the size).
-    with django_assert_num_queries(7):
+    # interactions, steps, annotations (the same for a session seven times the size).
+    with django_assert_num_queries(8):
         third = alice_client.get("/api/v1/sessions/s/timeline", {"_next": second}).json()["next"]
     # The htmx "Later runs" request: session + user, project + role, the session, its
     # runs, member interactions, steps, the runs' annotations.
@@ -310,13 +311,13 @@ def test_later_timeline_pages_read_only_their_runs(alice_client, ingest, setting
     assert "<html" not in fragment.content.decode()
     # The last page reads past the timed runs: on PostgreSQL, where the untimed ones
     # sort after them, that is one more read of the index (none are there).
-    with django_assert_num_queries(7 + connection.features.nulls_order_largest):
+    with django_assert_num_queries(8 + connection.features.nulls_order_largest):
         last = alice_client.get("/api/v1/sessions/s/timeline", {"_next": third}).json()
     assert last["next"] is None and len([r for r in last["rows"] if r["type"] == "run"]) == 4
     ingest(teams_session(20))
-    with django_assert_num_queries(7):
+    with django_assert_num_queries(8):
         alice_client.get("/api/v1/sessions/s/timeline", {"_next": second})
-    with django_assert_num_queries(7):
+    with django_assert_num_queries(8):
         alice_client.get("/api/v1/sessions/s/timeline", {"_next": third})
 
 
