@@ -285,3 +285,16 @@ def test_the_timeline_twin_carries_each_runs_annotations(run, evaluator, alice_c
     assert [(a["name"], a["value"], a["author"]) for a in row["annotations"]] == [
         ("correct", 1.0, "token:evaluator")
     ]
+
+
+def test_listing_a_runs_annotations_reads_the_same_whatever_their_number(
+    run, evaluator, django_assert_num_queries
+):
+    client = Client()
+    post(client, [{"kind": "label", "name": "a"}], evaluator)
+    # The token (its use was just noted by the POST), the run, its annotations.
+    with django_assert_num_queries(3):
+        client.get(URL, **evaluator)
+    post(client, [{"kind": "comment", "text": f"c{n}"} for n in range(60)], evaluator)
+    with django_assert_num_queries(3):
+        assert len(client.get(URL, **evaluator).json()["annotations"]) == 61
