@@ -501,6 +501,37 @@ class InjectedContextAdmin(ReadOnlyAdmin):
     short_run = clipped_column("run.run_id", "run", ordering="run")
 
 
+@admin.register(models.Annotation)
+class AnnotationAdmin(BigTableAdmin):
+    """Annotations as written (scores, labels, comments): superusers may delete one, not
+    edit it (its author and time are its record)."""
+
+    list_display = [
+        "kind",
+        "short_name",
+        "value",
+        "short_run",
+        "iteration_index",
+        "short_author",
+        "created_at",
+    ]
+    list_filter = ["project", "kind"]
+    search_fields = ["=run__run_id", "name", "=author"]
+    list_select_related = ["run"]
+    raw_id_fields = ["run"]
+    readonly_fields = [f.name for f in models.Annotation._meta.fields]
+
+    short_name = clipped_column("name", "name", ordering="name")
+    short_run = clipped_column("run.run_id", "run", ordering="run")
+    short_author = clipped_column("author", "author", ordering="author")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
 @admin.register(models.PruneLog)
 class PruneLogAdmin(ReadOnlyAdmin):
     list_display = [

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from history_app import annotations as annotation_store
 from history_app import audit, ingestion, models, retention
 from history_app.auth import register_token
 
@@ -45,6 +46,7 @@ ADMIN_LISTS = {
     "/admin/history_app/auditevent/": True,
     "/admin/history_app/prunelog/": True,
     "/admin/history_app/ingestreceipt/": True,
+    "/admin/history_app/annotation/": True,
 }
 SITE_DATETIME = re.compile(r"\b20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\b")
 # Django's own en-us formats: "Nov. 30, 2026, 10 p.m.", "Nov. 30, 2026", "10:00 p.m.".
@@ -129,6 +131,17 @@ def load_admin_data() -> None:
     retention.set_pinned(
         models.Session.objects.filter(session_id=f"{LONG_SESSION}-1"), pinned=False, actor="a-long-user-name"
     )
+    for run in models.Run.objects.all():
+        annotation_store.add(
+            run,
+            annotation_store.parse(
+                [
+                    {"kind": "score", "name": "faithfulness-to-the-retrieved-sources", "value": 0.75},
+                    {"kind": "comment", "text": "A long comment " * 20},
+                ]
+            ),
+            author="token:nightly-batch-importer-for-the-emea-north-analysts",
+        )
     # A dry run over everything: a prune log with every count, none of them zero.
     retention.prune_each_project(older_than_days=0, dry_run=True, trigger="admin", user="a-long-user-name")
     audit.record(
