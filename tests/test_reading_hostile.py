@@ -322,6 +322,7 @@ def test_streamed_exports_are_the_same_text_as_whole_ones(alice_client, ingest):
                     "run_id", flat=True
                 )
             ],
+            "annotations": [],  # the runs' annotations (issue #18): none here
         }
         exported = (
             alice_client.get(f"/p/default/sessions/{session.session_id}/export.json").getvalue().decode()
