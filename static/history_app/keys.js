@@ -100,8 +100,8 @@
     });
   }
   function copied(button, ok) {
-    var label = button.getAttribute("data-label") || button.textContent;
-    button.setAttribute("data-label", label);
+    var label = button.getAttribute("data-caption") || button.textContent;
+    button.setAttribute("data-caption", label);
     button.textContent = ok ? "Copied" : "Copy failed";
     setTimeout(function () { button.textContent = label; }, 1500);
   }
