@@ -24,7 +24,7 @@ from .agent_history.records import RecordError
 from .agent_history.redact import Redactor
 from .rendering import render_markdown
 
-CHANGED_KEYS = ("runs", "sessions", "receipts")
+CHANGED_KEYS = ("runs", "sessions", "receipts", "annotations")
 
 
 @dataclass
@@ -44,10 +44,11 @@ class RedactResult:
 def redact_stored(
     *, batch_size: int = 200, dry_run: bool = False, progress: Callable[[RedactResult], None] | None = None
 ) -> RedactResult:
-    """Apply the server's current rules to every stored run, session and receipt."""
+    """Apply the server's current rules to every stored run, session, receipt and
+    annotation."""
     redactor = ingestion.server_redactor()
     result = RedactResult(dry_run=dry_run)
-    for step in (_redact_runs, _redact_sessions, _redact_receipts):
+    for step in (_redact_runs, _redact_sessions, _redact_receipts, _redact_annotations):
         step(redactor, result, batch_size, progress)
     if result.changed["runs"] and not dry_run and connection.vendor == "sqlite":
         # The FTS index keeps deleted terms in old segments until they are merged.
@@ -192,4 +193,16 @@ def _redact_receipts(redactor: Redactor, result: RedactResult, batch_size: int, 
         key="receipts",
         queryset=models.IngestReceipt.objects.all(),
         names=("label", "rejections", "changed_fields"),
+    )
+
+
+def _redact_annotations(redactor: Redactor, result: RedactResult, batch_size: int, progress: Any) -> None:
+    _redact_rows(
+        redactor,
+        result,
+        batch_size,
+        progress,
+        key="annotations",
+        queryset=models.Annotation.objects.all(),
+        names=("name", "text"),
     )

@@ -156,7 +156,10 @@ def test_redact_history_removes_what_older_rules_kept_and_a_resend_stays_duplica
     assert usage == expected and sum(usage.values()) == len(items) - 1
 
     again = redact_history()
-    assert f"Changed: 0 of {len(items)} runs, 0 of {len(sessions)} sessions, 0 of 1 receipts." in again
+    assert (
+        f"Changed: 0 of {len(items)} runs, 0 of {len(sessions)} sessions, 0 of 1 receipts, 0 of 0 annotations."
+        in again
+    )
     assert database_dump() == dump
 
     # The original, unredacted runs are redacted on arrival to the very same records...
@@ -208,3 +211,19 @@ def test_a_run_that_no_longer_validates_is_named_and_the_rest_is_done(monkeypatc
     call_command("redact_history", stdout=out, stderr=errors)
     assert "Changed: 2 of 3 runs" in out.getvalue()
     assert "1 runs were left as they are" in errors.getvalue() and "old-1" in errors.getvalue()
+
+
+def test_annotations_stored_before_the_current_rules_are_redacted_too(ingest):
+    """Issue #18: a score's name or a comment written under older rules (stored here as
+    they were) is redacted by the upgrade pass like every stored text."""
+    ingest(native("r-1", "s-1"))
+    run = models.Run.objects.get(run_id="r-1")
+    secrets = [entry["secret"] for entry in SECRETS[:10]]
+    for secret in secrets:
+        models.Annotation.objects.create(
+            project_id=run.project_id, run=run, kind="comment", text=f"note: {secret}", author="old"
+        )
+    result = reredact.redact_stored()
+    assert result.changed["annotations"] == len(secrets) and result.scanned["annotations"] == len(secrets)
+    stored = "\n".join(models.Annotation.objects.values_list("text", flat=True))
+    assert not [piece for piece in LEFTOVERS if piece in stored]
