@@ -83,15 +83,16 @@ def _item(item: Any, path: str) -> dict[str, Any]:
         if value is None and not text:
             raise Invalid(f"{path}.value", "a score needs a value: a number, or a category as text")
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            number = _finite(value)
+            if number is None:
                 raise Invalid(f"{path}.value", "must be a finite number (a category goes in text)")
             if text:
                 raise Invalid(f"{path}.text", "a score is a number or a category, not both")
-            out["value"] = float(value)
+            out["value"] = number
         else:
             if not isinstance(text, str) or not 1 <= len(text.strip()) <= MAX_CATEGORY:
                 raise Invalid(f"{path}.text", f"a category is 1 to {MAX_CATEGORY} characters")
-            out["text"] = text.strip()
+            out["text"] = _storable(text.strip())
     elif value is not None:
         raise Invalid(f"{path}.value", f"a {kind} has no value")
     if kind == models.Annotation.LABEL and text:
@@ -101,8 +102,28 @@ def _item(item: Any, path: str) -> dict[str, Any]:
             raise Invalid(f"{path}.text", "a comment needs text")
         if len(text) > MAX_COMMENT:
             raise Invalid(f"{path}.text", f"a comment is at most {MAX_COMMENT:,} characters")
-        out["text"] = text
+        out["text"] = _storable(text)
     return out
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None (not a number, a boolean, NaN, infinite, or
+    an integer too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+# Neither database stores a NUL; a lone UTF-16 surrogate (JSON's "\\ud800") is no UTF-8.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _storable(text: str) -> str:
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def add(run: models.Run, items: list[dict[str, Any]], *, author: str) -> list[models.Annotation]:

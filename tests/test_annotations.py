@@ -298,3 +298,20 @@ def test_listing_a_runs_annotations_reads_the_same_whatever_their_number(
     post(client, [{"kind": "comment", "text": f"c{n}"} for n in range(60)], evaluator)
     with django_assert_num_queries(3):
         assert len(client.get(URL, **evaluator).json()["annotations"]) == 61
+
+
+def test_unstorable_characters_and_huge_numbers_never_reach_the_database_as_they_are(run, evaluator):
+    """Found on a last read: a NUL or a lone surrogate (JSON's "\\ud800") in a comment or a
+    category is no text PostgreSQL (or UTF-8) stores, and 10**400 is no float: each was a
+    500. Now U+FFFD, and a 400 naming the value."""
+    body = '[{"kind": "comment", "text": "a\\u0000b\\ud800c"}, {"kind": "score", "name": "tone", "text": "x\\u0000"}]'
+    response = Client().post(URL, data=body, content_type="application/json", **evaluator)
+    assert response.status_code == 201, response.content
+    assert sorted(models.Annotation.objects.values_list("text", flat=True)) == ["a\ufffdb\ufffdc", "x\ufffd"]
+    huge = Client().post(
+        URL,
+        data='{"kind": "score", "name": "n", "value": 1' + "0" * 400 + "}",
+        content_type="application/json",
+        **evaluator,
+    )
+    assert huge.status_code == 400 and huge.json()["errors"][0]["path"] == "$.value"
