@@ -17,7 +17,8 @@ from django.db import transaction
 from django.db.models import F
 
 from . import models, rollups
-from .ingestion import server_redactor
+from .agent_history.records import without_lone_surrogates
+from .ingestion import _without_nul, server_redactor
 
 MAX_PER_REQUEST = 100
 MAX_NAME = 64
@@ -42,7 +43,10 @@ class Invalid(ValueError):
 
 def parse(data: Any, *, path: str = "$") -> list[dict[str, Any]]:
     """What was sent, one annotation or a list of them, as checked fields; ``Invalid``
-    naming the first bad field. Nothing is written unless every item is good."""
+    naming the first bad field. Nothing is written unless every item is good. Texts are
+    cleaned as ingestion cleans a payload: a lone surrogate or a NUL, which neither
+    database stores, becomes U+FFFD."""
+    data = _without_nul(without_lone_surrogates(data)[0])
     items = data if isinstance(data, list) else [data]
     if not items:
         raise Invalid(path, "send one annotation or a list of them")
@@ -92,7 +96,7 @@ def _item(item: Any, path: str) -> dict[str, Any]:
         else:
             if not isinstance(text, str) or not 1 <= len(text.strip()) <= MAX_CATEGORY:
                 raise Invalid(f"{path}.text", f"a category is 1 to {MAX_CATEGORY} characters")
-            out["text"] = _storable(text.strip())
+            out["text"] = text.strip()
     elif value is not None:
         raise Invalid(f"{path}.value", f"a {kind} has no value")
     if kind == models.Annotation.LABEL and text:
@@ -102,7 +106,7 @@ def _item(item: Any, path: str) -> dict[str, Any]:
             raise Invalid(f"{path}.text", "a comment needs text")
         if len(text) > MAX_COMMENT:
             raise Invalid(f"{path}.text", f"a comment is at most {MAX_COMMENT:,} characters")
-        out["text"] = _storable(text)
+        out["text"] = text
     return out
 
 
@@ -116,14 +120,6 @@ def _finite(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
-
-
-# Neither database stores a NUL; a lone UTF-16 surrogate (JSON's "\\ud800") is no UTF-8.
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def _storable(text: str) -> str:
-    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def add(run: models.Run, items: list[dict[str, Any]], *, author: str) -> list[models.Annotation]:

@@ -269,9 +269,7 @@ def session_timeline(request: HttpRequest, session_id: str) -> JsonResponse:
         return error_response(f"no session {session_id!r}", 404)
     except paging.BadParameter as exc:
         return error_response(str(exc), 400, parameter=exc.field)
-    notes = annotation_store.of_runs(
-        [row.run for row in data["rows"] if getattr(row, "run", None) is not None]
-    )
+    notes = data["notes"]
     rows = []
     for row in data["rows"]:
         summary = timeline.row_summary(row)

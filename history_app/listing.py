@@ -106,7 +106,7 @@ class SessionFilters:
                 if self.annotated == "comment"
                 else [f"label:{self.annotated}", f"score:{self.annotated}"]
             )
-            queryset = queryset.filter(_having_any(models.SessionFacet.ANNOTATION, values))
+            queryset = queryset.filter(_having(models.SessionFacet.ANNOTATION, *values))
         if self.date_from:
             queryset = queryset.filter(last_activity_at__gte=day_start(self.date_from))
         if self.date_to:
@@ -128,17 +128,9 @@ def _common(queryset: Any) -> bool:
     return queryset.values("pk")[COMMON_SESSIONS - 1 : COMMON_SESSIONS].exists()
 
 
-def _having_any(facet: str, values: list[str]) -> Any:
+def _having(facet: str, *values: str) -> Any:
     """A condition on sessions: some run of theirs has ``facet`` = one of ``values``."""
     rows = models.SessionFacet.objects.filter(facet=facet, value__in=values)
-    if _common(rows):
-        return Exists(rows.filter(session=OuterRef("pk")))
-    return Q(pk__in=rows.values("session_id"))
-
-
-def _having(facet: str, value: str) -> Any:
-    """A condition on sessions: some run of theirs has ``facet`` = ``value``."""
-    rows = models.SessionFacet.objects.filter(facet=facet, value=value)
     if _common(rows):
         return Exists(rows.filter(session=OuterRef("pk")))
     return Q(pk__in=rows.values("session_id"))

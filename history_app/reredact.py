@@ -24,7 +24,14 @@ from .agent_history.records import RecordError
 from .agent_history.redact import Redactor
 from .rendering import render_markdown
 
-CHANGED_KEYS = ("runs", "sessions", "receipts", "annotations")
+# Besides the runs, the tables whose stored texts the rules apply to: (what the result counts them
+# as, the rows, the fields).
+OTHER_TEXTS = (
+    ("sessions", models.Session, ("user_id", "agent_name", "framework")),
+    ("receipts", models.IngestReceipt, ("label", "rejections", "changed_fields")),
+    ("annotations", models.Annotation, ("name", "text")),
+)
+CHANGED_KEYS = ("runs", *(key for key, _, _ in OTHER_TEXTS))
 
 
 @dataclass
@@ -48,8 +55,11 @@ def redact_stored(
     annotation."""
     redactor = ingestion.server_redactor()
     result = RedactResult(dry_run=dry_run)
-    for step in (_redact_runs, _redact_sessions, _redact_receipts, _redact_annotations):
-        step(redactor, result, batch_size, progress)
+    _redact_runs(redactor, result, batch_size, progress)
+    for key, model, names in OTHER_TEXTS:
+        _redact_rows(
+            redactor, result, batch_size, progress, key=key, queryset=model.objects.all(), names=names
+        )
     if result.changed["runs"] and not dry_run and connection.vendor == "sqlite":
         # The FTS index keeps deleted terms in old segments until they are merged.
         with connection.cursor() as cursor:
@@ -170,39 +180,3 @@ def _redact_rows(
         result.batches += 1
         if progress is not None:
             progress(result)
-
-
-def _redact_sessions(redactor: Redactor, result: RedactResult, batch_size: int, progress: Any) -> None:
-    _redact_rows(
-        redactor,
-        result,
-        batch_size,
-        progress,
-        key="sessions",
-        queryset=models.Session.objects.all(),
-        names=("user_id", "agent_name", "framework"),
-    )
-
-
-def _redact_receipts(redactor: Redactor, result: RedactResult, batch_size: int, progress: Any) -> None:
-    _redact_rows(
-        redactor,
-        result,
-        batch_size,
-        progress,
-        key="receipts",
-        queryset=models.IngestReceipt.objects.all(),
-        names=("label", "rejections", "changed_fields"),
-    )
-
-
-def _redact_annotations(redactor: Redactor, result: RedactResult, batch_size: int, progress: Any) -> None:
-    _redact_rows(
-        redactor,
-        result,
-        batch_size,
-        progress,
-        key="annotations",
-        queryset=models.Annotation.objects.all(),
-        names=("name", "text"),
-    )

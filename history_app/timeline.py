@@ -17,7 +17,7 @@ from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value, 
 from django.db.models.functions import Coalesce, RowNumber
 from django.http import Http404
 
-from . import listing, models
+from . import annotations, listing, models
 from .agent_history.records import FINISHED_STATUSES
 from .paging import BadCursor
 
@@ -379,6 +379,8 @@ def session_timeline(
     return {
         "session": session,
         "rows": rows,
+        # Each shown run's latest annotations, by run key (one query for the page).
+        "notes": annotations.of_runs([row.run for row in rows if row.run is not None]),
         "next_cursor": builder.cursor(page[-1]).encode() if len(found) > limit else None,
         "counts": counts,
         "tokens": {k: v for k, v in tokens.items() if v},

@@ -145,9 +145,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     page = paging.Page(timeline["rows"], timeline["next_cursor"])
-    runs = [row.run for row in timeline["rows"] if getattr(row, "run", None) is not None]
-    notes = annotation_store.of_runs(runs)
-    return render(request, template, {**timeline, **_keyset_context(request, page, "rows"), "notes": notes})
+    return render(request, template, {**timeline, **_keyset_context(request, page, "rows")})
 
 
 @require_GET
