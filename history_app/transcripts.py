@@ -234,8 +234,15 @@ MAX_DELEGATIONS = 500
 
 
 def _is_delegation(call: models.ToolCall) -> bool:
-    params = call.params if isinstance(call.params, dict) else {}
-    return call.tool in DELEGATION_TOOLS or "member_id" in params
+    if call.tool in DELEGATION_TOOLS:
+        return True
+    # Parameters are parsed only when their text names the key: the page shows up to 400
+    # calls, and their parameters are parsed once already, to be drawn.
+    return (
+        '"member_id"' in call.params_json
+        and isinstance(params := call.params, dict)
+        and "member_id" in params
+    )
 
 
 def _delegations_before(iteration: models.Iteration, start: int) -> int:
