@@ -58,7 +58,7 @@ def _fast_text() -> object:
     return text
 
 
-def _batch(args: tuple[int, int, object]) -> tuple[list, dict, object, list]:
+def _batch(args: tuple[int, int, object, int]) -> tuple[list, dict, object, list]:
     """A batch's rows, built in the producer process: (new runs, sessions' rows by id,
     daily counts, (session id, tool) pairs)."""
     from history_app import bulk, mapper, pricing, rollups
@@ -66,7 +66,7 @@ def _batch(args: tuple[int, int, object]) -> tuple[list, dict, object, list]:
 
     from . import shape
 
-    start, end, t0 = args
+    start, end, t0, _project = args
     records = []
     for i in range(start, end):
         record = Run.from_dict(shape.run_dict(i, contexts=True, t0=t0, model_calls=True))
@@ -83,64 +83,147 @@ def _batch(args: tuple[int, int, object]) -> tuple[list, dict, object, list]:
     return new, {sid: _session(sid, group) for sid, group in groups.items()}, deltas, facets
 
 
-def fill(runs: int, *, batch: int = 2000) -> float:
-    """Fill the database with ``runs`` runs (resuming a partial fill); runs/s written. A
-    second process builds the rows while this one writes them."""
+def fill(runs: int, *, batch: int = 2000, workers: int = 0) -> float:
+    """Fill the database with ``runs`` runs (resuming a partial fill); runs/s written.
+
+    SQLite has one writer: a second process builds the rows while this one writes them.
+    PostgreSQL takes ``workers`` writers (default: one per core), each building and
+    writing whole batches on its own connection, its commits not waited for
+    (``synchronous_commit = off``: a crash loses the last batches, which a resumed fill
+    writes again); the GIN index of the search documents is dropped for the fill and
+    built once at its end, as PostgreSQL's guide to populating a database advises
+    (keeping it up to date run by run cost more than building it)."""
     import multiprocessing
 
-    from django.db import connection, transaction
+    from django.db import connection
     from django.utils import timezone
 
-    from history_app import bulk, models, rollups
+    from history_app import models
 
     from . import shape
 
     shape._text = _fast_text()
     project_id = models.Project.default().pk  # the pages measured are the default project's
-    have = models.Run.objects.count()
-    if have > runs or (have and not models.Run.objects.filter(run_id=f"run-{have - 1:07d}").exists()):
-        print(f"the database holds {have} runs, not a prefix of this fill: emptying it")
+    written = _written_batches(runs, batch)
+    # Run i of a fill starts i minutes after its first, and a fill of N runs N minutes
+    # before it was made: a smaller fill's runs start later.
+    stored = models.Run.objects.values_list("run_id", "started_at").first()
+    first = stored and stored[1] - timedelta(minutes=int(stored[0][4:]))
+    if written is None or (first and first + timedelta(minutes=runs) > timezone.now()):
+        print(f"the database holds runs that are not part of this fill of {runs:,}: emptying it")
         _empty()
-        have = 0
-    if have == runs:
+        written, first = {}, None
+    jobs_at = [
+        start for start in range(0, runs, batch) if written.get(start // batch, 0) < min(batch, runs - start)
+    ]
+    postgres = connection.vendor == "postgresql"
+    if not jobs_at:
+        if postgres:
+            _search_index(build=True)
         return 0.0
-    first = models.Run.objects.order_by("pk").values_list("started_at", flat=True).first()
     t0 = first or (timezone.now() - timedelta(minutes=runs + 5))
-    have -= have % 10  # a session is never split between batches
     models.Session.objects.filter(runs__isnull=True).delete()
+    jobs = [(start, min(runs, start + batch), t0, project_id) for start in jobs_at]
+    total = sum(end - start for start, end, *_ in jobs)
     started = time.perf_counter()
-    jobs = [(start, min(runs, start + batch), t0) for start in range(have, runs, batch)]
-    connection.close()  # the producer is forked: it must not share this connection
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        for new, sessions, deltas, pairs in pool.imap(_batch, jobs):
-            now = timezone.now()
-            with transaction.atomic():
-                existing = set(
-                    models.Run.objects.filter(
-                        project_id=project_id, run_id__in=[n.run["run_id"] for n in new]
-                    ).values_list("run_id", flat=True)
-                )
-                new = [n for n in new if n.run["run_id"] not in existing]
-                for session in sessions.values():
-                    session.project_id = project_id
-                models.Session.objects.bulk_create(sessions.values(), ignore_conflicts=True)
-                keys = dict(
-                    models.Session.objects.filter(
-                        project_id=project_id, session_id__in=list(sessions)
-                    ).values_list("session_id", "pk")
-                )
-                session_of = {n.run["run_id"]: f"sess-{int(n.run['run_id'][4:]) // 10:06d}" for n in new}
-                bulk.insert_runs(new, [keys[session_of[n.run["run_id"]]] for n in new], now, project_id)
-                if not existing:
-                    rollups.apply(deltas, project_id)
-                    rollups.add_facets((keys[sid], facet, value) for sid, facet, value in pairs)
-            end = int(new[-1].run["run_id"][4:]) + 1 if new else have
-            if (end // batch) % 25 == 0 or end == runs:
-                rate = (end - have) / (time.perf_counter() - started)
-                print(f"  filled {end:,} runs ({rate:,.0f} runs/s)", flush=True)
+    done = 0
+
+    def report(count: int) -> None:
+        nonlocal done
+        before, done = done, done + count
+        if done * 25 // total != before * 25 // total or done == total:
+            rate = done / (time.perf_counter() - started)
+            print(f"  filled {runs - total + done:,} runs ({rate:,.0f} runs/s)", flush=True)
+
+    if postgres:
+        _search_index(build=False)
+    connection.close()  # the processes are forked: they must not share this connection
+    context = multiprocessing.get_context("fork")
+    if postgres:
+        with context.Pool(workers or os.cpu_count() or 2) as pool:
+            for count in pool.imap_unordered(_build_and_write, jobs):
+                report(count)
+        print("  building the search index…", flush=True)
+        _search_index(build=True)
+    else:
+        with context.Pool(1) as pool:
+            for rows in pool.imap(_batch, jobs):
+                report(_write(*rows, project_id))
     with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE" if connection.vendor == "postgresql" else "ANALYZE")
-    return (runs - have) / (time.perf_counter() - started)
+        cursor.execute("VACUUM ANALYZE" if postgres else "ANALYZE")
+    return total / (time.perf_counter() - started)
+
+
+def _written_batches(runs: int, batch: int) -> dict[int, int] | None:
+    """How many runs of each batch of this fill are stored (a batch is written in one
+    transaction: all or none of it, but for a fill interrupted before batches had a fixed
+    size); None when the database holds runs that are not this fill's."""
+    from history_app import models
+
+    counts: dict[int, int] = {}
+    for run_id in models.Run.objects.values_list("run_id", flat=True).iterator(chunk_size=50_000):
+        number = run_id[4:]
+        if not (run_id.startswith("run-") and number.isdigit() and int(number) < runs):
+            return None
+        counts[int(number) // batch] = counts.get(int(number) // batch, 0) + 1
+    return counts
+
+
+def _search_index(*, build: bool) -> None:
+    """Drop (``build=False``) or build PostgreSQL's GIN index of the search documents,
+    as migration 0004 defines it."""
+    import importlib
+
+    from django.db import connection
+
+    search_migration = importlib.import_module("history_app.migrations.0004_run_search")
+    with connection.cursor() as cursor:
+        if build:
+            cursor.execute("SET maintenance_work_mem = '1GB'")
+            cursor.execute(search_migration.POSTGRES_FORWARD[1].replace("INDEX", "INDEX IF NOT EXISTS", 1))
+        else:
+            cursor.execute("DROP INDEX IF EXISTS runsearch_tsv_idx")
+
+
+def _build_and_write(job: tuple) -> int:
+    """One batch built and written by one of PostgreSQL's writer processes."""
+    from django.db import connection
+
+    if not getattr(_build_and_write, "ready", False):
+        with connection.cursor() as cursor:
+            cursor.execute("SET synchronous_commit = off")
+        _build_and_write.ready = True
+    return _write(*_batch(job), job[3])
+
+
+def _write(new: list, sessions: dict, deltas: object, pairs: list, project_id: int) -> int:
+    """Write one batch's rows in one transaction, as ingestion does; the runs written."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from history_app import bulk, models, rollups
+
+    with transaction.atomic():
+        existing = set(
+            models.Run.objects.filter(
+                project_id=project_id, run_id__in=[n.run["run_id"] for n in new]
+            ).values_list("run_id", flat=True)
+        )
+        new = [n for n in new if n.run["run_id"] not in existing]
+        for session in sessions.values():
+            session.project_id = project_id
+        models.Session.objects.bulk_create(sessions.values(), ignore_conflicts=True)
+        keys = dict(
+            models.Session.objects.filter(project_id=project_id, session_id__in=list(sessions)).values_list(
+                "session_id", "pk"
+            )
+        )
+        session_of = {n.run["run_id"]: f"sess-{int(n.run['run_id'][4:]) // 10:06d}" for n in new}
+        bulk.insert_runs(new, [keys[session_of[n.run["run_id"]]] for n in new], timezone.now(), project_id)
+        if not existing:
+            rollups.apply(deltas, project_id)
+            rollups.add_facets((keys[sid], facet, value) for sid, facet, value in pairs)
+    return len(new)
 
 
 def _session(session_id: str, runs: list):
@@ -283,6 +366,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=9)
     parser.add_argument("--path", default="")
     parser.add_argument("--pg", action="store_true", help="use BENCH_DATABASE_URL (PostgreSQL)")
+    parser.add_argument("--workers", type=int, default=0, help="PostgreSQL's writers (default: one per core)")
     args = parser.parse_args()
     if args.pg:
         url = os.environ.get("BENCH_DATABASE_URL")
@@ -300,7 +384,7 @@ def main() -> None:
     from . import raw_sqlite, shape
 
     print(f"{args.runs:,} runs of the standard shape on {connection.vendor}, {os.cpu_count()} cores")
-    rate = fill(args.runs)
+    rate = fill(args.runs, workers=args.workers)
     print(f"  fill: {'reused' if not rate else f'{rate:,.0f} runs/s'}")
     sample = [shape.run_dict(i, model_calls=True) for i in range(2000)]
     raw_sqlite.measure(sample)
