@@ -17,6 +17,7 @@ from django.urls import path
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
+from . import annotations as annotation_store
 from . import audit, ingestion, models, retention
 from .templatetags.history_tags import money
 
@@ -530,6 +531,15 @@ class AnnotationAdmin(BigTableAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+    # Deleted as the API deletes them: the session's count and facets and the daily scores follow.
+    def delete_model(self, request: HttpRequest, obj: models.Annotation) -> None:
+        annotation_store.delete(
+            models.Annotation.objects.filter(pk=obj.pk), actor=request.user.get_username()
+        )
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        annotation_store.delete(queryset, actor=request.user.get_username())
 
 
 @admin.register(models.PruneLog)

@@ -134,11 +134,15 @@ def add(run: models.Run, items: list[dict[str, Any]], *, author: str) -> list[mo
                     f"$[{n}].iteration" if len(items) > 1 else "$.iteration", "the run has no such iteration"
                 )
     redactor = server_redactor()
+    # A score is counted on its run's day and under its agent (rollups.count_scores).
+    day = rollups.day_of(run.started_at or run.received_at)
     rows = [
         models.Annotation(
             project_id=run.project_id,
             run=run,
             author=author[:255],
+            day=day,
+            agent=run.agent_name,
             **{**item, "name": redactor.redact(item["name"]), "text": redactor.redact(item["text"])},
         )
         for item in items
@@ -151,7 +155,50 @@ def add(run: models.Run, items: list[dict[str, Any]], *, author: str) -> list[mo
         )
         # The sessions list filters on them (``annotated``), from the session's facets.
         rollups.add_facets(rollups.annotation_facets(created, run.session_id))
+        rollups.count_scores(created, 1)
     return created
+
+
+def delete(queryset: Any, *, actor: str) -> int:
+    """Delete annotations, in one transaction: their sessions' counts and facets and the
+    daily scores follow, and each deletion is audited in its project (a judgement is a
+    record: who took it back, and what it said). How many went."""
+    with transaction.atomic():
+        rows = list(
+            queryset.select_related(None)
+            .annotate(session_pk=F("run__session_id"), run_key=F("run__run_id"))
+            .only(
+                "project_id",
+                "kind",
+                "day",
+                "agent",
+                "name",
+                "text",
+                "value",
+                "iteration_index",
+                "author",
+                "created_at",
+            )
+            .order_by("pk")
+        )
+        if not rows:
+            return 0
+        models.Annotation.objects.filter(pk__in=[a.pk for a in rows]).delete()
+        rollups.count_scores(rows, -1)
+        # Recounts each session's annotations and rebuilds its facets.
+        rollups.refresh_facets({a.session_pk for a in rows})
+        models.AuditEvent.objects.bulk_create(
+            models.AuditEvent(
+                project_id=a.project_id,
+                actor=(actor or "unknown")[:150],
+                action="annotation_deleted",
+                target=f"run {a.run_key}"[:255],
+                details={k: v for k, v in summary(a).items() if k not in ("text",)}
+                | {"text": a.text[:200] or None},
+            )
+            for a in rows
+        )
+    return len(rows)
 
 
 def of_runs(runs: list[models.Run]) -> dict[int, list[models.Annotation]]:

@@ -426,6 +426,35 @@ def run_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
     return response
 
 
+@csrf_exempt
+def run_annotation(request: HttpRequest, run_id: str, pk: int) -> JsonResponse:
+    """``DELETE``: take back an annotation that this token wrote (a token with the
+    ``annotate`` scope; an editor deletes any on the run page). Audited."""
+    if request.method != "DELETE":
+        response = error_response("this address answers DELETE", 405)
+        response["Allow"] = "DELETE"
+        return response
+    return _delete_annotation(request, run_id, pk)
+
+
+@token_required(allow_session=False, scope=models.IngestToken.ANNOTATE)
+def _delete_annotation(request: HttpRequest, run_id: str, pk: int) -> JsonResponse:
+    try:
+        run = transcripts.get_run(request.project, run_id)
+    except Http404:
+        return error_response(f"no run {run_id!r}", 404)
+    author = f"token:{request.ingest_token.name}"
+    found = run.annotations.filter(pk=pk).values_list("author", flat=True).first()
+    if found is None:
+        return error_response(f"no annotation {pk} on run {run_id!r}", 404)
+    if found != author:
+        return error_response(
+            f"annotation {pk} was written by {found}: a token takes back only its own (editors, any)", 403
+        )
+    annotation_store.delete(run.annotations.filter(pk=pk, author=author), actor=author)
+    return JsonResponse({"ok": True, "deleted": pk})
+
+
 @token_required(allow_session=True, scope=models.IngestToken.READ)
 def _list_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
     try:

@@ -387,6 +387,10 @@ class Annotation(models.Model):
     text = models.TextField(blank=True, help_text="A categorical score's value, or a comment.")
     author = models.CharField(max_length=255, help_text='A username, or "token:<name>".')
     created_at = models.DateTimeField(auto_now_add=True)
+    # Where a score is counted in ``DailyScore``: its run's day and agent when it was
+    # written (kept here, so taking it off takes off exactly what was added).
+    day = models.DateField(null=True, blank=True)
+    agent = models.CharField(max_length=255, blank=True)
 
     class Meta:
         indexes = [
@@ -737,6 +741,31 @@ class DailyLatency(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.kind} bucket {self.bucket}"
+
+
+class DailyScore(models.Model):
+    """Scores per day (of their run, as ``DailyStat``), agent, name and category (issue
+    #18): how many, and the sum of the numeric ones (``category`` empty); a categorical
+    score counts under its value. Kept as annotations are written and deleted, so that the
+    stats page reads at most a row per day, agent and score, whatever their number."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    agent = models.CharField(max_length=255, blank=True)
+    name = models.CharField(max_length=64)
+    category = models.CharField(max_length=64, blank=True)
+    count = models.BigIntegerField(default=0)
+    total = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "day", "agent", "name", "category"], name="dailyscore_day_agent_name_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.name} {self.category or 'numeric'} {self.agent}"
 
 
 # -- the project of the page being drawn -------------------------------------------------

@@ -158,6 +158,16 @@ def annotation_add(request: HttpRequest, run_id: str) -> HttpResponse:
     return HttpResponseRedirect(run.get_absolute_url() + "#annotations")
 
 
+@require_POST
+@access.project_view("annotate")
+def annotation_delete(request: HttpRequest, run_id: str, pk: int) -> HttpResponse:
+    """An editor takes an annotation of the run back (any author's: audited)."""
+    run = transcripts.get_run(request.project, run_id)
+    if not annotation_store.delete(run.annotations.filter(pk=pk), actor=request.user.get_username()):
+        raise Http404("no such annotation on this run")
+    return HttpResponseRedirect(run.get_absolute_url() + "#annotations")
+
+
 @require_http_methods(["GET", "POST"])
 @access.project_view("delete")
 def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:

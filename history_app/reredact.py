@@ -29,7 +29,7 @@ from .rendering import render_markdown
 OTHER_TEXTS = (
     ("sessions", models.Session, ("user_id", "agent_name", "framework")),
     ("receipts", models.IngestReceipt, ("label", "rejections", "changed_fields")),
-    ("annotations", models.Annotation, ("name", "text")),
+    ("annotations", models.Annotation, ("name", "text", "agent")),
 )
 CHANGED_KEYS = ("runs", *(key for key, _, _ in OTHER_TEXTS))
 
@@ -175,8 +175,16 @@ def _redact_rows(
         result.scanned[key] += len(batch)
         result.changed[key] += len(changed)
         if changed and not result.dry_run:
+            model = type(changed[0])
             with transaction.atomic():
-                type(changed[0]).objects.bulk_update(changed, list(names))
+                # Scores are counted under their names, categories and agents: taken off
+                # as stored and added back as redacted.
+                scores = models.Annotation.objects.filter(pk__in=[row.pk for row in changed])
+                if model is models.Annotation:
+                    rollups.count_scores(scores, -1)
+                model.objects.bulk_update(changed, list(names))
+                if model is models.Annotation:
+                    rollups.count_scores(scores, 1)
         result.batches += 1
         if progress is not None:
             progress(result)

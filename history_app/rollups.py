@@ -5,7 +5,9 @@
 - ``DailyStat``: runs, failed runs, tool calls and failed calls per day and tool (the stats
   page);
 - ``DailyUsage``: model calls, tokens and cost per day, model and agent; ``DailyLatency``:
-  how many runs and model calls took how long, per day, in buckets (issue #14).
+  how many runs and model calls took how long, per day, in buckets (issue #14);
+- ``DailyScore``: scores per day, agent, name and category (issue #18), kept as
+  annotations are written, deleted, redacted or pruned with their runs.
 
 Ingestion adds what it writes; a run rewritten takes off what it held first; pruning takes
 off what it deletes. Every change is an upsert of sums, rows in a fixed order (two writers
@@ -202,12 +204,44 @@ def apply(deltas: Deltas, project_id: int | None) -> None:
 
 
 def take_off_stored(run_pks: list[int]) -> None:
-    """Take stored runs (of any projects) off their projects' daily counts."""
+    """Take stored runs (of any projects), and the scores given to them, off their
+    projects' daily counts (the runs are being deleted)."""
     by_project: dict[int, list[int]] = defaultdict(list)
     for pk, project_id in models.Run.objects.filter(pk__in=run_pks).values_list("pk", "project_id"):
         by_project[project_id].append(pk)
     for project_id, pks in sorted(by_project.items()):
         apply(stored_contributions(pks), project_id)
+    count_scores(models.Annotation.objects.filter(run_id__in=run_pks), -1)
+
+
+def count_scores(annotations: Iterable[Any], sign: int) -> None:
+    """Add (``sign`` 1) or take off (-1) annotations' scores in their projects'
+    ``DailyScore`` rows, at the day and agent each one noted when it was written. Given
+    a queryset, only the scores are read."""
+    if hasattr(annotations, "filter"):
+        annotations = annotations.filter(kind=models.Annotation.SCORE).only(
+            "project_id", "kind", "day", "agent", "name", "text", "value"
+        )
+    by_project: dict[int, dict[tuple[Any, ...], list[float]]] = defaultdict(lambda: defaultdict(_score_row))
+    for a in annotations:
+        if a.kind != models.Annotation.SCORE or a.day is None:
+            continue
+        row = by_project[a.project_id][a.day, a.agent, a.name, "" if a.value is not None else a.text[:64]]
+        row[0] += sign
+        row[1] += sign * (a.value or 0.0)
+    for project_id, rows in sorted(by_project.items()):
+        _upsert(
+            models.DailyScore,
+            project_id,
+            ("day", "agent", "name", "category"),
+            ("count", "total"),
+            rows.items(),
+            counts=("count",),
+        )
+
+
+def _score_row() -> list[float]:
+    return [0, 0.0]
 
 
 def _upsert(

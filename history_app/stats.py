@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Avg, Count, F, Max, Sum
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models import Count, Max, Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import models, rollups
@@ -157,41 +157,57 @@ MAX_SCORE_NAMES = 20
 
 def scores(*, project: models.Project, since: Any) -> dict[str, Any]:
     """The scores given to the window's runs (by the day each run started, else was
-    received): for each name, how many and the mean of the numeric ones, the counts of
-    the categorical ones; the mean per day and per agent. Four queries."""
-    given = (
-        models.Annotation.objects.filter(project=project, kind=models.Annotation.SCORE)
-        .annotate(when=Coalesce("run__started_at", "run__received_at"))
-        .filter(when__gte=since)
-    )
+    received, when the score was written): for each name, how many and the mean of the
+    numeric ones, the counts of the categorical ones; the mean per day and per agent. Four
+    queries of the daily score rollup (``DailyScore``), whatever the number of scores."""
+    given = models.DailyScore.objects.filter(project=project, day__gte=since.date())
+    numeric = Q(category="")
     names = list(
         given.values("name")
-        .annotate(count=Count("id"), mean=Avg("value"))
-        .order_by("-count", "name")[:MAX_SCORE_NAMES]
+        .annotate(
+            scores=Sum("count"),
+            numeric_count=Sum("count", filter=numeric),
+            numeric_total=Sum("total", filter=numeric),
+        )
+        .filter(scores__gt=0)
+        .order_by("-scores", "name")[:MAX_SCORE_NAMES]
     )
     shown = [row["name"] for row in names]
     categories: dict[str, dict[str, int]] = {}
     for row in (
-        given.filter(name__in=shown, value__isnull=True)
-        .values("name", "text")
-        .annotate(count=Count("id"))
-        .order_by("name", "-count", "text")
+        given.filter(name__in=shown)
+        .exclude(category="")
+        .values("name", "category")
+        .annotate(scores=Sum("count"))
+        .filter(scores__gt=0)
+        .order_by("name", "-scores", "category")
     ):
-        categories.setdefault(row["name"], {})[row["text"]] = row["count"]
-    numeric = given.filter(name__in=shown, value__isnull=False)
-    per_day = list(
-        numeric.annotate(day=TruncDate("when"))
-        .values("day", "name")
-        .annotate(count=Count("id"), mean=Avg("value"))
+        categories.setdefault(row["name"], {})[row["category"]] = row["scores"]
+
+    def means(rows: Any) -> list[dict[str, Any]]:
+        out = []
+        for row in rows:
+            count, total = row.pop("scores"), row.pop("sum")
+            out.append({**row, "count": count, "mean": total / count})
+        return out
+
+    numbers = given.filter(name__in=shown, category="")
+    per_day = means(
+        numbers.values("day", "name")
+        .annotate(scores=Sum("count"), sum=Sum("total"))
+        .filter(scores__gt=0)
         .order_by("day", "name")
     )
-    per_agent = list(
-        numeric.annotate(agent=F("run__agent_name"))
-        .values("agent", "name")
-        .annotate(count=Count("id"), mean=Avg("value"))
-        .order_by("name", "-count", "agent")[: MAX_SCORE_NAMES * 10]
+    per_agent = means(
+        numbers.values("agent", "name")
+        .annotate(scores=Sum("count"), sum=Sum("total"))
+        .filter(scores__gt=0)
+        .order_by("name", "-scores", "agent")[: MAX_SCORE_NAMES * 10]
     )
     for row in names:
+        row["count"] = row.pop("scores")
+        numeric_count, numeric_total = row.pop("numeric_count"), row.pop("numeric_total")
+        row["mean"] = numeric_total / numeric_count if numeric_count else None
         row["categories"] = categories.get(row["name"], {})
     return {"names": names, "per_day": per_day, "per_agent": per_agent}
 

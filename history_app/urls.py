@@ -40,6 +40,11 @@ project_patterns = [
     path("runs/<id:run_id>/context/<int:number>/text/", views.context_text, name="context_text"),
     path("runs/<id:run_id>/export.<str:fmt>", views.run_export, name="run_export"),
     path("runs/<id:run_id>/annotations/", project_pages.annotation_add, name="annotation_add"),
+    path(
+        "runs/<id:run_id>/annotations/<int:pk>/delete/",
+        project_pages.annotation_delete,
+        name="annotation_delete",
+    ),
     path("sessions/<id:session_id>/export.<str:fmt>", views.session_export, name="session_export"),
     path("compare/", views.compare_runs, name="compare"),
     path("receipts/", views.receipt_list, name="receipt_list"),
@@ -71,6 +76,11 @@ history_patterns = [
     path("api/v1/sessions/<id:session_id>", api.session_detail, name="api_session_detail"),
     path("api/v1/runs/<id:run_id>", api.run_detail, name="api_run_detail"),
     path("api/v1/runs/<id:run_id>/annotations", api.run_annotations, name="api_run_annotations"),
+    path(
+        "api/v1/runs/<id:run_id>/annotations/<int:pk>",
+        api.run_annotation,
+        name="api_run_annotation",
+    ),
     path("api/v1/sessions/<id:session_id>/timeline", api.session_timeline, name="api_session_timeline"),
     path("api/v1/stats", api.project_stats, name="api_stats"),
     path("api/v1/compare", api.compare_runs, name="api_compare"),

@@ -315,3 +315,180 @@ def test_unstorable_characters_and_huge_numbers_never_reach_the_database_as_they
         **evaluator,
     )
     assert huge.status_code == 400 and huge.json()["errors"][0]["path"] == "$.value"
+
+
+def _counted() -> dict[tuple, tuple[int, float]]:
+    """The daily score rollup, as (day, agent, name, category) -> (count, total)."""
+    return {
+        (row.day, row.agent, row.name, row.category): (row.count, row.total)
+        for row in models.DailyScore.objects.all()
+    }
+
+
+def _recounted() -> dict[tuple, tuple[int, float]]:
+    """What the rollup should hold: the stored scores counted anew."""
+    expected: dict[tuple, list] = {}
+    for a in models.Annotation.objects.filter(kind="score"):
+        row = expected.setdefault((a.day, a.agent, a.name, "" if a.value is not None else a.text), [0, 0.0])
+        row[0] += 1
+        row[1] += a.value or 0.0
+    return {key: (count, pytest.approx(total)) for key, (count, total) in expected.items()}
+
+
+def test_scores_are_counted_by_day_and_agent_as_they_are_written_and_deleted(
+    run, evaluator, alice_client, ingest
+):
+    """The stats page reads the scores from a daily rollup kept as they are written and
+    taken back (through the API, the run page and the admin), so that it reads a row per
+    day, agent and score whatever their number."""
+    from django.utils import timezone
+
+    ingest(native("r2", "s2", agent_name="Poet"))
+    body = [
+        {"kind": "score", "name": "correct", "value": 1},
+        {"kind": "score", "name": "correct", "value": 0.25},
+        {"kind": "score", "name": "tone", "text": "formal"},
+        {"kind": "label", "name": "golden"},
+    ]
+    mine = post(Client(), body, evaluator).json()["annotations"]
+    post(
+        Client(),
+        [{"kind": "score", "name": "correct", "value": -2}],
+        evaluator,
+        "/api/v1/runs/r2/annotations",
+    )
+    first, second = models.Run.objects.get(run_id="r"), models.Run.objects.get(run_id="r2")
+    day = timezone.localtime(first.started_at or first.received_at).date()
+    other_day = timezone.localtime(second.started_at or second.received_at).date()
+    assert _counted() == _recounted()
+    assert _counted()[day, "", "correct", ""] == (2, 1.25)
+    assert _counted()[day, "", "tone", "formal"] == (1, 0.0)
+    assert _counted()[other_day, "Poet", "correct", ""] == (1, -2.0)
+
+    # A token takes back its own score; another evaluator's token may not; an unknown one is a 404.
+    client = Client()
+    url = f"/api/v1/runs/r/annotations/{mine[0]['id']}"
+    _, other = register_token(name="other-evaluator", scopes=["annotate"])
+    refused = client.delete(url, HTTP_AUTHORIZATION=f"Bearer {other}")
+    assert refused.status_code == 403 and "token:evaluator" in refused.json()["error"]
+    _, reader = register_token(name="reader", scopes=["read"])
+    assert client.delete(url, HTTP_AUTHORIZATION=f"Bearer {reader}").status_code == 403
+    assert client.get(url, **evaluator).status_code == 405
+    assert client.delete(url, **evaluator).json() == {"ok": True, "deleted": mine[0]["id"]}
+    assert client.delete(url, **evaluator).status_code == 404
+    assert _counted()[day, "", "correct", ""] == (1, 0.25) and _counted() == _recounted()
+    event = models.AuditEvent.objects.get(action="annotation_deleted")
+    assert (event.actor, event.target, event.details["name"], event.details["value"]) == (
+        "token:evaluator",
+        "run r",
+        "correct",
+        1.0,
+    )
+
+    # An editor takes back any author's annotation on the run page; the session's count
+    # and its ``annotated`` facet follow.
+    page = alice_client.get("/p/default/runs/r/").content.decode()
+    delete_url = f"/p/default/runs/r/annotations/{mine[2]['id']}/delete/"
+    assert f'action="{delete_url}"' in page
+    response = alice_client.post(delete_url)
+    assert response.status_code == 302 and response["Location"].endswith("/runs/r/#annotations")
+    assert (day, "", "tone", "formal") not in _counted() and _counted() == _recounted()
+    assert alice_client.post(delete_url).status_code == 404
+    assert models.Session.objects.get(session_id="s").annotation_count == 2
+    listed = alice_client.get("/api/v1/sessions", {"annotated": "tone"}).json()["sessions"]
+    assert listed == []
+    stats = alice_client.get("/api/v1/stats?days=30").json()["scores"]
+    assert {row["name"]: (row["count"], row["mean"]) for row in stats["names"]} == {
+        "correct": (2, pytest.approx((0.25 - 2) / 2))
+    }
+
+
+def test_a_viewer_may_not_delete_an_annotation(run, evaluator, client, django_user_model):
+    created = post(Client(), [{"kind": "label", "name": "kept"}], evaluator).json()["annotations"]
+    viewer = django_user_model.objects.create_user("vera", password="vera-password-1")
+    models.Membership.objects.create(
+        project=models.Project.default(), user=viewer, role=models.Membership.VIEWER
+    )
+    client.force_login(viewer)
+    assert (
+        "annotations/" + str(created[0]["id"]) + "/delete/"
+        not in client.get("/p/default/runs/r/").content.decode()
+    )
+    assert client.post(f"/p/default/runs/r/annotations/{created[0]['id']}/delete/").status_code == 403
+    assert models.Annotation.objects.count() == 1
+
+
+def test_deleting_in_the_admin_keeps_the_counts(run, evaluator, admin_client):
+    created = post(
+        Client(),
+        [{"kind": "score", "name": "correct", "value": 1}, {"kind": "label", "name": "golden"}],
+        evaluator,
+    ).json()["annotations"]
+    response = admin_client.post(
+        "/admin/history_app/annotation/",
+        {"action": "delete_selected", "_selected_action": [a["id"] for a in created], "post": "yes"},
+    )
+    assert response.status_code == 302 and not models.Annotation.objects.exists()
+    assert not models.DailyScore.objects.exists()
+    assert models.Session.objects.get(session_id="s").annotation_count == 0
+    assert not models.SessionFacet.objects.filter(facet="annotation").exists()
+    assert models.AuditEvent.objects.filter(action="annotation_deleted", actor="admin").count() == 2
+
+
+def test_scores_leave_the_rollup_with_their_pruned_runs_and_follow_redaction(run, evaluator, ingest):
+    from history_app import reredact
+
+    post(Client(), [{"kind": "score", "name": "correct", "value": 1}], evaluator)
+    # A score stored under older rules: its category and its run's agent held a secret.
+    models.Annotation.objects.create(
+        project_id=run.project_id,
+        run=run,
+        kind="score",
+        name="leak",
+        text=SECRET[:40],
+        agent=SECRET,
+        day=models.Annotation.objects.get().day,
+        author="old",
+    )
+    from history_app import rollups
+
+    rollups.count_scores(models.Annotation.objects.filter(name="leak"), 1)
+    assert reredact.redact_stored().changed["annotations"] == 1
+    assert _counted() == _recounted()
+    assert not [row for row in _counted() if any(SECRET[:20] in part for part in map(str, row))]
+    retention.prune_sessions(session_ids=[run.session_id], trigger="test")
+    assert not models.DailyScore.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_counts_the_scores_already_stored(ingest):
+    """Annotations written before the daily score rollup are given their run's day and
+    agent, and counted."""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    ingest(native("old", "s-old", agent_name="Calc"))
+    call_command("migrate", "history_app", "0017", verbosity=0)
+    state = MigrationExecutor(connection).loader.project_state(
+        ("history_app", "0017_session_annotation_count")
+    )
+    Annotation = state.apps.get_model("history_app", "Annotation")
+    run = models.Run.objects.get(run_id="old")
+    for kind, name, value, text in [
+        ("score", "correct", 1.0, ""),
+        ("score", "correct", 0.0, ""),
+        ("score", "tone", None, "formal"),
+        ("comment", "", None, "hm"),
+    ]:
+        Annotation.objects.create(
+            project_id=run.project_id, run_id=run.pk, kind=kind, name=name, value=value, text=text, author="x"
+        )
+    call_command("migrate", "history_app", verbosity=0)
+    day = timezone.localtime(run.started_at).date()
+    assert set(models.Annotation.objects.values_list("day", "agent")) == {(day, "Calc")}
+    assert _counted() == {
+        (day, "Calc", "correct", ""): (2, 1.0),
+        (day, "Calc", "tone", "formal"): (1, 0.0),
+    }
