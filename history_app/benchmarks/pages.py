@@ -12,7 +12,9 @@ runs of the benchmark (a SQLite file outside the work tree; on PostgreSQL the
 ``BENCH_DATABASE_URL`` database, whose history tables are EMPTIED when it holds a different
 number of runs). The filler writes through the same bulk path and rollups as ingestion
 (``bulk.insert_runs``), without HTTP and without redaction (the shape holds no secret):
-what is measured here is reading. One database at a time.
+what is measured here is reading. One database at a time. Then the runs are annotated
+once (``annotate``: scores on one run in 10, a label on one in 100, a comment on one in
+50), counted as ``annotations.add`` counts them.
 
 Each page is requested ``--requests`` times by a logged-in Django test client (after one
 unmeasured request), in process: the time is the server's, template rendering included.
@@ -154,6 +156,68 @@ def fill(runs: int, *, batch: int = 2000, workers: int = 0) -> float:
     return total / (time.perf_counter() - started)
 
 
+def annotate() -> int:
+    """Annotate the filled runs as evaluators and editors would (issue #18), once: a
+    numeric ``correct`` and a categorical ``verdict`` score on one run in 10, a ``golden``
+    label on one in 100, a comment on one in 50; counted, faceted and summed per session
+    as ``annotations.add`` does. How many were written (none when the fill has them)."""
+    from django.db import connection, transaction
+
+    from history_app import models, rollups
+
+    if models.Annotation.objects.exists():
+        return 0
+    written = 0
+    runs = models.Run.objects.order_by("pk").values_list(
+        "pk", "project_id", "run_id", "status", "started_at", "received_at", "agent_name"
+    )
+    chunk: list = []
+
+    def flush() -> None:
+        with transaction.atomic():
+            models.Annotation.objects.bulk_create(chunk)
+            rollups.count_scores(chunk, 1)
+
+    for pk, project_id, run_id, status, started, received, agent in runs.iterator(chunk_size=20_000):
+        n = int(run_id[4:])
+        common = {
+            "project_id": project_id,
+            "run_id": pk,
+            "author": "token:bench-evaluator",
+            "day": rollups.day_of(started or received),
+            "agent": agent,
+        }
+        if n % 10 == 3:
+            value = 0.0 if status == "failed" else (n // 10 % 5) / 4
+            verdict = "fail" if status == "failed" else ("pass", "partial")[n // 10 % 2]
+            chunk.append(models.Annotation(kind="score", name="correct", value=value, **common))
+            chunk.append(models.Annotation(kind="score", name="verdict", text=verdict, **common))
+        if n % 100 == 42:
+            chunk.append(models.Annotation(kind="label", name="golden", **common))
+        if n % 50 == 17:
+            chunk.append(
+                models.Annotation(kind="comment", text=f"Checked run {run_id}: plausible.", **common)
+            )
+        if len(chunk) >= 5000:
+            flush()
+            written, chunk = written + len(chunk), []
+    if chunk:
+        flush()
+        written += len(chunk)
+    facets = rollups.ANNOTATION_FACETS_SQL.format(where="1 = 1")
+    session, annotation, run = (m._meta.db_table for m in (models.Session, models.Annotation, models.Run))
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {models.SessionFacet._meta.db_table} (session_id, facet, value) {facets} "
+            "ON CONFLICT (session_id, facet, value) DO NOTHING"
+        )
+        cursor.execute(
+            f"UPDATE {session} SET annotation_count = (SELECT COUNT(*) FROM {annotation} a "
+            f"JOIN {run} r ON r.id = a.run_id WHERE r.session_id = {session}.id)"
+        )
+    return written
+
+
 def _written_batches(runs: int, batch: int) -> dict[int, int] | None:
     """How many runs of each batch of this fill are stored (a batch is written in one
     transaction: all or none of it, but for a fill interrupted before batches had a fixed
@@ -261,7 +325,7 @@ def pages(runs: int) -> list[tuple[str, str]]:
     last = runs - 1
     session = f"sess-{last // 10:06d}"
     inspected = max(i for i in range(min(runs, 1000)) if i % 500 == 499 and i % 10 != 0)
-    middle = f"run-{runs // 2:07d}"
+    middle = f"run-{runs // 2 + 3:07d}"  # scored (annotate: one run in 10)
     lists = [
         ("sessions", ""),
         ("sort oldest", "sort=oldest"),
@@ -280,7 +344,9 @@ def pages(runs: int) -> list[tuple[str, str]]:
         ("search common word", "q=workflow"),
         ("search + tool", f"q=workflow&tool={shape.TOOLS[3]}"),
         ("sort annotations", "sort=annotations"),
-        ("annotated (none)", "annotated=correct"),
+        ("annotated correct (1 run in 10)", "annotated=correct"),
+        ("annotated golden (1 in 100)", "annotated=golden"),
+        ("annotated unknown (none)", "annotated=no_such_score"),
     ]
     found = []
     for label, query in lists:
@@ -300,8 +366,8 @@ def pages(runs: int) -> list[tuple[str, str]]:
         ("stats 30 days", "/p/default/stats/"),
         ("stats 7 days", "/p/default/stats/?days=7"),
         ("api stats 30 days", "/api/v1/stats?days=30"),
-        ("compare two runs", f"/p/default/compare/?a={middle}&b=run-{runs // 2 + 1:07d}"),
-        ("api compare", f"/api/v1/compare?a={middle}&b=run-{runs // 2 + 1:07d}"),
+        ("compare two runs", f"/p/default/compare/?a={middle}&b=run-{runs // 2 + 4:07d}"),
+        ("api compare", f"/api/v1/compare?a={middle}&b=run-{runs // 2 + 4:07d}"),
         ("api run annotations", f"/api/v1/runs/{middle}/annotations"),
         ("receipts", "/p/default/receipts/"),
         ("api receipts", "/api/v1/receipts"),
@@ -386,6 +452,11 @@ def main() -> None:
     print(f"{args.runs:,} runs of the standard shape on {connection.vendor}, {os.cpu_count()} cores")
     rate = fill(args.runs, workers=args.workers)
     print(f"  fill: {'reused' if not rate else f'{rate:,.0f} runs/s'}")
+    started = time.perf_counter()
+    if annotated := annotate():
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+        print(f"  annotated: {annotated:,} annotations in {time.perf_counter() - started:.0f} s", flush=True)
     sample = [shape.run_dict(i, model_calls=True) for i in range(2000)]
     raw_sqlite.measure(sample)
     raw = raw_sqlite.measure.last_size / len(sample)
