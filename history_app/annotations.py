@@ -156,6 +156,8 @@ def add(run: models.Run, items: list[dict[str, Any]], *, author: str) -> list[mo
         # The sessions list filters on them (``annotated``), from the session's facets.
         rollups.add_facets(rollups.annotation_facets(created, run.session_id))
         rollups.count_scores(created, 1)
+        if any(a.kind == models.Annotation.SCORE and a.value is not None for a in created):
+            rollups.refresh_scores([run.session_id])
     return created
 
 

@@ -24,7 +24,11 @@ SESSION_SORTS = {
     "runs": ("run_count", True),
     "failures": ("failed_count", True),
     "annotations": ("annotation_count", True),
+    # By the mean of the numeric score named in ``annotated`` (sessions without it left out).
+    "score_low": ("score_mean", False),
+    "score_high": ("score_mean", True),
 }
+SCORE_SORTS = ("score_low", "score_high")
 TRUE_VALUES = {"1", "on", "true"}
 
 
@@ -141,6 +145,10 @@ class SessionFilterForm(QueryForm):
         if data.get("from") and data.get("to") and data["from"] > data["to"]:
             raise ValidationError("the end of the date range is before its start")
         data["sort"] = data.get("sort") or "recent"
+        if data["sort"] in SCORE_SORTS and data.get("annotated", "") in ("", "comment"):
+            self.add_error(
+                "sort", "sorting by a score needs the score's name in annotated (annotated=correct)"
+            )
         return data
 
 

@@ -17,7 +17,7 @@ from django.http import Http404
 
 from . import models, search
 from .agent_history import records
-from .forms import SESSION_SORTS, SessionFilterForm
+from .forms import SCORE_SORTS, SESSION_SORTS, SessionFilterForm
 from .mapper import day_start
 from .paging import Page, keyset_page
 
@@ -100,7 +100,13 @@ class SessionFilters:
             queryset = queryset.filter(user_id=self.user)
         if self.tool:
             queryset = queryset.filter(_having(models.SessionFacet.TOOL, self.tool))
-        if self.annotated:
+        if self.sort in SCORE_SORTS:
+            # Sorted by a score: the sessions that have it, each with its mean, read from
+            # the (name, mean) index of the sessions' scores.
+            queryset = queryset.filter(scores__name=self.annotated).annotate(
+                score_mean=F("scores__mean"), score_count=F("scores__count")
+            )
+        elif self.annotated:
             values = (
                 ["comment"]
                 if self.annotated == "comment"
@@ -148,7 +154,12 @@ def sessions_page(
     filters = filters or SessionFilters()
     field, descending = SESSION_SORTS[filters.sort]
     sessions = models.Session.objects.filter(project=project)
-    if filters.q and connection.vendor == "sqlite" and search.terms(filters.q):
+    if (
+        filters.q
+        and connection.vendor == "sqlite"
+        and search.terms(filters.q)
+        and filters.sort not in SCORE_SORTS
+    ):
         page = _broad_search_page(
             sessions, filters, field=field, after=after, limit=limit, descending=descending
         )
@@ -335,6 +346,12 @@ def session_summary(session: models.Session) -> dict[str, Any]:
         "cost": session.cost,
         "mean_duration_ms": session.mean_duration_ms,
         "annotation_count": session.annotation_count,
+        # Sorted by a score: the session's mean of it and how many it has.
+        **(
+            {"score": {"mean": session.score_mean, "count": session.score_count}}
+            if hasattr(session, "score_mean")
+            else {}
+        ),
     }
 
 

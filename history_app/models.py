@@ -672,6 +672,26 @@ class SessionFacet(models.Model):
         return f"{self.facet}={self.value} in session {self.session_id}"
 
 
+class SessionScore(models.Model):
+    """A session's numeric scores of one name (issue #18): how many, their sum and mean,
+    recounted from its runs' annotations whenever they change (``rollups``). The sessions
+    list sorted by a score walks the (name, mean) index instead of averaging every
+    session's scores."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="scores")
+    name = models.CharField(max_length=64)
+    count = models.IntegerField(default=0)
+    total = models.FloatField(default=0)
+    mean = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "name"], name="sessionscore_uniq")]
+        indexes = [models.Index(fields=["name", "mean", "session"], name="sessionscore_mean_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.mean:g} × {self.count} in session {self.session_id}"
+
+
 class DailyStat(models.Model):
     """The stats page's counts, per day (in ``TIME_ZONE``, of when a run started, else was
     received): with ``tool`` empty, the day's runs and failed runs; with a tool, its calls

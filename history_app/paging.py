@@ -9,10 +9,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Q
 
 
@@ -31,7 +33,7 @@ class BadCursor(BadParameter):
         super().__init__("_next", message)
 
 
-def encode_cursor(value: datetime | int, pk: int) -> str:
+def encode_cursor(value: datetime | float, pk: int) -> str:
     raw = json.dumps([value.isoformat() if isinstance(value, datetime) else value, pk]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -43,16 +45,20 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number")
 
 
-def decode_cursor(token: str, *, is_datetime: bool = True) -> tuple[datetime | int, int]:
+def decode_cursor(token: str, *, is_datetime: bool = True, is_float: bool = False) -> tuple[Any, int]:
     """The (value, id) a ``_next`` token holds. Anything this server could not have handed
-    out is a ``BadCursor``: a float, NaN or a number past 64 bits (the databases would
-    refuse it), or a time without a zone or one that falls outside the years 1–9999 in UTC
-    (the databases compare in UTC)."""
+    out is a ``BadCursor``: a float (unless ``is_float``: a score's mean), NaN or a number
+    past 64 bits (the databases would refuse it), or a time without a zone or one that
+    falls outside the years 1–9999 in UTC (the databases compare in UTC)."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         value, pk = json.loads(raw, parse_constant=_reject_constant)
         if type(pk) is not int or not 0 <= pk <= _MAX_BIGINT:
             raise ValueError("bad id")
+        if is_float:
+            if type(value) not in (int, float) or not math.isfinite(value) or abs(value) > 1e308:
+                raise ValueError("bad number")
+            return float(value), pk
         if not is_datetime:
             if type(value) is not int or not -_MAX_BIGINT <= value <= _MAX_BIGINT:
                 raise ValueError("bad number")
@@ -81,8 +87,11 @@ def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int, des
     sign, beyond = ("-", "lt") if descending else ("", "gt")
     queryset = queryset.order_by(f"{sign}{field}", f"{sign}id")
     if after:
-        is_datetime = queryset.model._meta.get_field(field).get_internal_type() == "DateTimeField"
-        value, pk = decode_cursor(after, is_datetime=is_datetime)
+        try:
+            kind = queryset.model._meta.get_field(field).get_internal_type()
+        except FieldDoesNotExist:  # an annotation: a score's mean
+            kind = "FloatField"
+        value, pk = decode_cursor(after, is_datetime=kind == "DateTimeField", is_float=kind == "FloatField")
         queryset = queryset.filter(
             Q(**{f"{field}__{beyond}": value}) | Q(**{field: value, f"id__{beyond}": pk})
         )

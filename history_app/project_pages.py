@@ -161,10 +161,10 @@ def annotation_add(request: HttpRequest, run_id: str) -> HttpResponse:
 @require_POST
 @access.project_view("annotate")
 def annotation_delete(request: HttpRequest, run_id: str, pk: int) -> HttpResponse:
-    """An editor takes an annotation of the run back (any author's: audited)."""
+    """An editor takes an annotation of the run back (any author's: audited). Back to the
+    run page whether it was still there or not (a form sent twice deletes once)."""
     run = transcripts.get_run(request.project, run_id)
-    if not annotation_store.delete(run.annotations.filter(pk=pk), actor=request.user.get_username()):
-        raise Http404("no such annotation on this run")
+    annotation_store.delete(run.annotations.filter(pk=pk), actor=request.user.get_username())
     return HttpResponseRedirect(run.get_absolute_url() + "#annotations")
 
 

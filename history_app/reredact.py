@@ -177,14 +177,16 @@ def _redact_rows(
         if changed and not result.dry_run:
             model = type(changed[0])
             with transaction.atomic():
-                # Scores are counted under their names, categories and agents: taken off
-                # as stored and added back as redacted.
-                scores = models.Annotation.objects.filter(pk__in=[row.pk for row in changed])
+                # Scores are counted under their names, categories and agents, and
+                # sessions are filtered and sorted on their names: taken off as stored
+                # and added back as redacted.
+                notes = models.Annotation.objects.filter(pk__in=[row.pk for row in changed])
                 if model is models.Annotation:
-                    rollups.count_scores(scores, -1)
+                    rollups.count_scores(notes, -1)
                 model.objects.bulk_update(changed, list(names))
                 if model is models.Annotation:
-                    rollups.count_scores(scores, 1)
+                    rollups.count_scores(notes, 1)
+                    rollups.refresh_facets(notes.values_list("run__session_id", flat=True))
         result.batches += 1
         if progress is not None:
             progress(result)

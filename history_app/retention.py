@@ -255,8 +255,9 @@ def prune_sessions(
                 # Before the rows it is rebuilt from go (SQLite's index keeps no copy).
                 result.counts["search_documents"] += search.unindex_stored(run_ids)
                 rollups.take_off_stored(run_ids)
-                facets = models.SessionFacet.objects.filter(session_id__in=batch)
-                facets._raw_delete(facets.db)
+                for rollup in (models.SessionFacet, models.SessionScore):
+                    rows = rollup.objects.filter(session_id__in=batch)
+                    rows._raw_delete(rows.db)
                 for key, queryset in _child_querysets(batch, run_ids):
                     result.counts[key] += queryset._raw_delete(queryset.db)
                 models.AuditEvent.objects.filter(pk=event.pk).update(

@@ -345,8 +345,31 @@ def annotation_facets(annotations: Iterable[Any], session_pk: int) -> list[tuple
     ]
 
 
+# Each session's numeric scores per name, from its runs' annotations (``SessionScore``).
+SESSION_SCORES_SQL = (
+    "SELECT r.session_id, a.name, COUNT(*), SUM(a.value), AVG(a.value) "
+    "FROM history_app_annotation a JOIN history_app_run r ON r.id = a.run_id "
+    "WHERE a.kind = 'score' AND a.value IS NOT NULL AND {where} GROUP BY r.session_id, a.name"
+)
+
+
+def refresh_scores(session_pks: Iterable[int]) -> None:
+    """Recount the numeric scores of sessions whose annotations changed."""
+    table = models.SessionScore._meta.db_table
+    with connection.cursor() as cursor:
+        for pk in sorted(set(session_pks)):
+            cursor.execute(f"DELETE FROM {table} WHERE session_id = %s", [pk])
+            cursor.execute(
+                f"INSERT INTO {table} (session_id, name, count, total, mean) "
+                + SESSION_SCORES_SQL.format(where="r.session_id = %s"),
+                [pk],
+            )
+
+
 def refresh_facets(session_pks: Iterable[int]) -> None:
-    """Recompute the facets of sessions whose runs were rewritten, moved or deleted."""
+    """Recompute the facets (and the scores) of sessions whose runs were rewritten, moved
+    or deleted, or whose annotations changed."""
+    refresh_scores(session_pks)
     table = models.SessionFacet._meta.db_table
     with connection.cursor() as cursor:
         for pk in sorted(set(session_pks)):

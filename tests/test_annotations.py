@@ -9,7 +9,7 @@ import json
 import math
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 
 from history_app import ingestion, models, retention
 from history_app.auth import register_token
@@ -393,7 +393,11 @@ def test_scores_are_counted_by_day_and_agent_as_they_are_written_and_deleted(
     response = alice_client.post(delete_url)
     assert response.status_code == 302 and response["Location"].endswith("/runs/r/#annotations")
     assert (day, "", "tone", "formal") not in _counted() and _counted() == _recounted()
-    assert alice_client.post(delete_url).status_code == 404
+    again = alice_client.post(delete_url)  # sent twice: deleted once, back to the run
+    assert (
+        again.status_code == 302
+        and models.AuditEvent.objects.filter(action="annotation_deleted").count() == 2
+    )
     assert models.Session.objects.get(session_id="s").annotation_count == 2
     listed = alice_client.get("/api/v1/sessions", {"annotated": "tone"}).json()["sessions"]
     assert listed == []
@@ -492,3 +496,86 @@ def test_the_migration_counts_the_scores_already_stored(ingest):
         (day, "Calc", "correct", ""): (2, 1.0),
         (day, "Calc", "tone", "formal"): (1, 0.0),
     }
+
+
+def test_the_sessions_list_sorts_by_a_scores_mean(evaluator, alice_client, ingest):
+    """``sort=score_low`` / ``score_high`` with ``annotated=<score name>``: the sessions
+    that have that numeric score, by its mean over their runs, paged by cursor; the
+    session's mean shows beside its title and in the twin."""
+    scores = {"s-a": [1, 0], "s-b": [0.25], "s-c": [1], "s-d": [], "s-e": [0.75, 0.75]}
+    for sid, values in scores.items():
+        for n, value in enumerate([*values, None]):
+            ingest(native(f"{sid}-{n}", sid))
+            if value is not None:
+                body = [{"kind": "score", "name": "correct", "value": value}]
+                post(Client(), body, evaluator, f"/api/v1/runs/{sid}-{n}/annotations")
+    # A label of the same name, and a categorical score, are not numeric scores.
+    post(Client(), [{"kind": "label", "name": "correct"}], evaluator, "/api/v1/runs/s-d-0/annotations")
+    post(
+        Client(),
+        [{"kind": "score", "name": "correct", "text": "yes"}],
+        evaluator,
+        "/api/v1/runs/s-d-0/annotations",
+    )
+
+    def listed(sort: str, **more) -> list[tuple[str, float, int]]:
+        rows = alice_client.get("/api/v1/sessions", {"annotated": "correct", "sort": sort, **more}).json()
+        return [(s["session_id"], s["score"]["mean"], s["score"]["count"]) for s in rows["sessions"]]
+
+    low = [("s-b", 0.25, 1), ("s-a", 0.5, 2), ("s-e", 0.75, 2), ("s-c", 1.0, 1)]
+    assert listed("score_low") == low
+    assert listed("score_high") == low[::-1]
+    # Paged: the cursor carries the mean.
+    with override_settings(HISTORY_PAGE_SIZE=2):
+        query = {"annotated": "correct", "sort": "score_low"}
+        first = alice_client.get("/api/v1/sessions", query).json()
+        assert [s["session_id"] for s in first["sessions"]] == ["s-b", "s-a"]
+        rest = alice_client.get("/api/v1/sessions", {**query, "_next": first["next"]}).json()
+        assert [s["session_id"] for s in rest["sessions"]] == ["s-e", "s-c"] and rest["next"] is None
+        forged = alice_client.get("/api/v1/sessions", {**query, "_next": "WyJ4IiwgMV0"})
+        assert forged.status_code == 400 and forged.json()["parameter"] == "_next"
+    page = alice_client.get("/p/default/", {"annotated": "correct", "sort": "score_low"}).content.decode()
+    rows = [page.index(f'href="/p/default/sessions/{sid}/"') for sid in ("s-b", "s-a", "s-e", "s-c")]
+    assert rows == sorted(rows) and 'href="/p/default/sessions/s-d/"' not in page
+    assert "correct: 0.500 (mean of 2)</span>" in page and "correct: 0.250</span>" in page
+    assert '<p class="total" id="total">4 sessions match</p>' in page
+    assert '<option value="score_low" selected>' in page
+    # Without a score's name, it is a 400 naming the parameter.
+    refused = alice_client.get("/api/v1/sessions", {"sort": "score_low"})
+    assert refused.status_code == 400 and refused.json()["parameter"] == "sort"
+    assert alice_client.get("/p/default/", {"sort": "score_high", "annotated": "comment"}).status_code == 400
+    # A score taken back moves its session.
+    taken = models.Annotation.objects.get(run__run_id="s-a-1")
+    assert Client().delete(f"/api/v1/runs/s-a-1/annotations/{taken.pk}", **evaluator).status_code == 200
+    assert listed("score_low")[:2] == [("s-b", 0.25, 1), ("s-e", 0.75, 2)]
+    assert ("s-a", 1.0, 1) in listed("score_low")
+    # A run sent again into another session takes its score along.
+    ingest(native("s-e-0", "s-b"))
+    assert listed("score_low")[:2] == [("s-b", 0.5, 2), ("s-e", 0.75, 1)]
+
+    # The list sorted by a score reads as many queries as any list, whatever it holds.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def count(sort: str) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            alice_client.get("/p/default/", {"annotated": "correct", "sort": sort})
+        return len(captured)
+
+    # The login session (2), the project and its menu, the page, its titles, its total and
+    # the framework menu: as the unsorted list (no facet probe: the scores are joined).
+    before = count("score_low")
+    assert before == 8
+    for n in range(30):
+        ingest(native(f"more-{n}", f"s-more-{n}"))
+        post(
+            Client(),
+            [{"kind": "score", "name": "correct", "value": n}],
+            evaluator,
+            f"/api/v1/runs/more-{n}/annotations",
+        )
+    assert count("score_low") == before == count("score_high")
+    retention.prune_sessions(
+        session_ids=list(models.Session.objects.values_list("pk", flat=True)), trigger="test"
+    )
+    assert not models.SessionScore.objects.exists() and not models.DailyScore.objects.exists()

@@ -161,6 +161,7 @@ ACCESS = {
     "p/<slug:project>/runs/<id:run_id>/context/<int:number>/text/": "read",
     "p/<slug:project>/compare/": "read",
     "p/<slug:project>/runs/<id:run_id>/annotations/": "post:annotate",
+    "p/<slug:project>/runs/<id:run_id>/annotations/<int:pk>/delete/": "post:annotate",
     "p/<slug:project>/runs/<id:run_id>/export.<str:fmt>": "export",
     "p/<slug:project>/sessions/<id:session_id>/export.<str:fmt>": "export",
     "p/<slug:project>/receipts/": "read",
@@ -188,6 +189,7 @@ ACCESS = {
     "api/v1/stats": "api",
     "api/v1/compare": "api",
     "api/v1/runs/<id:run_id>/annotations": "api",
+    "api/v1/runs/<id:run_id>/annotations/<int:pk>": "api",
     "api/v1/runs/<id:run_id>/contexts/<int:number>": "api",
 }
 

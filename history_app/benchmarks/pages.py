@@ -212,6 +212,10 @@ def annotate() -> int:
             "ON CONFLICT (session_id, facet, value) DO NOTHING"
         )
         cursor.execute(
+            f"INSERT INTO {models.SessionScore._meta.db_table} (session_id, name, count, total, mean) "
+            + rollups.SESSION_SCORES_SQL.format(where="1 = 1")
+        )
+        cursor.execute(
             f"UPDATE {session} SET annotation_count = (SELECT COUNT(*) FROM {annotation} a "
             f"JOIN {run} r ON r.id = a.run_id WHERE r.session_id = {session}.id)"
         )
@@ -347,6 +351,8 @@ def pages(runs: int) -> list[tuple[str, str]]:
         ("annotated correct (1 run in 10)", "annotated=correct"),
         ("annotated golden (1 in 100)", "annotated=golden"),
         ("annotated unknown (none)", "annotated=no_such_score"),
+        ("sort lowest correct", "annotated=correct&sort=score_low"),
+        ("sort highest correct", "annotated=correct&sort=score_high"),
     ]
     found = []
     for label, query in lists:
