@@ -333,13 +333,13 @@ def test_an_editor_scores_a_run_and_the_timeline_shows_it(page, live_server, dja
     page.select_option("#annotations select[name=kind]", "score")
     page.fill("#annotations input[name=name]", "helpfulness")
     page.fill("#annotations input[name=value]", "0.75")
-    page.click("#annotations button[type=submit]")
+    page.click("#annotations form.annotation-form button[type=submit]")
     page.wait_for_selector("#annotations .annotation-list")
     assert "helpfulness: 0.75" in page.inner_text("#annotations .annotation-list")
     assert "by alice" in page.inner_text("#annotations .annotation-list")
     page.select_option("#annotations select[name=kind]", "comment")
     page.fill("#annotations textarea[name=text]", "Short and right.")
-    page.click("#annotations button[type=submit]")
+    page.click("#annotations form.annotation-form button[type=submit]")
     page.wait_for_selector("#annotations pre.comment")
     page.goto(f"{live_server.url}/p/default/sessions/demo-workflow-blog/")
     badges = page.inner_text("#run-demo-wf-run-2 .notes")
@@ -347,4 +347,19 @@ def test_an_editor_scores_a_run_and_the_timeline_shows_it(page, live_server, dja
     page.goto(f"{live_server.url}/p/default/?annotated=helpfulness")
     assert page.locator("#session-rows code.sid").all_inner_texts() == ["demo-workflow-blog"]
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[page.width]["width"]
+    # Sorted by the score, from the filter panel: the session's mean beside its title.
+    if not page.locator("details.filter-panel").evaluate("d => d.open"):
+        page.click("details.filter-panel summary")
+    page.select_option("select[name=sort]", "score_low")
+    page.click("details.filter-panel button[type=submit]")
+    page.wait_for_url("**/?*sort=score_low*")
+    assert "annotated=helpfulness" in page.url
+    assert "helpfulness: 0.750" in page.inner_text("#session-rows .tag.score")
+    # Taken back on the run page: the comment goes, the score stays.
+    page.goto(f"{live_server.url}/p/default/runs/demo-wf-run-2/")
+    comment = page.locator("#annotations .annotation-list li", has_text="Short and right.")
+    with page.expect_navigation():
+        comment.locator("button", has_text="Delete").click()
+    assert page.locator("#annotations pre.comment").count() == 0
+    assert "helpfulness: 0.75" in page.inner_text("#annotations .annotation-list")
     assert page.problems == []
