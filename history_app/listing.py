@@ -183,8 +183,12 @@ def session_total(*, project: models.Project, filters: SessionFilters, page: Pag
         if page.next_cursor is None:
             return len(page.items), False
         return None
-    rows = filters.apply(models.Session.objects.filter(project=project)).values("pk")
-    count = rows[: TOTAL_CAP + 1].count()
+    # The rows the page was read from: the filters' probes (which plan each facet filter
+    # takes) are not made again.
+    matching = page.matching
+    if matching is None:
+        matching = filters.apply(models.Session.objects.filter(project=project))
+    count = matching.values("pk")[: TOTAL_CAP + 1].count()
     return min(count, TOTAL_CAP), count > TOTAL_CAP
 
 

@@ -75,6 +75,8 @@ def decode_cursor(token: str, *, is_datetime: bool = True, is_float: bool = Fals
 class Page:
     items: list[Any]
     next_cursor: str | None
+    # The rows the page was taken from (its filters applied, no cursor), for a count.
+    matching: Any = None
 
 
 def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int, descending: bool = True) -> Page:
@@ -85,6 +87,7 @@ def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int, des
     rows arrive.
     """
     sign, beyond = ("-", "lt") if descending else ("", "gt")
+    matching = queryset
     queryset = queryset.order_by(f"{sign}{field}", f"{sign}id")
     if after:
         try:
@@ -100,4 +103,4 @@ def keyset_page(queryset: Any, *, field: str, after: str | None, limit: int, des
     if len(rows) > limit:
         rows = rows[:limit]
         next_cursor = encode_cursor(getattr(rows[-1], field), rows[-1].pk)
-    return Page(rows, next_cursor)
+    return Page(rows, next_cursor, matching)

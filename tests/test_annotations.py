@@ -566,6 +566,9 @@ def test_the_sessions_list_sorts_by_a_scores_mean(evaluator, alice_client, inges
     # the framework menu: as the unsorted list (no facet probe: the scores are joined).
     before = count("score_low")
     assert before == 8
+    # Filtered by a name alone: one probe more (is the facet common?), made once for the
+    # page and its total.
+    assert count("annotations") == 9
     for n in range(30):
         ingest(native(f"more-{n}", f"s-more-{n}"))
         post(
