@@ -21,6 +21,7 @@ from django.db.models.functions import Length, RowNumber
 from django.http import Http404
 
 from . import models
+from .agent_history.records import DELEGATION_TOOLS, is_delegation
 from .rendering import render_markdown
 
 logger = logging.getLogger(__name__)
@@ -220,29 +221,17 @@ def cost_sources(run: models.Run) -> list[dict[str, str]]:
     return list(rows[:5])
 
 
-# The tools a team calls to hand a member a task (agno's, and the names older releases and
-# other frameworks use); a call whose parameters name a ``member_id`` is one too.
-DELEGATION_TOOLS = {
-    "delegate_task_to_member",
-    "delegate_task_to_members",
-    "transfer_task_to_member",
-    "forward_task_to_member",
-    "atransfer_task_to_member",
-}
 # A run page links at most this many of a team run's member interactions to its calls.
 MAX_DELEGATIONS = 500
 
 
 def _is_delegation(call: models.ToolCall) -> bool:
+    """``records.is_delegation`` of a stored call. Its parameters are parsed only when their
+    text names the key: the page shows up to 400 calls, and their parameters are parsed
+    once already, to be drawn."""
     if call.tool in DELEGATION_TOOLS:
         return True
-    # Parameters are parsed only when their text names the key: the page shows up to 400
-    # calls, and their parameters are parsed once already, to be drawn.
-    return (
-        '"member_id"' in call.params_json
-        and isinstance(params := call.params, dict)
-        and "member_id" in params
-    )
+    return '"member_id"' in call.params_json and is_delegation(call.tool, call.params)
 
 
 def _delegations_before(iteration: models.Iteration, start: int) -> int:

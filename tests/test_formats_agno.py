@@ -72,6 +72,44 @@ def test_team_run_delegations_and_interactions():
     ]
 
 
+def test_what_a_delegation_call_is_is_decided_once():
+    """``records.is_delegation``, which the agno reader and the run page both ask: agno's
+    tool and the names its older releases use, or any call naming a ``member_id``. A
+    delegation to one member becomes a member interaction; agno's delegation to every
+    member (no ``member_id``) does not, and a call that merely starts with "delegate" is
+    no delegation."""
+    from history_app.agent_history.records import is_delegation
+
+    assert is_delegation("delegate_task_to_member", {"member_id": "w", "task": "t"})
+    assert is_delegation("transfer_task_to_member", "not a dict")
+    assert is_delegation("ask_expert", {"member_id": "w"})
+    assert not is_delegation("delegate_budget", {"amount": 3})
+    assert not is_delegation("web_search", ["member_id"])
+    payload = json.loads(
+        json.dumps(by_id("efba06f0-4d46-4339-917b-45c5e456ed15"))
+        .replace(
+            '"delegate_task_to_member", "arguments": "{\\"member_id\\": \\"writer\\", ',
+            '"delegate_task_to_members", "arguments": "{',
+        )
+        .replace(
+            '"tool_name": "delegate_task_to_member", "tool_args": {"member_id": "writer", ',
+            '"tool_name": "delegate_task_to_members", "tool_args": {',
+        )
+        .replace('delegate_task_to_member"', 'transfer_task_to_member"')
+    )
+    calls = [c for message in payload["messages"] for c in message.get("tool_calls") or []]
+    assert [c["function"]["name"] for c in calls] == ["transfer_task_to_member", "delegate_task_to_members"]
+    (team,) = agno.parse(payload, include_members=False)
+    assert [(m.member, m.task) for m in team.member_interactions] == [
+        ("Researcher", "Find key facts for: Now do the same for the Tokyo Tower.")
+    ]
+    budget = {"tool_name": "delegate_budget", "tool_args": {"task": "Not a member's task."}}
+    assert agno.delegated_tasks({"tools": [*payload["tools"], budget]}) == [
+        "Find key facts for: Now do the same for the Tokyo Tower.",
+        "Write the answer for: Now do the same for the Tokyo Tower. using the researcher's facts.",
+    ]
+
+
 def test_workflow_run_has_one_iteration_per_step_and_the_history_it_was_given():
     (run,) = agno.parse(by_id("98b70dc5-6b30-4b80-863c-1766f8ab5360"))
     assert [it.name for it in run.iterations] == ["research", "write"]

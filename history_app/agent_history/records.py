@@ -147,6 +147,26 @@ class Iteration:
         return _plain(self)
 
 
+# The tools a team calls to hand members a task: agno's, and the names its older releases
+# and other frameworks use.
+DELEGATION_TOOLS = frozenset(
+    {
+        "delegate_task_to_member",
+        "delegate_task_to_members",
+        "transfer_task_to_member",
+        "forward_task_to_member",
+        "atransfer_task_to_member",
+    }
+)
+
+
+def is_delegation(tool: str, params: Any) -> bool:
+    """Whether a tool call hands a team member a task: a delegation tool, or any call
+    whose parameters name a ``member_id``. One definition for every reader: the agno
+    format's member interactions and history boundaries, and the dashboard's links."""
+    return tool in DELEGATION_TOOLS or (isinstance(params, dict) and "member_id" in params)
+
+
 @dataclass
 class MemberInteraction:
     member: str

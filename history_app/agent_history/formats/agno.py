@@ -29,6 +29,7 @@ from ..records import (
     RecordError,
     Run,
     ToolCall,
+    is_delegation,
     json_text_depth,
     parse_time,
     type_errors,
@@ -413,11 +414,11 @@ def delegated_tasks(payload: dict[str, Any], member_id: Any = None) -> list[str]
     so a member's blocks are settled by its own tasks only."""
     tasks = []
     for execution in payload.get("tools") or []:
-        if not isinstance(execution, dict) or not str(execution.get("tool_name") or "").startswith(
-            "delegate"
-        ):
+        if not isinstance(execution, dict):
             continue
         args = execution.get("tool_args")
+        if not is_delegation(str(execution.get("tool_name") or ""), args):
+            continue
         if not isinstance(args, dict) or not isinstance(args.get("task"), str):
             continue
         if member_id is None or args.get("member_id") == member_id:
@@ -497,7 +498,13 @@ def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
     by_agent = {m.get("agent_id"): m for m in members}
     for iteration in run.iterations:
         for call in iteration.tool_calls:
-            if call.tool != "delegate_task_to_member" or not isinstance(call.params, dict):
+            # A delegation to one member names it (``delegate_task_to_members`` hands the
+            # task to every member: their own runs say what each did).
+            if not (
+                is_delegation(call.tool, call.params)
+                and isinstance(call.params, dict)
+                and "member_id" in call.params
+            ):
                 continue
             member_id = call.params.get("member_id")
             member = by_agent.get(member_id, {})
