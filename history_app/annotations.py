@@ -28,6 +28,10 @@ MAX_COMMENT = 10_000
 SHOWN_PER_RUN = 50
 # The JSON API lists at most this many of a run's annotations, oldest first.
 MAX_LISTED = 1000
+# A numeric score's size at most (judgements, not measurements): their sums stay exact
+# enough and far from overflowing either database's floats (PostgreSQL's AVG also sums
+# squares).
+MAX_SCORE = 1e9
 # A score's or label's name: letters, digits and . _ - : / and spaces, from 1 to 64.
 NAME = re.compile(r"[\w][\w .:/-]{0,63}")
 
@@ -90,6 +94,8 @@ def _item(item: Any, path: str) -> dict[str, Any]:
             number = _finite(value)
             if number is None:
                 raise Invalid(f"{path}.value", "must be a finite number (a category goes in text)")
+            if abs(number) > MAX_SCORE:
+                raise Invalid(f"{path}.value", f"must be between -{MAX_SCORE:,.0f} and {MAX_SCORE:,.0f}")
             if text:
                 raise Invalid(f"{path}.text", "a score is a number or a category, not both")
             out["value"] = number
@@ -122,9 +128,18 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def add(run: models.Run, items: list[dict[str, Any]], *, author: str) -> list[models.Annotation]:
+class Gone(LookupError):
+    """The run was deleted (pruned) before its annotations could be written."""
+
+
+def add(
+    run: models.Run, items: list[dict[str, Any]], *, author: str, token: models.IngestToken | None = None
+) -> list[models.Annotation]:
     """Store ``items`` (from ``parse``) on ``run``, redacted, all or none; an iteration
-    must be one of the run's (``Invalid`` otherwise)."""
+    must be one of the run's (``Invalid`` otherwise). ``token``: the token that wrote them
+    (it may take them back). The run is locked and read again first, as ingestion locks
+    it (then its session): a run moved to another session meanwhile is counted in its new
+    one, a run pruned meanwhile is ``Gone``."""
     wanted = {item["iteration_index"] for item in items if item["iteration_index"] is not None}
     if wanted:
         known = set(run.iterations.filter(index__in=wanted).values_list("index", flat=True))
@@ -134,38 +149,65 @@ def add(run: models.Run, items: list[dict[str, Any]], *, author: str) -> list[mo
                     f"$[{n}].iteration" if len(items) > 1 else "$.iteration", "the run has no such iteration"
                 )
     redactor = server_redactor()
-    # A score is counted on its run's day and under its agent (rollups.count_scores).
-    day = rollups.day_of(run.started_at or run.received_at)
-    rows = [
-        models.Annotation(
-            project_id=run.project_id,
-            run=run,
-            author=author[:255],
-            day=day,
-            agent=run.agent_name,
-            **{**item, "name": redactor.redact(item["name"]), "text": redactor.redact(item["text"])},
+    cleaned = []
+    for item in items:
+        # Redaction may lengthen a name or a category ("[REDACTED:…]"): cut to the column.
+        short = item["kind"] == models.Annotation.SCORE or item["kind"] == models.Annotation.LABEL
+        text = redactor.redact(item["text"])
+        cleaned.append(
+            {
+                **item,
+                "name": redactor.redact(item["name"])[:MAX_NAME],
+                "text": text[:MAX_CATEGORY] if short else text,
+            }
         )
-        for item in items
-    ]
-    # Each annotation is its own record of who wrote it and when (no audit event besides).
     with transaction.atomic():
+        current = (
+            models.Run.objects.select_for_update()
+            .filter(pk=run.pk)
+            .values_list("session_id", "agent_name", "started_at", "received_at")
+            .first()
+        )
+        if current is None:
+            raise Gone(run.run_id)
+        session_pk, agent, started, received = current
+        # A score is counted on its run's day and under its agent (rollups.count_scores).
+        day = rollups.day_of(started or received)
+        rows = [
+            models.Annotation(
+                project_id=run.project_id,
+                run_id=run.pk,
+                token=token,
+                author=author[:255],
+                day=day,
+                agent=agent,
+                **item,
+            )
+            for item in cleaned
+        ]
+        # Each annotation is its own record of who wrote it and when (no audit event besides).
         created = models.Annotation.objects.bulk_create(rows)
-        models.Session.objects.filter(pk=run.session_id).update(
+        models.Session.objects.filter(pk=session_pk).update(
             annotation_count=F("annotation_count") + len(created)
         )
         # The sessions list filters on them (``annotated``), from the session's facets.
-        rollups.add_facets(rollups.annotation_facets(created, run.session_id))
+        rollups.add_facets(rollups.annotation_facets(created, session_pk))
         rollups.count_scores(created, 1)
         if any(a.kind == models.Annotation.SCORE and a.value is not None for a in created):
-            rollups.refresh_scores([run.session_id])
+            rollups.refresh_scores([session_pk])
     return created
 
 
 def delete(queryset: Any, *, actor: str) -> int:
     """Delete annotations, in one transaction: their sessions' counts and facets and the
     daily scores follow, and each deletion is audited in its project (a judgement is a
-    record: who took it back, and what it said). How many went."""
+    record: who took it back, and what it said, under the current redaction rules). How
+    many went. Their runs are locked first, in key order, as ``add`` and ingestion lock
+    them (then the sessions), and the annotations read again: two deletions of the same
+    annotation at once take it off once."""
     with transaction.atomic():
+        run_pks = sorted(set(queryset.values_list("run_id", flat=True)))
+        list(models.Run.objects.select_for_update().filter(pk__in=run_pks).order_by("pk").values_list("pk"))
         rows = list(
             queryset.select_related(None)
             .annotate(session_pk=F("run__session_id"), run_key=F("run__run_id"))
@@ -185,18 +227,28 @@ def delete(queryset: Any, *, actor: str) -> int:
         )
         if not rows:
             return 0
+        # Then their sessions, before their facets: ``add`` takes the session's row before
+        # the facets' too (the other order deadlocked on PostgreSQL).
+        sessions = sorted({a.session_pk for a in rows})
+        list(
+            models.Session.objects.select_for_update()
+            .filter(pk__in=sessions)
+            .order_by("pk")
+            .values_list("pk")
+        )
         models.Annotation.objects.filter(pk__in=[a.pk for a in rows]).delete()
         rollups.count_scores(rows, -1)
         # Recounts each session's annotations and rebuilds its facets.
-        rollups.refresh_facets({a.session_pk for a in rows})
+        rollups.refresh_facets(sessions)
+        redactor = server_redactor()
         models.AuditEvent.objects.bulk_create(
             models.AuditEvent(
                 project_id=a.project_id,
                 actor=(actor or "unknown")[:150],
                 action="annotation_deleted",
                 target=f"run {a.run_key}"[:255],
-                details={k: v for k, v in summary(a).items() if k not in ("text",)}
-                | {"text": a.text[:200] or None},
+                # An annotation stored under older rules: what it said, redacted now.
+                details=redactor.redact_with_counts(summary(a) | {"text": a.text[:200] or None})[0],
             )
             for a in rows
         )

@@ -443,15 +443,18 @@ def _delete_annotation(request: HttpRequest, run_id: str, pk: int) -> JsonRespon
         run = transcripts.get_run(request.project, run_id)
     except Http404:
         return error_response(f"no run {run_id!r}", 404)
-    author = f"token:{request.ingest_token.name}"
-    found = run.annotations.filter(pk=pk).values_list("author", flat=True).first()
+    token = request.ingest_token
+    found = run.annotations.filter(pk=pk).values_list("author", "token_id").first()
     if found is None:
         return error_response(f"no annotation {pk} on run {run_id!r}", 404)
-    if found != author:
+    if found[1] != token.pk:
         return error_response(
-            f"annotation {pk} was written by {found}: a token takes back only its own (editors, any)", 403
+            f"annotation {pk} was written by {found[0]}, not this token: a token takes back only its own "
+            "(editors, any)",
+            403,
         )
-    annotation_store.delete(run.annotations.filter(pk=pk, author=author), actor=author)
+    if not annotation_store.delete(run.annotations.filter(pk=pk, token=token), actor=f"token:{token.name}"):
+        return error_response(f"no annotation {pk} on run {run_id!r}", 404)  # taken back meanwhile
     return JsonResponse({"ok": True, "deleted": pk})
 
 
@@ -480,12 +483,15 @@ def _add_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
         run = transcripts.get_run(request.project, run_id)
     except Http404:
         return error_response(f"no run {run_id!r}", 404)
+    token = request.ingest_token
     try:
         created = annotation_store.add(
-            run, annotation_store.parse(data), author=f"token:{request.ingest_token.name}"
+            run, annotation_store.parse(data), author=f"token:{token.name}", token=token
         )
     except annotation_store.Invalid as exc:
         return error_response(exc.message, 400, errors=[{"path": exc.path, "message": exc.message}])
+    except annotation_store.Gone:
+        return error_response(f"no run {run_id!r}", 404)
     return JsonResponse(
         {"ok": True, "annotations": [annotation_store.summary(a) for a in created]}, status=201
     )

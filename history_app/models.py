@@ -386,6 +386,10 @@ class Annotation(models.Model):
     value = models.FloatField(null=True, blank=True, help_text="A numeric score.")
     text = models.TextField(blank=True, help_text="A categorical score's value, or a comment.")
     author = models.CharField(max_length=255, help_text='A username, or "token:<name>".')
+    # The token that wrote it (through the API), which may take it back: names repeat.
+    token = models.ForeignKey(
+        "IngestToken", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Where a score is counted in ``DailyScore``: its run's day and agent when it was
     # written (kept here, so taking it off takes off exactly what was added).

@@ -151,6 +151,8 @@ def annotation_add(request: HttpRequest, run_id: str) -> HttpResponse:
             data["iteration"] = iteration  # refused by the parser, naming the field
     try:
         annotation_store.add(run, annotation_store.parse(data), author=request.user.get_username())
+    except annotation_store.Gone:
+        raise Http404("No such run") from None
     except annotation_store.Invalid as exc:
         field = exc.path.rsplit(".", 1)[-1]
         context = {"message": f"{field}: {exc.message}", "field": field, "back": run.get_absolute_url()}

@@ -251,7 +251,14 @@ def prune_sessions(
                 )
                 if not batch:
                     break
-                run_ids = list(models.Run.objects.filter(session_id__in=batch).values_list("pk", flat=True))
+                # Locked, as ingestion and annotations lock a run before its session: an
+                # annotation written meanwhile is counted off with its run, not left behind.
+                run_ids = list(
+                    models.Run.objects.select_for_update()
+                    .filter(session_id__in=batch)
+                    .order_by("pk")
+                    .values_list("pk", flat=True)
+                )
                 # Before the rows it is rebuilt from go (SQLite's index keeps no copy).
                 result.counts["search_documents"] += search.unindex_stored(run_ids)
                 rollups.take_off_stored(run_ids)
@@ -290,7 +297,12 @@ def delete_session(session: models.Session, *, actor: str) -> int:
     """Delete one session (pinned or not: the caller decides) with everything it holds, in
     one transaction, audited in its project; returns how many runs went."""
     with transaction.atomic():
-        pks = list(models.Run.objects.filter(session=session).values_list("pk", flat=True))
+        pks = list(
+            models.Run.objects.select_for_update()
+            .filter(session=session)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
         # SQLite's search index keeps no copy of the text: the runs leave it first.
         search.unindex_stored(pks)
         rollups.take_off_stored(pks)

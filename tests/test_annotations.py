@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+from django.db import connection
 from django.test import Client, override_settings
 
 from history_app import ingestion, models, retention
@@ -63,6 +64,9 @@ def test_an_evaluator_scores_labels_and_comments_through_the_api(run, evaluator)
 def test_who_may_write(run, client, alice_client):
     body = {"kind": "label", "name": "x"}
     assert post(Client(), body, {}).status_code == 401
+    # Names repeat (a new token may take a revoked one's): the token itself is the author.
+    _, twin = register_token(name="evaluator", scopes=["annotate"])
+    assert client.delete(url, HTTP_AUTHORIZATION=f"Bearer {twin}").status_code == 403
     _, reader = register_token(name="reader", scopes=["read"])
     refused = post(Client(), body, {"HTTP_AUTHORIZATION": f"Bearer {reader}"})
     assert refused.status_code == 403 and "'annotate' scope" in refused.json()["error"]
@@ -371,6 +375,9 @@ def test_scores_are_counted_by_day_and_agent_as_they_are_written_and_deleted(
     _, other = register_token(name="other-evaluator", scopes=["annotate"])
     refused = client.delete(url, HTTP_AUTHORIZATION=f"Bearer {other}")
     assert refused.status_code == 403 and "token:evaluator" in refused.json()["error"]
+    # Names repeat (a new token may take a revoked one's): the token itself is the author.
+    _, twin = register_token(name="evaluator", scopes=["annotate"])
+    assert client.delete(url, HTTP_AUTHORIZATION=f"Bearer {twin}").status_code == 403
     _, reader = register_token(name="reader", scopes=["read"])
     assert client.delete(url, HTTP_AUTHORIZATION=f"Bearer {reader}").status_code == 403
     assert client.get(url, **evaluator).status_code == 405
@@ -554,7 +561,6 @@ def test_the_sessions_list_sorts_by_a_scores_mean(evaluator, alice_client, inges
     assert listed("score_low")[:2] == [("s-b", 0.5, 2), ("s-e", 0.75, 1)]
 
     # The list sorted by a score reads as many queries as any list, whatever it holds.
-    from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     def count(sort: str) -> int:
@@ -582,3 +588,143 @@ def test_the_sessions_list_sorts_by_a_scores_mean(evaluator, alice_client, inges
         session_ids=list(models.Session.objects.values_list("pk", flat=True)), trigger="test"
     )
     assert not models.SessionScore.objects.exists() and not models.DailyScore.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"), [(1e9, True), (-1e9, True), (1e9 + 1, False), (-1e20, False), (1e308, False)]
+)
+def test_a_score_is_at_most_a_billion_so_its_sums_never_overflow(run, evaluator, value, accepted):
+    """Scores of 1e308 made every sum (the daily rollup, PostgreSQL's AVG of squares)
+    overflow: 500s on PostgreSQL, ``Infinity`` in the JSON on SQLite."""
+    response = post(Client(), [{"kind": "score", "name": "x", "value": value}] * 2, evaluator)
+    if accepted:
+        assert response.status_code == 201 and _counted() == _recounted()
+    else:
+        assert response.status_code == 400 and response.json()["errors"][0]["path"] == "$[0].value"
+        assert not models.Annotation.objects.exists()
+
+
+def test_a_name_or_category_lengthened_by_redaction_is_cut_to_its_column(run, evaluator, alice_client):
+    name = "a" * 43 + " AKIAABCDEFGHIJKLMNOP"  # 64 characters, redacted to more
+    body = [{"kind": "score", "name": name, "value": 1}, {"kind": "label", "name": name}]
+    assert post(Client(), body, evaluator).status_code == 201
+    page = alice_client.post("/p/default/runs/r/annotations/", {"kind": "label", "name": name})
+    assert page.status_code == 302
+    names = list(models.Annotation.objects.values_list("name", flat=True))
+    assert len(names) == 3 and all(len(n) <= 64 and "AKIA" not in n for n in names)
+    assert _counted() == _recounted()
+
+
+def test_deleting_audits_what_the_annotation_said_under_the_current_rules(run, alice_client):
+    stored = models.Annotation.objects.create(
+        project_id=run.project_id, run=run, kind="comment", text=f"key: {SECRET}", author="old"
+    )
+    alice_client.post(f"/p/default/runs/r/annotations/{stored.pk}/delete/")
+    (event,) = models.AuditEvent.objects.filter(action="annotation_deleted")
+    assert SECRET not in json.dumps(event.details) and "[REDACTED" in event.details["text"]
+
+
+def test_a_run_moved_while_it_is_scored_is_counted_in_its_new_session(ingest, evaluator):
+    from history_app import annotations as annotation_store
+
+    ingest(native("r", "s1"))
+    ingest(native("other", "s2"))
+    read = models.Run.objects.get(run_id="r")  # what the view read, before the run moved
+    ingest(native("r", "s2", output="moved"))
+    annotation_store.add(read, annotation_store.parse({"kind": "score", "name": "x", "value": 1}), author="t")
+    counts = dict(models.Session.objects.values_list("session_id", "annotation_count"))
+    assert counts == {"s1": 0, "s2": 1}
+    assert list(models.SessionScore.objects.values_list("session__session_id", "name")) == [("s2", "x")]
+    facets = models.SessionFacet.objects.filter(facet="annotation")
+    assert list(facets.values_list("session__session_id", "value")) == [("s2", "score:x")]
+
+
+def _at_once(*functions) -> list:
+    """Run ``functions`` in threads started together; what each raised (None: nothing)."""
+    import threading
+
+    barrier = threading.Barrier(len(functions))
+    raised: list = [None] * len(functions)
+
+    def call(n, function):
+        try:
+            barrier.wait()
+            function()
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            raised[n] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=call, args=(n, f)) for n, f in enumerate(functions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return raised
+
+
+needs_row_locks = pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="row locks and deadlocks are PostgreSQL's (SQLite has one writer at a time)",
+)
+
+
+@needs_row_locks
+@pytest.mark.django_db(transaction=True)
+def test_writing_and_taking_back_at_once_never_deadlocks_nor_counts_twice(ingest):
+    """PostgreSQL: the same annotation taken back twice at once is counted off once (and
+    audited once); a score written while another of the session is taken back, and a run
+    pruned while it is scored, each leave the counts equal to a recount."""
+    from history_app import annotations as annotation_store
+    from history_app import rollups
+
+    for n in range(3):
+        ingest(native(f"r{n}", "s"))
+    runs = list(models.Run.objects.order_by("run_id"))
+
+    def score(run, value):
+        return lambda: annotation_store.add(
+            models.Run.objects.get(pk=run.pk),
+            annotation_store.parse({"kind": "score", "name": "x", "value": value}),
+            author="t",
+        )
+
+    def take_back(pk):
+        return lambda: annotation_store.delete(models.Annotation.objects.filter(pk=pk), actor="t")
+
+    for run in runs:
+        score(run, 1)()
+    for round_ in range(5):
+        first = models.Annotation.objects.order_by("pk").first().pk
+        assert _at_once(take_back(first), take_back(first)) == [None, None]
+        assert models.AuditEvent.objects.filter(action="annotation_deleted").count() == 2 * round_ + 1
+        victim = models.Annotation.objects.order_by("pk").first().pk
+        assert _at_once(score(runs[0], round_), take_back(victim)) == [None, None]
+        score(runs[1], 2)()
+        score(runs[2], 3)()
+        assert _counted() == _recounted()
+        recount = {}
+        for a in models.Annotation.objects.filter(kind="score"):
+            recount[a.name] = recount.get(a.name, 0) + 1
+        assert list(models.SessionScore.objects.values_list("name", "count")) == list(recount.items())
+        assert models.Session.objects.get().annotation_count == models.Annotation.objects.count()
+
+    # A score written while the session is being pruned: written before the prune reads
+    # the session's scores (then counted off with it) or refused, never left behind.
+    original = rollups.take_off_stored
+
+    def slow(pks):
+        original(pks)
+        import time
+
+        time.sleep(0.3)  # the score's writer is waiting for the run meanwhile
+
+    session = models.Session.objects.get()
+    import unittest.mock
+
+    with unittest.mock.patch.object(rollups, "take_off_stored", slow):
+        raised = _at_once(
+            lambda: retention.prune_sessions(session_ids=[session.pk], trigger="test"), score(runs[0], 5)
+        )
+    assert raised[0] is None and (raised[1] is None or type(raised[1]).__name__ == "Gone")
+    assert _counted() == _recounted() == {}
