@@ -353,8 +353,12 @@ def matching_sessions(query: str) -> Any:
     broad = models.Run.objects.filter(pk__in=matching).values("session_id")
     if connection.vendor != "postgresql" or is_broad(query):
         return broad
+    # The session keys as an array, unnested: PostgreSQL cannot estimate the matches (a
+    # GIN estimate is a constant, 5,000) and joined them to a scan of every session (31 ms
+    # at 100,000 sessions for a word in 1,000 runs); an unnested array it takes for a few
+    # rows, and reads each matching session by its key (11 ms).
     return RawSQL(
-        f"WITH hits AS MATERIALIZED ({matching.sql}) "
-        "SELECT session_id FROM history_app_run WHERE id IN (SELECT run_id FROM hits)",
+        f"SELECT unnest(ARRAY(WITH hits AS MATERIALIZED ({matching.sql}) "
+        "SELECT session_id FROM history_app_run WHERE id IN (SELECT run_id FROM hits)))",
         matching.params,
     )
