@@ -15,7 +15,7 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery, Window
 from django.db.models.functions import RowNumber, Substr
 from django.http import Http404
 
-from . import models, search
+from . import models, rollups, search
 from .agent_history import records
 from .forms import SCORE_SORTS, SESSION_SORTS, SessionFilterForm
 from .mapper import day_start
@@ -107,12 +107,9 @@ class SessionFilters:
                 score_mean=F("scores__mean"), score_count=F("scores__count")
             )
         elif self.annotated:
-            values = (
-                ["comment"]
-                if self.annotated == "comment"
-                else [f"label:{self.annotated}", f"score:{self.annotated}"]
-            )
-            queryset = queryset.filter(_having(models.SessionFacet.ANNOTATION, *values))
+            kind = "comment" if self.annotated == "comment" else "score"
+            value = rollups.annotation_facet(kind, self.annotated)
+            queryset = queryset.filter(_having(models.SessionFacet.ANNOTATION, value))
         if self.date_from:
             queryset = queryset.filter(last_activity_at__gte=day_start(self.date_from))
         if self.date_to:

@@ -324,13 +324,20 @@ FACETS_SQL = [
 ]
 
 
-# The annotations' facets: "label:<name>", "score:<name>", "comment" (not in FACETS_SQL,
-# which migration 0009 runs before the annotations' table exists).
+# The annotations' facets: "name:<name>" for a score or a label of that name, "comment"
+# for any comment: one value a name, so the ``annotated`` filter probes one index entry a
+# session (not in FACETS_SQL, which migration 0009 runs before the annotations' table
+# exists).
 ANNOTATION_FACETS_SQL = (
     "SELECT DISTINCT r.session_id, 'annotation', "
-    "CASE WHEN a.kind = 'comment' THEN 'comment' ELSE a.kind || ':' || a.name END "
+    "CASE WHEN a.kind = 'comment' THEN 'comment' ELSE 'name:' || a.name END "
     "FROM history_app_annotation a JOIN history_app_run r ON r.id = a.run_id WHERE {where}"
 )
+
+
+def annotation_facet(kind: str, name: str) -> str:
+    """The facet value an annotation gives its session (``ANNOTATION_FACETS_SQL``)."""
+    return "comment" if kind == "comment" else f"name:{name}"[:255]
 
 
 def annotation_facets(annotations: Iterable[Any], session_pk: int) -> list[tuple[int, str, str]]:
@@ -339,7 +346,7 @@ def annotation_facets(annotations: Iterable[Any], session_pk: int) -> list[tuple
         (
             session_pk,
             models.SessionFacet.ANNOTATION,
-            "comment" if a.kind == "comment" else f"{a.kind}:{a.name}"[:255],
+            annotation_facet(a.kind, a.name),
         )
         for a in annotations
     ]

@@ -1,0 +1,24 @@
+"""A session's annotation facets: one value a name ("name:<name>", for its scores and
+labels of that name) instead of "score:<name>" and "label:<name>", so the ``annotated``
+filter probes one index entry a session. Rebuilt from the annotations."""
+
+from django.db import migrations
+
+
+def rebuild(apps, schema_editor):
+    from history_app import rollups
+
+    schema_editor.execute("DELETE FROM history_app_sessionfacet WHERE facet = 'annotation'")
+    schema_editor.execute(
+        "INSERT INTO history_app_sessionfacet (session_id, facet, value) "
+        + rollups.ANNOTATION_FACETS_SQL.format(where="1 = 1")
+    )
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ("history_app", "0020_annotation_token"),
+    ]
+
+    operations = [migrations.RunPython(rebuild, migrations.RunPython.noop)]
