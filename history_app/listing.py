@@ -111,8 +111,8 @@ class SessionFilters:
             )
         elif self.annotated:
             kind = "comment" if self.annotated == "comment" else "score"
-            value = rollups.annotation_facet(kind, self.annotated)
-            queryset = queryset.filter(_having(models.SessionFacet.ANNOTATION, value))
+            facet = rollups.annotation_facet(kind, self.annotated)
+            queryset = queryset.filter(_having(models.SessionFacet.ANNOTATION, facet))
         if self.date_from:
             queryset = queryset.filter(last_activity_at__gte=day_start(self.date_from))
         if self.date_to:
@@ -134,9 +134,9 @@ def _common(queryset: Any) -> bool:
     return queryset.values("pk")[COMMON_SESSIONS - 1 : COMMON_SESSIONS].exists()
 
 
-def _having(facet: str, *values: str) -> Any:
-    """A condition on sessions: some run of theirs has ``facet`` = one of ``values``."""
-    rows = models.SessionFacet.objects.filter(facet=facet, value__in=values)
+def _having(facet: str, value: str) -> Any:
+    """A condition on sessions: some run of theirs has ``facet`` = ``value``."""
+    rows = models.SessionFacet.objects.filter(facet=facet, value=value)
     if _common(rows):
         return Exists(rows.filter(session=OuterRef("pk")))
     return Q(pk__in=rows.values("session_id"))
