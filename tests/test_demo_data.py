@@ -46,7 +46,8 @@ def page(client, url: str) -> str:
 def runs_per_day(stats_page: str) -> dict[date, tuple[int, int]]:
     """(runs, failed) of each day in the stats page's "Runs per day" table."""
     rows = re.findall(
-        r'<tr><td>(\d{4}-\d\d-\d\d)</td><td class="num"[^>]*>(\d+)</td><td class="num"[^>]*>(\d+)</td>',
+        r'<tr><td>(\d{4}-\d\d-\d\d)</td><td class="num" data-label="Runs">(\d+)</td>'
+        r'<td class="num" data-label="Failed">(\d+)</td>',
         stats_page,
     )
     return {date.fromisoformat(day): (int(runs), int(failed)) for day, runs, failed in rows}
