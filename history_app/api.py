@@ -144,7 +144,11 @@ def _ingest(request: HttpRequest) -> JsonResponse:
     )
     try:
         results = ingestion.ingest_items(
-            items=items, format=format_name, receipt=receipt, project_id=project_id
+            items=items,
+            format=format_name,
+            receipt=receipt,
+            project_id=project_id,
+            escape_free=formats.escape_free(body),
         )
     except BaseException:
         # Whatever stopped the request (a bug, a worker timeout's SystemExit), the receipt

@@ -100,12 +100,16 @@ def prepare_run(
     return prepared
 
 
-def prepare_native(payload: dict[str, Any], *, redactor: Redactor, report: list[dict[str, Any]]) -> Run:
+def prepare_native(
+    payload: dict[str, Any], *, redactor: Redactor, report: list[dict[str, Any]], escape_free: bool = False
+) -> Run:
     """``prepare_run(formats.parse(payload))`` for a native record, in one pass instead of
     three: the payload, already the canonical record's dict form, is checked (depth, finite
     numbers, lone surrogates), redacted, and read once. ``RecordError`` as the parser
-    raises it. A test holds the two paths to the same result."""
-    payload, replaced, nul = _checked_native(payload)
+    raises it. A test holds the two paths to the same result. ``escape_free``: the payload
+    was read from a body that ``formats.escape_free`` passed, so it holds no NUL and no
+    lone surrogate, and is not searched for them again."""
+    payload, replaced, nul = _checked_native(payload, escape_free=escape_free)
     data = {key: value for key, value in payload.items() if key != "format"}
     kept = {key: data.pop(key) for key in _ID_KEYS if key in data}
     client_counts = kept.get("redactions", {})
@@ -140,7 +144,9 @@ def complete_model_calls(run: Run) -> list[dict[str, Any]]:
     ]
 
 
-def _checked_native(payload: dict[str, Any]) -> tuple[dict[str, Any], int, bool]:
+def _checked_native(
+    payload: dict[str, Any], *, escape_free: bool = False
+) -> tuple[dict[str, Any], int, bool]:
     """The payload without lone surrogates, how many there were, and whether it holds a
     NUL character anywhere (keys included)."""
     errors = structure_errors(payload, "$", max_depth=settings.HISTORY_MAX_DEPTH)
@@ -149,6 +155,8 @@ def _checked_native(payload: dict[str, Any]) -> tuple[dict[str, Any], int, bool]
     schema = payload.get("schema")
     if schema is not None and schema != SCHEMA:
         raise RecordError([("$.schema", f"must be {SCHEMA!r}")])
+    if escape_free:
+        return payload, 0, False
     # The common case, in C: no lone surrogate anywhere (UTF-8 cannot encode one), and no
     # NUL (JSON writes it as \u0000; a backslash before it would be written doubled).
     try:
@@ -229,6 +237,7 @@ def ingest_items(
     source_format: str | None = None,
     receipt: models.IngestReceipt | None = None,
     project_id: int | None = None,
+    escape_free: bool = False,
 ) -> list[ItemResult]:
     """Parse, redact and store each item; one result per item, in order.
 
@@ -240,7 +249,8 @@ def ingest_items(
     so far to it, so a request killed partway leaves a receipt saying exactly what was
     stored. After a transient database failure the remaining items are not tried: they
     are "retry" too. Everything goes into the project ``project_id`` (the request's token's;
-    the default project when none is given): no payload names another."""
+    the default project when none is given): no payload names another. ``escape_free``:
+    the items were read from a body ``formats.escape_free`` passed."""
     redactor = redactor or server_redactor()
     project_id = project_key(project_id)
     results: list[ItemResult] = []
@@ -254,7 +264,14 @@ def ingest_items(
                 result.status, result.errors = "retry", [{"path": "$", "message": RETRY_MESSAGE}]
                 counts["retry"] += 1
                 continue
-            ready = prepare_item(item, result, format=format, redactor=redactor, source_format=source_format)
+            ready = prepare_item(
+                item,
+                result,
+                format=format,
+                redactor=redactor,
+                source_format=source_format,
+                escape_free=escape_free,
+            )
             if ready is None:
                 counts[result.status] += 1
             else:
@@ -272,6 +289,7 @@ def prepare_item(
     redactor: Redactor,
     format: str | None = None,
     source_format: str | None = None,
+    escape_free: bool = False,
 ) -> _Pending | None:
     """Parse, redact and hash an item (outside any transaction); None when it is refused
     (``result`` then says why)."""
@@ -281,7 +299,7 @@ def prepare_item(
     if _is_native(item, format):
         report: list[dict[str, Any]] = []
         try:
-            run = prepare_native(item, redactor=redactor, report=report)
+            run = prepare_native(item, redactor=redactor, report=report, escape_free=escape_free)
         except RecordError as exc:
             result.errors = [{"path": path, "message": message} for path, message in exc.errors]
             return None

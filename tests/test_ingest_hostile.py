@@ -71,6 +71,43 @@ def test_a_lone_surrogate_is_stored_as_a_replacement_character(ingest, payload, 
     assert ingest(body(payload)).json()["results"][0]["status"] == "duplicate"
 
 
+@pytest.mark.parametrize(
+    ("escape", "stored", "rule"),
+    [
+        ("\\ud800", "\ufffd", "lone_surrogate"),
+        ("\\uD800", "\ufffd", "lone_surrogate"),
+        ("\\uDbFf", "\ufffd", "lone_surrogate"),
+        ("\\udfff", "\ufffd", "lone_surrogate"),
+        ("\\u0000", "\ufffd", None),
+    ],
+)
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-ndjson"])
+def test_every_spelling_of_an_unstorable_escape_is_caught(
+    client, auth_headers, escape, stored, rule, content_type
+):
+    """The endpoint skips the search for NULs and lone surrogates in a body whose text
+    holds no escape that makes one (``formats.escape_free``): each spelling JSON allows,
+    in either case, in a value and in a key, still arrives replaced."""
+    text = json.dumps(native(input="aXb", metadata={"kXy": 1})).replace("X", escape)
+    response = client.post("/api/v1/ingest", text, content_type=content_type, **auth_headers)
+    assert response.status_code == 200, response.content
+    run = models.Run.objects.get()
+    assert run.input == f"a{stored}b"
+    assert list(run.metadata) == [f"k{stored}y"]
+    if rule:
+        assert run.redactions[rule] == 2
+
+
+def test_the_body_scan_flags_every_escape_that_can_make_an_unstorable_character():
+    from history_app.agent_history import formats
+
+    assert formats.escape_free(b'{"a": "plain \\u00e9 text \\ud7ff \\ue000"}')
+    for escape in (b"\\u0000", b"\\ud800", b"\\uD9AB", b"\\uDC00", b"\\udfff", b"\\\\u0000"):
+        assert not formats.escape_free(b'{"a": "x' + escape + b'y"}'), escape
+    # A text body can hold either character as it is: it is always searched.
+    assert not formats.escape_free('{"a": "plain"}')
+
+
 def test_a_surrogate_beside_a_rejected_run_still_leaves_a_receipt(ingest):
     response = ingest(body([native(run_id=SURROGATE, status=5), native("ok", input=SURROGATE)]))
     assert response.status_code == 207
