@@ -175,3 +175,33 @@ def test_titles_fold_whitespace_and_drop_invisible_characters(text, title):
     spaces, or "start" with no "…" though more followed) and kept zero-width spaces."""
     head = text[: listing.TITLE_READ]
     assert listing._title(head) == title
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="extended statistics are PostgreSQL's")
+def test_the_planner_estimates_a_facet_value_by_the_pair_not_by_each_column():
+    """A value every session holds was estimated at a quarter of them (the shares of
+    ``facet = …`` and ``value = …`` multiplied), and the list's total then hashed every
+    session (migration 0022). With the pair's statistics the estimate is the truth's."""
+    from history_app import models
+
+    project = models.Project.default()
+    now = timezone.now()
+    sessions = models.Session.objects.bulk_create(
+        models.Session(project=project, session_id=f"s{n}", last_activity_at=now) for n in range(400)
+    )
+    facets = [models.SessionFacet(session=s, facet="annotation", value="name:correct") for s in sessions]
+    for n, s in enumerate(sessions):
+        facets.append(models.SessionFacet(session=s, facet="tool", value=f"tool-{n % 4}"))
+        facets.append(models.SessionFacet(session=s, facet="agent", value=f"agent-{n % 2}"))
+        facets.append(models.SessionFacet(session=s, facet="status", value="completed"))
+    models.SessionFacet.objects.bulk_create(facets)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE history_app_sessionfacet")
+        cursor.execute(
+            "EXPLAIN (FORMAT JSON) SELECT session_id FROM history_app_sessionfacet "
+            "WHERE facet = 'annotation' AND value = 'name:correct'"
+        )
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else __import__("json").loads(plan)
+    estimate = plan[0]["Plan"]["Plan Rows"]
+    assert 300 <= estimate <= 500, estimate
