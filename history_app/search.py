@@ -44,7 +44,11 @@ def _bigrams(run: str) -> str:
 
 
 def index_text(text: str) -> str:
-    """Text as both engines index it: CJK runs become space-separated bigrams."""
+    """Text as both engines index it: CJK runs become space-separated bigrams. (ASCII text
+    holds none: one C test instead of the pattern's scan, a tenth of a millisecond of
+    every ingested run.)"""
+    if text.isascii():
+        return text
     return _CJK_RUN.sub(lambda m: _bigrams(m.group()), text)
 
 

@@ -230,6 +230,8 @@ def test_search_query_count_is_constant(alice_client, ingest, django_assert_num_
         ("hello", "hello"),
         ("東京都", " 東京 京都 都 "),
         ("a東b", "a 東 b"),
+        ("café 東京", "café  東京 京 "),
+        ("plain ascii, 42 words!", "plain ascii, 42 words!"),
     ],
 )
 def test_index_text_writes_cjk_as_bigrams(text, indexed):
