@@ -121,13 +121,14 @@ class _Table:
             1 if isinstance(f, db_models.DateTimeField) else 2 if isinstance(f, db_models.JSONField) else 0
             for f in self.fields
         ]
+        self.columns = [(f.attname, kind, f) for f, kind in zip(self.fields, self.kinds, strict=True)]
 
     def params(self, values: dict[str, Any], adapt: _Adapt) -> list[Any]:
         """``values`` (attname -> value; a missing value takes the field's default) as one
         row's parameters, adapted, in column order."""
         row = []
-        for f, kind in zip(self.fields, self.kinds, strict=True):
-            value = values[f.attname] if f.attname in values else f.get_default()
+        for name, kind, f in self.columns:
+            value = values[name] if name in values else f.get_default()
             if kind and value is not None:
                 value = adapt.time(value) if kind == 1 else adapt.json(value, f.encoder)
             row.append(value)

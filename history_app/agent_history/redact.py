@@ -1299,7 +1299,9 @@ class Redactor:
                 gates.setdefault(gate, {}).setdefault(literal, []).append(rule)
         self._gates = [(gate, list(items.items())) for gate, items in gates.items()]
         # The rules matched in any case run only where one of their literals is in the
-        # lowercased text: one regex scan for all of them, not a test per rule and literal.
+        # lowercased text: a substring test of each literal, in C (``map``), not a test per
+        # rule (a regex alternation of them scanned 30% slower: its first letters, "b",
+        # "s", "a", "e"…, start a trial at nearly every position).
         folded = [rule for rule in self.rules if isinstance(rule, FoldedValueRule)]
         folded_literals = [
             lit
@@ -1307,11 +1309,7 @@ class Redactor:
             for lit in ((rule.literal,) if isinstance(rule.literal, str) else rule.literal)
         ]
         self._unfolded_always = self._always.difference(folded)
-        self._folded_gate = (
-            re.compile("|".join(re.escape(lit) for lit in folded_literals))
-            if folded and all(folded_literals)
-            else None
-        )
+        self._folded_gate = tuple(folded_literals) if folded and all(folded_literals) else None
         self.rule_names = frozenset(
             {rule.name for rule in self.rule_set}
             | {_SECRET_KEY_RULE, _NAME_VALUE_RULE, "truncated", LONE_SURROGATE}
@@ -1459,7 +1457,10 @@ class Redactor:
         if (
             wanted is not None
             or self._unfolded_always
-            or (self._always and (self._folded_gate is None or self._folded_gate.search(text.lower())))
+            or (
+                self._always
+                and (self._folded_gate is None or any(map(text.lower().__contains__, self._folded_gate)))
+            )
         ):
             lowered = None  # for the rules matched in any case: lowercased once, not per rule
             for rule in self.rules:
