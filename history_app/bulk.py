@@ -29,9 +29,9 @@ from .agent_history.records import Run
 class NewRun:
     """A run's rows, built outside any transaction; keys are filled in when inserted.
 
-    ``run`` holds the run row's values by name (what the session's counters read); the
-    ``*_params`` lists hold each row's values already adapted for the database, in column
-    order, with the keys left for ``insert_runs`` to set: on SQLite every other writer
+    ``run`` holds the run row's values by name (what the session's counters read);
+    ``run_params`` and the children's lists hold each row's values already adapted for the
+    database, in column order, with the keys left for ``insert_runs`` to set: on SQLite every other writer
     waits while a write transaction is open, so nothing that can be done before it is
     done in it."""
 
