@@ -85,8 +85,11 @@ def warm_up(server: Server, runs: list[dict], workers: int) -> None:
 
     def post(body: bytes) -> int:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
-        connection.request("POST", "/api/v1/ingest", body, headers)
-        return connection.getresponse().status
+        try:
+            connection.request("POST", "/api/v1/ingest", body, headers)
+            return connection.getresponse().status
+        finally:
+            connection.close()
 
     with ThreadPoolExecutor(len(bodies)) as pool:
         statuses = list(pool.map(post, bodies))
