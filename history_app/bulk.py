@@ -99,14 +99,17 @@ class _Adapt:
                 value.astimezone(zone).replace(tzinfo=None) if value.tzinfo else value
             )
 
-    def value(self, f: db_models.Field, value: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(f, db_models.DateTimeField):
-            return self.time(value)
-        if isinstance(f, db_models.JSONField):
-            return self.json(value, f.encoder)
-        return value
+    def value(self, f: db_models.Field, value: Any, kind: int | None = None) -> Any:
+        """``value`` of field ``f`` as sent (``kind``: ``_kind(f)``, when known)."""
+        kind = _kind(f) if kind is None else kind
+        if not kind or value is None:
+            return value
+        return self.time(value) if kind == 1 else self.json(value, f.encoder)
+
+
+def _kind(f: db_models.Field) -> int:
+    """How a field's value is adapted: 0 as it is, 1 a time, 2 JSON."""
+    return 1 if isinstance(f, db_models.DateTimeField) else 2 if isinstance(f, db_models.JSONField) else 0
 
 
 class _Table:
@@ -116,22 +119,14 @@ class _Table:
         self.model = model
         self.fields = [f for f in model._meta.concrete_fields if not f.primary_key]
         self.column = {f.attname: n for n, f in enumerate(self.fields)}
-        # Per column: 0 as it is, 1 a time, 2 JSON.
-        self.kinds = [
-            1 if isinstance(f, db_models.DateTimeField) else 2 if isinstance(f, db_models.JSONField) else 0
-            for f in self.fields
-        ]
-        self.columns = [(f.attname, kind, f) for f, kind in zip(self.fields, self.kinds, strict=True)]
+        self.columns = [(f.attname, _kind(f), f) for f in self.fields]
 
     def params(self, values: dict[str, Any], adapt: _Adapt) -> list[Any]:
         """``values`` (attname -> value; a missing value takes the field's default) as one
         row's parameters, adapted, in column order."""
         row = []
         for name, kind, f in self.columns:
-            value = values[name] if name in values else f.get_default()
-            if kind and value is not None:
-                value = adapt.time(value) if kind == 1 else adapt.json(value, f.encoder)
-            row.append(value)
+            row.append(adapt.value(f, values[name] if name in values else f.get_default(), kind))
         return row
 
     def insert(self, rows: list[list[Any]]) -> None:
