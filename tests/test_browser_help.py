@@ -69,3 +69,21 @@ def test_the_help_table_of_contents_and_every_link_work(live_server):
         assert len(wanted) > 200
         assert page.problems == []
         browser.close()
+
+
+def test_every_help_page_fits_a_phone_in_dark_mode(live_server):
+    """At 390 px the contents go above the text, and nothing (a wide table, a long code
+    line) makes the page wider than the screen: tables and code scroll in their box."""
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = open_page(browser, live_server, viewport={"width": 390, "height": 844}, color_scheme="dark")
+        too_wide = []
+        for name in ["", *help.page_names()]:
+            page.goto(f"{live_server.url}/help/{name + '/' if name else ''}")
+            width = page.evaluate("() => document.documentElement.scrollWidth")
+            if width > 390:
+                too_wide.append(f"{name or 'index'}: {width} px")
+        shot(page, "help-phone-dark")
+        assert too_wide == []
+        assert page.problems == []
+        browser.close()
