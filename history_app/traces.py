@@ -32,7 +32,7 @@ from django.db.models import Exists, Max, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from . import ingestion, models, retention
+from . import ingestion, models, otlp_limits, retention
 from .agent_history import otlp
 from .agent_history.records import without_lone_surrogates
 from .api import _chunked, _read_body
@@ -220,6 +220,40 @@ def _decompress(body: bytes, encoding: str) -> bytes | None:
     return bytes(out)
 
 
+# A JSON attribute is four values (its object, key, value object and string), a
+# protobuf one a single element: the JSON form is allowed this many values per element.
+JSON_VALUES_PER_ELEMENT = 4
+
+
+def request_limits() -> otlp_limits.Limits:
+    """What one request may hold (resource and scope groups are bounded like spans: an
+    exporter sends at least one span in each)."""
+    return otlp_limits.Limits(
+        spans=settings.HISTORY_OTLP_MAX_SPANS,
+        groups=settings.HISTORY_OTLP_MAX_SPANS,
+        elements=settings.HISTORY_OTLP_MAX_ELEMENTS,
+    )
+
+
+def _check_json_counts(data: Any, limits: otlp_limits.Limits) -> None:
+    """``OverLimit`` for a request in JSON with too many spans, resource or scope groups
+    (empty ones count: each still costs a pass of the reader)."""
+    count = otlp.count_spans(data)
+    if count > limits.spans:
+        raise TooManySpans(count)
+    resources = (data.get("resourceSpans") or data.get("resource_spans")) if isinstance(data, dict) else None
+    if not isinstance(resources, list):
+        return
+    if len(resources) > limits.groups:
+        raise otlp_limits.OverLimit("ResourceSpans", len(resources), limits.groups, exact=True)
+    scopes = sum(
+        len(s) if isinstance(s, list) else 0
+        for s in (r.get("scopeSpans") or r.get("scope_spans") for r in resources if isinstance(r, dict))
+    )
+    if scopes > limits.groups:
+        raise otlp_limits.OverLimit("ScopeSpans", scopes, limits.groups, exact=True)
+
+
 # --- The view --------------------------------------------------------------------------
 
 
@@ -289,14 +323,27 @@ def _intake(
         )
     limit = settings.HISTORY_OTLP_MAX_SPANS
     try:
+        # Counted before anything is built: a few kilobytes of gzip can hold millions of
+        # empty messages, each costing the decoder far more memory than its two bytes.
+        limits = request_limits()
         if content_type == PROTOBUF:
-            data = decode_protobuf(body)  # counts its spans itself, before reading them
+            try:
+                otlp_limits.check_protobuf(body, limits)
+            except ValueError as exc:
+                raise ValueError(
+                    f"the body is not an OTLP ExportTraceServiceRequest in protobuf: {exc}"
+                ) from None
+            data = decode_protobuf(body)
         else:
+            if otlp_limits.count_json_values(body) > JSON_VALUES_PER_ELEMENT * limits.elements:
+                raise otlp_limits.OverLimit("JSON values", 0, JSON_VALUES_PER_ELEMENT * limits.elements)
             data = json.loads(body)
-            if otlp.count_spans(data) > limit:
-                raise TooManySpans(otlp.count_spans(data))
+            _check_json_counts(data, limits)
     except TooManySpans as exc:
         message = f"the request holds {exc.count} spans; at most {limit} per request (lower the exporter's batch size)"
+        return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)
+    except otlp_limits.OverLimit as exc:
+        message = f"{exc} (lower the exporter's batch size)"
         return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)
     except RecursionError:
         return _refuse(token, 400, INVALID_ARGUMENT, "the body nests too deeply", encoding)

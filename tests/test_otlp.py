@@ -936,9 +936,103 @@ def test_refusals_never_echo_a_secret_back(client, auth_headers):
     }
     answer = post(client, auth_headers, request(bad))
     assert answer.status_code == 200 and key not in answer.content.decode()
-    many_empty = {"resourceSpans": [{"resource": {}}] * 10_001}
-    assert post(client, auth_headers, many_empty).status_code == 200
+    # Empty groups are read up to the limit; past it the request is refused, with why.
+    assert post(client, auth_headers, {"resourceSpans": [{"resource": {}}] * 10_000}).status_code == 200
+    many_empty = post(client, auth_headers, {"resourceSpans": [{"resource": {}}] * 10_001})
+    assert many_empty.status_code == 413 and "10001 ResourceSpans" in many_empty.json()["message"]
     dropped = {**span(T2, "22" * 8), "droppedEventsCount": 3, "droppedAttributesCount": 4}
     post(client, auth_headers, request(dropped))
     metadata = models.Run.objects.get(run_id=T2).metadata
     assert (metadata["otel.dropped_events"], metadata["otel.dropped_attributes"]) == (3, 4)
+
+
+def _rpc_status(response):
+    from google.rpc import status_pb2
+
+    return status_pb2.Status.FromString(response.content)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (tag byte, varint length, payload)."""
+    length, out = len(payload), bytearray([tag])
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        out.append(byte | (0x80 if length else 0))
+        if not length:
+            return bytes(out) + payload
+
+
+def _refused_before_decoding(monkeypatch):
+    """Decoding fails the test: what is refused must be refused by counting alone."""
+    from history_app import traces
+
+    def no_decoding(body):
+        raise AssertionError("the body was decoded")
+
+    monkeypatch.setattr(traces, "decode_protobuf", no_decoding)
+
+
+def test_a_million_empty_resource_spans_are_counted_and_refused_before_decoding(
+    client, auth_headers, monkeypatch
+):
+    body = gzip.compress(b"\x0a\x00" * 1_000_000, 9)
+    assert len(body) < 4_000
+    _refused_before_decoding(monkeypatch)
+    response = post(
+        client, auth_headers, body, content_type="application/x-protobuf", HTTP_CONTENT_ENCODING="gzip"
+    )
+    assert response.status_code == 413 and response["Content-Type"] == "application/x-protobuf"
+    status = _rpc_status(response)
+    assert status.code == 8 and "more than 10000 ResourceSpans" in status.message
+    assert models.IngestReceipt.objects.get().rejections[0]["message"] == status.message
+    assert models.SpanBatch.objects.count() == 0 and models.Run.objects.count() == 0
+
+
+def test_empty_scope_spans_and_tiny_attributes_are_counted_too(client, auth_headers, settings, monkeypatch):
+    _refused_before_decoding(monkeypatch)
+    scopes = _field(0x0A, b"\x12\x00" * 20_000)
+    response = post(client, auth_headers, scopes, content_type="application/x-protobuf")
+    assert response.status_code == 413 and "more than 10000 ScopeSpans" in _rpc_status(response).message
+    settings.HISTORY_OTLP_MAX_ELEMENTS = 1_000
+    span = _field(0x0A, bytes.fromhex(T1)) + _field(0x12, bytes(8)) + b"\x4a\x00" * 1_500
+    deep = _field(0x0A, _field(0x12, _field(0x12, span)))
+    response = post(client, auth_headers, deep, content_type="application/x-protobuf")
+    assert response.status_code == 413 and "more than 1000 repeated elements" in _rpc_status(response).message
+    values = _field(0x4A, _field(0x12, _field(0x2A, b"\x0a\x00" * 1_500)))  # one array attribute
+    response = post(
+        client,
+        auth_headers,
+        _field(0x0A, _field(0x12, _field(0x12, _field(0x0A, bytes.fromhex(T1)) + values))),
+        content_type="application/x-protobuf",
+    )
+    assert response.status_code == 413 and "repeated elements" in _rpc_status(response).message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"\x0a\x05\x12", b"\x0a\x00\x0b\x0c", b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"],
+    ids=["length-past-the-end", "group", "eleven-byte-varint"],
+)
+def test_protobuf_that_is_no_message_is_refused_by_the_walk(client, auth_headers, body):
+    response = post(client, auth_headers, body, content_type="application/x-protobuf")
+    assert response.status_code == 400 and _rpc_status(response).code == 3
+
+
+def test_the_json_form_is_counted_before_it_is_read(client, auth_headers, settings):
+    flood = b'{"resourceSpans":[' + b"{}," * 3_000_000 + b"{}]}"
+    response = post(client, auth_headers, gzip.compress(flood, 9), HTTP_CONTENT_ENCODING="gzip")
+    assert response.status_code == 413
+    assert "more than 2000000 JSON values" in response.json()["message"]
+    numbers = b'{"resourceSpans":[{"x":[' + b"1.5," * 2_500_000 + b"1]}]}"
+    response = post(client, auth_headers, gzip.compress(numbers, 9), HTTP_CONTENT_ENCODING="gzip")
+    assert response.status_code == 413 and "JSON values" in response.json()["message"]
+    # Strings are skipped whole: braces and commas inside them are no values.
+    inside = json.dumps(request(span(T1, "11" * 8, attributes={"note": "{[,]}" * 600_000})))
+    assert post(client, auth_headers, inside.encode()).status_code == 200
+    settings.HISTORY_OTLP_MAX_SPANS = 100
+    empty_groups = {"resourceSpans": [{}] * 101}
+    response = post(client, auth_headers, empty_groups)
+    assert response.status_code == 413 and "101 ResourceSpans" in response.json()["message"]
+    empty_scopes = {"resourceSpans": [{"scopeSpans": [{}] * 101}]}
+    response = post(client, auth_headers, empty_scopes)
+    assert response.status_code == 413 and "101 ScopeSpans" in response.json()["message"]
