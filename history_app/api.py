@@ -29,6 +29,7 @@ from . import (
 from .agent_history import formats
 from .agent_history.jsonstream import iter_json
 from .auth import error_response, token_required
+from .diffs import LineDiff
 from .errors import require_GET, require_POST
 from .forms import StatsForm
 
@@ -331,8 +332,13 @@ def context_detail(request: HttpRequest, run_id: str, number: int) -> JsonRespon
     return JsonResponse({"ok": True, **_inspection_summary(inspection)})
 
 
-def _diff(lines: list[inspector.DiffLine] | None) -> list[str] | None:
-    return [line.text for line in lines] if lines is not None else None
+def _diff(diff: LineDiff | None) -> list[str] | None:
+    return [line.text for line in diff] if diff is not None else None
+
+
+def _fallback(diff: LineDiff | None) -> str | None:
+    """Why a diff that differs has no lines (too large, too different): None otherwise."""
+    return diff.fallback or None if diff is not None else None
 
 
 def _inspection_summary(i: inspector.Inspection) -> dict[str, Any]:
@@ -372,6 +378,7 @@ def _inspection_summary(i: inspector.Inspection) -> dict[str, Any]:
             "matches": None if i.rebuilt is None else i.rebuilt == context.text,
             "text": i.rebuilt,
             "diff": _diff(i.rebuilt_diff),
+            "diff_fallback": _fallback(i.rebuilt_diff),
         },
         "rerender": None
         if not i.rerenderable
@@ -380,10 +387,16 @@ def _inspection_summary(i: inspector.Inspection) -> dict[str, Any]:
             "settings": _settings(i.settings),
             "text": i.rerendered,
             "diff": _diff(i.rerendered_diff),
+            "diff_fallback": _fallback(i.rerendered_diff),
         },
         "previous": None
         if previous is None
-        else {"run_id": previous.run.run_id, "number": previous.number, "diff": _diff(i.previous_diff)},
+        else {
+            "run_id": previous.run.run_id,
+            "number": previous.number,
+            "diff": _diff(i.previous_diff),
+            "diff_fallback": _fallback(i.previous_diff),
+        },
         "notes": i.notes,
     }
 
