@@ -28,7 +28,7 @@ from . import (
 )
 from .agent_history import formats
 from .agent_history.jsonstream import iter_json
-from .auth import error_response, token_required
+from .auth import error_response, token_from_request, token_required
 from .diffs import LineDiff
 from .errors import require_GET, require_POST
 from .forms import StatsForm
@@ -83,6 +83,8 @@ def _refuse(request: HttpRequest, message: str, status: int, path: str = "$", **
 @csrf_exempt
 def ingest(request: HttpRequest) -> JsonResponse:
     try:
+        if request.method != "POST":
+            return _wrong_method(request)
         return _ingest(request)
     except DatabaseError as exc:
         # A transient failure outside any item (the receipt could not be written while
@@ -97,6 +99,21 @@ def ingest(request: HttpRequest) -> JsonResponse:
         )
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
+
+
+def _wrong_method(request: HttpRequest) -> JsonResponse:
+    """405; with a valid ingest token, a receipt too, as for every other refusal, so
+    that a client sending with the wrong method sees why nothing arrived. (A request
+    without a valid token leaves none: anyone could fill the table.)"""
+    message = f"{request.method} is not allowed here; send runs with POST"
+    token = token_from_request(request)
+    if token is not None and token.allows(models.IngestToken.INGEST):
+        request.ingest_token = token
+        response = _refuse(request, message, 405)
+    else:
+        response = error_response(message, 405)
+    response["Allow"] = "POST"
+    return response
 
 
 @require_POST

@@ -261,11 +261,17 @@ def _check_json_counts(data: Any, limits: otlp_limits.Limits) -> None:
 def traces(request: HttpRequest) -> HttpResponse:
     content_type = request.content_type.lower()
     encoding = PROTOBUF if content_type == PROTOBUF else JSON
+    token = token_from_request(request)
     if request.method != "POST":
+        # With a valid ingest token the refusal leaves a receipt, as every other does.
         response = _error(405, UNIMPLEMENTED, "send spans with POST", encoding)
+        if token is not None and token.allows(models.IngestToken.INGEST):
+            try:
+                response = _refuse(token, 405, UNIMPLEMENTED, "send spans with POST", encoding)
+            except DatabaseError:  # the answer matters more than its receipt
+                logger.warning("the receipt of a %s request to /v1/traces was not written", request.method)
         response["Allow"] = "POST"
         return response
-    token = token_from_request(request)
     if token is None:
         return _error(
             401, UNAUTHENTICATED, "a valid 'Authorization: Bearer <token>' header is required", encoding
