@@ -791,14 +791,14 @@ def test_spans_another_request_kept_meanwhile_are_assembled_too(client, auth_hea
     chat1, tool, chat2, root = genai_agent_trace(T1)
     real_plan, calls = traces._plan, []
 
-    def plan_while_another_request_writes(trace_id, spans, kept, redactor):
+    def plan_while_another_request_writes(trace_id, spans, kept, redactor, *rest):
         calls.append(len(kept))
         if len(calls) == 1:  # "another request" keeps the first model call meanwhile
             other, _, _ = otlp.read_request(request(chat1))
             models.SpanBatch.objects.create(
                 project=models.Project.default(), trace_id=T1, span_count=1, data=traces._pack(other)
             )
-        return real_plan(trace_id, spans, kept, redactor)
+        return real_plan(trace_id, spans, kept, redactor, *rest)
 
     monkeypatch.setattr(traces, "_plan", plan_while_another_request_writes)
     assert post(client, auth_headers, request(tool, chat2, root)).json() == {}
@@ -1036,3 +1036,46 @@ def test_the_json_form_is_counted_before_it_is_read(client, auth_headers, settin
     empty_scopes = {"resourceSpans": [{"scopeSpans": [{}] * 101}]}
     response = post(client, auth_headers, empty_scopes)
     assert response.status_code == 413 and "101 ScopeSpans" in response.json()["message"]
+
+
+def test_a_large_trace_is_not_assembled_again_for_each_few_spans(client, auth_headers, monkeypatch):
+    """Assembling a trace costs all its spans: a request adding a few to a large trace
+    keeps them, and the trace is assembled again once an eighth of it is new, or its root
+    arrives; a request changing nothing assembles nothing."""
+    from history_app import traces
+
+    monkeypatch.setattr(traces, "ASSEMBLE_ALWAYS", 10)
+    assembled = []
+    real = otlp.assemble
+
+    def counted(spans):
+        assembled.append(len(spans))
+        return real(spans)
+
+    monkeypatch.setattr(otlp, "assemble", counted)
+
+    def tool(n: int) -> dict:
+        return span(T1, f"{n:016x}", AGENT, "tool", {"gen_ai.operation.name": "execute_tool"}, start_ms=n)
+
+    def tool_calls() -> int:
+        return models.Run.objects.get(run_id=T1).tool_call_count
+
+    assert post(client, auth_headers, request(*[tool(n) for n in range(1, 20)])).json() == {}
+    assert assembled == [19] and tool_calls() == 19
+    # One new span of 20: kept, not assembled; the receipt counts the trace a duplicate.
+    assert post(client, auth_headers, request(tool(20))).status_code == 200
+    assert assembled == [19] and tool_calls() == 19
+    assert models.IngestReceipt.objects.order_by("id").last().counts["duplicate"] == 1
+    assert sum(models.SpanBatch.objects.values_list("span_count", flat=True)) == 20
+    assert models.SpanBatch.objects.filter(session__isnull=True).count() == 0
+    # Sent again: nothing changes, nothing is assembled.
+    assert post(client, auth_headers, request(tool(5), tool(20))).status_code == 200
+    assert assembled == [19] and models.SpanBatch.objects.count() == 2
+    # Enough new spans (3 of 22 since the last assembly): assembled with every kept span.
+    assert post(client, auth_headers, request(tool(21), tool(22))).status_code == 200
+    assert assembled == [19, 22] and tool_calls() == 22
+    # The root arriving ends the run at once, however few spans came with it.
+    root = span(T1, AGENT, "", "agent", {"gen_ai.operation.name": "invoke_agent"}, end_ms=100)
+    assert post(client, auth_headers, request(root)).status_code == 200
+    run = models.Run.objects.get(run_id=T1)
+    assert assembled == [19, 22, 23] and run.status == "completed" and run.tool_call_count == 22
