@@ -53,9 +53,10 @@ class Limits:
 
     @property
     def fields(self) -> int:
-        # A legitimate element is a handful of fields (a key and its value, a span's ids,
-        # times and name); beyond, the body is padding meant to make the walk slow.
-        return 8 * self.elements
+        # An attribute is four fields (itself, its key, its value and the value's one
+        # field): a body with more fields than four per element allowed is padding meant
+        # to make the walk slow (a span's own scalar fields are few beside its attributes).
+        return 4 * self.elements
 
 
 @dataclass
@@ -161,7 +162,10 @@ def check_protobuf(body: bytes | bytearray, limits: Limits) -> Counts:
                 end, children = pos, child_schema.children
                 pos = start
         elif wire == 0:
-            _, pos = _varint(data, pos, size)
+            if pos < size and data[pos] < 0x80:
+                pos += 1
+            else:
+                _, pos = _varint(data, pos, size)
         elif wire == 1:
             pos += 8
         elif wire == 5:

@@ -1006,6 +1006,10 @@ def test_empty_scope_spans_and_tiny_attributes_are_counted_too(client, auth_head
         content_type="application/x-protobuf",
     )
     assert response.status_code == 413 and "repeated elements" in _rpc_status(response).message
+    # Fields that are no elements (a number sent again and again) bound the walk too.
+    padded = _field(0x0A, _field(0x12, _field(0x12, _field(0x0A, bytes.fromhex(T1)) + b"\x50\x00" * 5_000)))
+    response = post(client, auth_headers, padded, content_type="application/x-protobuf")
+    assert response.status_code == 413 and "more than 4000 protobuf fields" in _rpc_status(response).message
 
 
 @pytest.mark.parametrize(

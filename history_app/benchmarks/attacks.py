@@ -142,6 +142,12 @@ def send(client, otlp: Otlp):
     )
 
 
+def pb_scalar_fields() -> bytes:
+    """One span holding five million copies of one number field (10 MB)."""
+    span = _ld(0x0A, bytes.fromhex(TRACE)) + _ld(0x12, b"\x11" * 8) + b"\x50\x00" * 5_000_000
+    return _ld(0x0A, _ld(0x12, _ld(0x12, span)))
+
+
 def pb_empty_attributes() -> bytes:
     """One span holding five million empty attributes (10 MB)."""
     span = _ld(0x0A, bytes.fromhex(TRACE)) + _ld(0x12, b"\x11" * 8) + b"\x4a\x00" * 5_000_000
@@ -270,6 +276,11 @@ ATTACKS: dict[str, tuple[str, Callable, Callable]] = {
     "otlp-pb-5m-attributes": (
         "a span of 5,000,000 empty attributes, protobuf",
         lambda c: Otlp(pb_empty_attributes(), PB),
+        send,
+    ),
+    "otlp-pb-5m-number-fields": (
+        "a span of 5,000,000 copies of one number field, protobuf",
+        lambda c: Otlp(pb_scalar_fields(), PB),
         send,
     ),
     "otlp-json-resourcespans": (
