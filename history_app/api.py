@@ -28,7 +28,8 @@ from . import (
 )
 from .agent_history import formats
 from .agent_history.jsonstream import iter_json
-from .auth import error_response, token_required
+from .auth import error_response, token_from_request, token_required
+from .diffs import LineDiff
 from .errors import require_GET, require_POST
 from .forms import StatsForm
 
@@ -82,6 +83,8 @@ def _refuse(request: HttpRequest, message: str, status: int, path: str = "$", **
 @csrf_exempt
 def ingest(request: HttpRequest) -> JsonResponse:
     try:
+        if request.method != "POST":
+            return _wrong_method(request)
         return _ingest(request)
     except DatabaseError as exc:
         # A transient failure outside any item (the receipt could not be written while
@@ -96,6 +99,21 @@ def ingest(request: HttpRequest) -> JsonResponse:
         )
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
+
+
+def _wrong_method(request: HttpRequest) -> JsonResponse:
+    """405; with a valid ingest token, a receipt too, as for every other refusal, so
+    that a client sending with the wrong method sees why nothing arrived. (A request
+    without a valid token leaves none: anyone could fill the table.)"""
+    message = f"{request.method} is not allowed here; send runs with POST"
+    token = token_from_request(request)
+    if token is not None and token.allows(models.IngestToken.INGEST):
+        request.ingest_token = token
+        response = _refuse(request, message, 405)
+    else:
+        response = error_response(message, 405)
+    response["Allow"] = "POST"
+    return response
 
 
 @require_POST
@@ -331,8 +349,13 @@ def context_detail(request: HttpRequest, run_id: str, number: int) -> JsonRespon
     return JsonResponse({"ok": True, **_inspection_summary(inspection)})
 
 
-def _diff(lines: list[inspector.DiffLine] | None) -> list[str] | None:
-    return [line.text for line in lines] if lines is not None else None
+def _diff(diff: LineDiff | None) -> list[str] | None:
+    return [line.text for line in diff] if diff is not None else None
+
+
+def _fallback(diff: LineDiff | None) -> str | None:
+    """Why a diff that differs has no lines (too large, too different): None otherwise."""
+    return diff.fallback or None if diff is not None else None
 
 
 def _inspection_summary(i: inspector.Inspection) -> dict[str, Any]:
@@ -372,6 +395,7 @@ def _inspection_summary(i: inspector.Inspection) -> dict[str, Any]:
             "matches": None if i.rebuilt is None else i.rebuilt == context.text,
             "text": i.rebuilt,
             "diff": _diff(i.rebuilt_diff),
+            "diff_fallback": _fallback(i.rebuilt_diff),
         },
         "rerender": None
         if not i.rerenderable
@@ -380,10 +404,16 @@ def _inspection_summary(i: inspector.Inspection) -> dict[str, Any]:
             "settings": _settings(i.settings),
             "text": i.rerendered,
             "diff": _diff(i.rerendered_diff),
+            "diff_fallback": _fallback(i.rerendered_diff),
         },
         "previous": None
         if previous is None
-        else {"run_id": previous.run.run_id, "number": previous.number, "diff": _diff(i.previous_diff)},
+        else {
+            "run_id": previous.run.run_id,
+            "number": previous.number,
+            "diff": _diff(i.previous_diff),
+            "diff_fallback": _fallback(i.previous_diff),
+        },
         "notes": i.notes,
     }
 

@@ -10,7 +10,7 @@ the two runs together, whatever their size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
@@ -19,10 +19,10 @@ from django.db.models.functions import Length
 
 from . import models, paging
 from .agent_history import jsonstream
-from .inspector import DiffLine, diff_lines
+from .diffs import Budget, LineDiff, line_diff
 
-# Texts are compared whole but diffed on this many characters at most (difflib's time
-# grows with the square of the number of lines).
+# Texts are compared whole but diffed on this many characters at most; the diffs of a
+# page share one budget of steps (``diffs``), past which a pair shows both sides only.
 DIFF_CHARS = 20_000
 
 
@@ -44,7 +44,7 @@ class TextPair:
 
     a: str | None
     b: str | None
-    diff: list[DiffLine] = field(default_factory=list)
+    diff: LineDiff | None = None
     cut: bool = False  # the diff reads only the first DIFF_CHARS characters
 
     @property
@@ -52,11 +52,11 @@ class TextPair:
         return self.a == self.b
 
 
-def text_pair(a: str | None, b: str | None, name: str) -> TextPair:
+def text_pair(a: str | None, b: str | None, name: str, budget: Budget | None = None) -> TextPair:
     pair = TextPair(a, b)
     if a != b and a is not None and b is not None:
         pair.cut = len(a) > DIFF_CHARS or len(b) > DIFF_CHARS
-        pair.diff = diff_lines(a[:DIFF_CHARS], b[:DIFF_CHARS], f"a/{name}", f"b/{name}")
+        pair.diff = line_diff(a[:DIFF_CHARS], b[:DIFF_CHARS], f"a/{name}", f"b/{name}", budget)
     return pair
 
 
@@ -216,6 +216,7 @@ def compare(project: models.Project, a_id: str, b_id: str) -> Comparison | None:
         items = rows.get(run.pk, [])
         return items[:limit], len(items) > limit
 
+    budget = Budget()  # every diff of the page draws on it
     its_a, more_its_a = first(iterations, a, limits["iterations"])
     its_b, more_its_b = first(iterations, b, limits["iterations"])
     iteration_pairs = []
@@ -227,7 +228,7 @@ def compare(project: models.Project, a_id: str, b_id: str) -> Comparison | None:
             CallPair(x, y) for x, y in zip_longest(calls_a[: limits["calls"]], calls_b[: limits["calls"]])
         ]
         thought = text_pair(
-            it_a.thought if it_a else None, it_b.thought if it_b else None, f"iteration-{n + 1}"
+            it_a.thought if it_a else None, it_b.thought if it_b else None, f"iteration-{n + 1}", budget
         )
         iteration_pairs.append(IterationPair(n + 1, it_a, it_b, thought, pairs, more))
     mc_a, more_mc_a = first(model_calls, a, limits["model_calls"])
@@ -235,17 +236,17 @@ def compare(project: models.Project, a_id: str, b_id: str) -> Comparison | None:
     ctx_a, more_ctx_a = first(contexts, a, limits["contexts"])
     ctx_b, more_ctx_b = first(contexts, b, limits["contexts"])
     context_pairs = [
-        ContextPair(x, y, text_pair(x.text if x else None, y.text if y else None, f"context-{n + 1}"))
+        ContextPair(x, y, text_pair(x.text if x else None, y.text if y else None, f"context-{n + 1}", budget))
         for n, (x, y) in enumerate(zip_longest(ctx_a, ctx_b))
     ]
     return Comparison(
         a=a,
         b=b,
         facts=_facts(a, b, _models_used(model_calls)),
-        input=text_pair(a.input, b.input, "input"),
-        settings=text_pair(_settings(a), _settings(b), "settings"),
-        output=text_pair(a.output, b.output, "output"),
-        error=text_pair(a.error, b.error, "error"),
+        input=text_pair(a.input, b.input, "input", budget),
+        settings=text_pair(_settings(a), _settings(b), "settings", budget),
+        output=text_pair(a.output, b.output, "output", budget),
+        error=text_pair(a.error, b.error, "error", budget),
         iterations=iteration_pairs,
         model_calls=[ModelCallPair(x, y) for x, y in zip_longest(mc_a, mc_b)],
         contexts=context_pairs,
@@ -314,8 +315,9 @@ def summary(c: Comparison) -> dict[str, Any]:
             "a": pair.a,
             "b": pair.b,
             "same": pair.same,
-            "diff": [line.text for line in pair.diff],
+            "diff": [line.text for line in pair.diff] if pair.diff is not None else [],
             "diff_cut": pair.cut,
+            "diff_fallback": pair.diff.fallback or None if pair.diff is not None else None,
         }
 
     def call(tool_call: models.ToolCall | None) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ renderers (``agent_history.context``), the same code the agents call.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from django.http import Http404
 from . import models, provenance
 from .agent_history import blocks
 from .agent_history import context as renderers
+from .diffs import Budget, LineDiff, line_diff
 from .forms import InspectorForm
 
 MAX_HISTORY_RUNS = 100
@@ -59,11 +59,11 @@ class Inspection:
     defaults: Settings
     settings: Settings
     rebuilt: str | None = None  # from the linked source runs, under the context's own settings
-    rebuilt_diff: list[DiffLine] | None = None
+    rebuilt_diff: LineDiff | None = None
     rerendered: str | None = None  # under the settings asked for
-    rerendered_diff: list[DiffLine] | None = None
+    rerendered_diff: LineDiff | None = None
     previous: models.InjectedContext | None = None
-    previous_diff: list[DiffLine] | None = None
+    previous_diff: LineDiff | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -96,6 +96,8 @@ def inspect(project: models.Project, run_id: str, position: int, params: Any) ->
         defaults=defaults,
         settings=settings,
     )
+    # The page's three diffs share one budget: each is bounded, and so are they together.
+    budget = Budget()
     if context.kind in RERENDERABLE:
         pool = _pool(run, context)
         if source_ids and context.kind != "cot_history":
@@ -104,11 +106,11 @@ def inspect(project: models.Project, run_id: str, position: int, params: Any) ->
         else:
             inspection.rebuilt = _render(context, pool, defaults, layout_of=context.text)
         if inspection.rebuilt is not None and inspection.rebuilt != context.text:
-            inspection.rebuilt_diff = diff_lines(context.text, inspection.rebuilt, "sent", "rebuilt")
+            inspection.rebuilt_diff = diff_lines(context.text, inspection.rebuilt, "sent", "rebuilt", budget)
         inspection.rerendered = _render(context, pool, settings, layout_of=context.text)
         if inspection.rerendered is not None:
             inspection.rerendered_diff = diff_lines(
-                context.text, inspection.rerendered, "sent", "re-rendered"
+                context.text, inspection.rerendered, "sent", "re-rendered", budget
             )
     else:
         inspection.notes.append(
@@ -118,7 +120,7 @@ def inspect(project: models.Project, run_id: str, position: int, params: Any) ->
     inspection.previous = _previous(run, context)
     if inspection.previous is not None:
         inspection.previous_diff = diff_lines(
-            inspection.previous.text, context.text, "previous step", "this step"
+            inspection.previous.text, context.text, "previous step", "this step", budget
         )
     return inspection
 
@@ -312,27 +314,9 @@ def link_sources(
     return segments
 
 
-@dataclass(frozen=True)
-class DiffLine:
-    css: str
-    text: str
-
-
-def diff_lines(before: str, after: str, before_name: str, after_name: str) -> list[DiffLine]:
-    """A unified diff, each line with its class (header, hunk, add, del, context)."""
-    lines = difflib.unified_diff(
-        before.splitlines(), after.splitlines(), before_name, after_name, lineterm="", n=2
-    )
-    out = []
-    for line in lines:
-        css = "ctx"
-        if line.startswith(("+++", "---")):
-            css = "hdr"
-        elif line.startswith("@@"):
-            css = "hunk"
-        elif line.startswith("+"):
-            css = "add"
-        elif line.startswith("-"):
-            css = "del"
-        out.append(DiffLine(css, line))
-    return out
+def diff_lines(
+    before: str, after: str, before_name: str, after_name: str, budget: Budget | None = None
+) -> LineDiff:
+    """A unified diff, each line with its class (header, hunk, add, del, context), or why
+    there is none (``diffs.line_diff``: bounded in lines, characters and steps)."""
+    return line_diff(before, after, before_name, after_name, budget)

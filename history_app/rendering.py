@@ -94,6 +94,11 @@ def nesting_depth(text: str) -> int:
     return deepest
 
 
+def plain_text(text: str | None, reason: str) -> Rendering:
+    """The text escaped, as preformatted text under a note saying why it is not rendered."""
+    return _escaped(text or "", reason)
+
+
 def _escaped(text: str, reason: str) -> Rendering:
     note = f'<p class="{FALLBACK_CLASS}">Shown as plain text: {html.escape(reason)}.</p>'
     return Rendering(f"{note}<pre>{html.escape(text)}</pre>", fallback=reason)

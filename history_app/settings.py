@@ -122,6 +122,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Responses to a logged-in user or a token are nobody else's: kept by no cache.
+    "history_app.middleware.PrivateCacheControlMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -263,6 +265,10 @@ HISTORY_OTLP_MAX_DECOMPRESSED_BYTES = env_int(
     "HISTORY_OTLP_MAX_DECOMPRESSED_BYTES", 20 * 1024 * 1024, minimum=1024
 )
 HISTORY_OTLP_MAX_SPANS = env_int("HISTORY_OTLP_MAX_SPANS", 10_000, minimum=1)
+# Elements of repeated fields a request may hold in all (spans, attributes, events,
+# links, array and key-value list values; a JSON body four values per element), counted
+# before it is decoded (413 above): tiny elements cost the decoder far more than their size.
+HISTORY_OTLP_MAX_ELEMENTS = env_int("HISTORY_OTLP_MAX_ELEMENTS", 500_000, minimum=1000)
 # Spans kept per trace: each request assembles its traces again from all their spans, so
 # a trace that never ends would make every request slower than the one before.
 HISTORY_OTLP_MAX_TRACE_SPANS = env_int("HISTORY_OTLP_MAX_TRACE_SPANS", 20_000, minimum=1)

@@ -29,10 +29,11 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Exists, Max, OuterRef
+from django.db.models.fields.json import KT
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from . import ingestion, models, retention
+from . import ingestion, models, otlp_limits, retention
 from .agent_history import otlp
 from .agent_history.records import without_lone_surrogates
 from .api import _chunked, _read_body
@@ -220,6 +221,40 @@ def _decompress(body: bytes, encoding: str) -> bytes | None:
     return bytes(out)
 
 
+# A JSON attribute is four values (its object, key, value object and string), a
+# protobuf one a single element: the JSON form is allowed this many values per element.
+JSON_VALUES_PER_ELEMENT = 4
+
+
+def request_limits() -> otlp_limits.Limits:
+    """What one request may hold (resource and scope groups are bounded like spans: an
+    exporter sends at least one span in each)."""
+    return otlp_limits.Limits(
+        spans=settings.HISTORY_OTLP_MAX_SPANS,
+        groups=settings.HISTORY_OTLP_MAX_SPANS,
+        elements=settings.HISTORY_OTLP_MAX_ELEMENTS,
+    )
+
+
+def _check_json_counts(data: Any, limits: otlp_limits.Limits) -> None:
+    """``OverLimit`` for a request in JSON with too many spans, resource or scope groups
+    (empty ones count: each still costs a pass of the reader)."""
+    count = otlp.count_spans(data)
+    if count > limits.spans:
+        raise TooManySpans(count)
+    resources = (data.get("resourceSpans") or data.get("resource_spans")) if isinstance(data, dict) else None
+    if not isinstance(resources, list):
+        return
+    if len(resources) > limits.groups:
+        raise otlp_limits.OverLimit("ResourceSpans", len(resources), limits.groups, exact=True)
+    scopes = sum(
+        len(s) if isinstance(s, list) else 0
+        for s in (r.get("scopeSpans") or r.get("scope_spans") for r in resources if isinstance(r, dict))
+    )
+    if scopes > limits.groups:
+        raise otlp_limits.OverLimit("ScopeSpans", scopes, limits.groups, exact=True)
+
+
 # --- The view --------------------------------------------------------------------------
 
 
@@ -227,11 +262,17 @@ def _decompress(body: bytes, encoding: str) -> bytes | None:
 def traces(request: HttpRequest) -> HttpResponse:
     content_type = request.content_type.lower()
     encoding = PROTOBUF if content_type == PROTOBUF else JSON
+    token = token_from_request(request)
     if request.method != "POST":
+        # With a valid ingest token the refusal leaves a receipt, as every other does.
         response = _error(405, UNIMPLEMENTED, "send spans with POST", encoding)
+        if token is not None and token.allows(models.IngestToken.INGEST):
+            try:
+                response = _refuse(token, 405, UNIMPLEMENTED, "send spans with POST", encoding)
+            except DatabaseError:  # the answer matters more than its receipt
+                logger.warning("the receipt of a %s request to /v1/traces was not written", request.method)
         response["Allow"] = "POST"
         return response
-    token = token_from_request(request)
     if token is None:
         return _error(
             401, UNAUTHENTICATED, "a valid 'Authorization: Bearer <token>' header is required", encoding
@@ -289,14 +330,27 @@ def _intake(
         )
     limit = settings.HISTORY_OTLP_MAX_SPANS
     try:
+        # Counted before anything is built: a few kilobytes of gzip can hold millions of
+        # empty messages, each costing the decoder far more memory than its two bytes.
+        limits = request_limits()
         if content_type == PROTOBUF:
-            data = decode_protobuf(body)  # counts its spans itself, before reading them
+            try:
+                otlp_limits.check_protobuf(body, limits)
+            except ValueError as exc:
+                raise ValueError(
+                    f"the body is not an OTLP ExportTraceServiceRequest in protobuf: {exc}"
+                ) from None
+            data = decode_protobuf(body)
         else:
+            if otlp_limits.count_json_values(body) > JSON_VALUES_PER_ELEMENT * limits.elements:
+                raise otlp_limits.OverLimit("JSON values", 0, JSON_VALUES_PER_ELEMENT * limits.elements)
             data = json.loads(body)
-            if otlp.count_spans(data) > limit:
-                raise TooManySpans(otlp.count_spans(data))
+            _check_json_counts(data, limits)
     except TooManySpans as exc:
         message = f"the request holds {exc.count} spans; at most {limit} per request (lower the exporter's batch size)"
+        return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)
+    except otlp_limits.OverLimit as exc:
+        message = f"{exc} (lower the exporter's batch size)"
         return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)
     except RecursionError:
         return _refuse(token, 400, INVALID_ARGUMENT, "the body nests too deeply", encoding)
@@ -514,8 +568,10 @@ def intake_spans(
     results: list[ingestion.ItemResult] = []
     try:
         kept, latest = kept_spans(list(traces), project_id)
+        assembled = assembled_span_counts(list(traces), project_id)
         plans = {
-            trace_id: _plan(trace_id, news, kept[trace_id], redactor) for trace_id, news in traces.items()
+            trace_id: _plan(trace_id, news, kept[trace_id], redactor, assembled[trace_id])
+            for trace_id, news in traces.items()
         }
         try:
             with transaction.atomic():
@@ -524,8 +580,11 @@ def intake_spans(
                 moved = [trace_id for trace_id in traces if now[trace_id] != latest[trace_id]]
                 if moved:  # another request added spans to these traces since they were read
                     kept_now, _ = kept_spans(moved, project_id)
+                    assembled_now = assembled_span_counts(moved, project_id)
                     for trace_id in moved:
-                        plans[trace_id] = _plan(trace_id, traces[trace_id], kept_now[trace_id], redactor)
+                        plans[trace_id] = _plan(
+                            trace_id, traces[trace_id], kept_now[trace_id], redactor, assembled_now[trace_id]
+                        )
                 results = _write(plans, outcome, project_id)
                 if any(r.status == "retry" for r in results):
                     raise _Retry
@@ -557,23 +616,54 @@ def _lock_traces(trace_ids: list[str], project_id: int) -> None:
                 )
 
 
+# Assembling a trace again costs time in proportion to all its spans (its runs are
+# parsed, redacted and written again). A trace of more than ASSEMBLE_ALWAYS spans whose
+# run exists is assembled again only when the spans it received since it was last
+# assembled make at least 1/ASSEMBLE_FRACTION of it, or its root span arrives; in
+# between, new spans are kept and appear at the next assembly. So a request adding a
+# few spans to a large trace costs a few spans' work, and a trace's assemblies together
+# cost a constant times its size, not its size squared.
+ASSEMBLE_ALWAYS = 1_000
+ASSEMBLE_FRACTION = 8
+
+
+def assembled_span_counts(trace_ids: list[str], project_id: int) -> dict[str, int | None]:
+    """For each trace, the spans its stored run was last assembled from (None when the
+    trace has no run: it is assembled whatever its size)."""
+    rows = models.Run.objects.filter(project_id=project_id, run_id__in=trace_ids).values_list(
+        "run_id", KT(f"metadata__{otlp.SPAN_COUNT_KEY}")
+    )
+    counts: dict[str, int | None] = dict.fromkeys(trace_ids)
+    for run_id, count in rows:
+        try:
+            counts[run_id] = int(count) if count is not None else 0
+        except ValueError:
+            counts[run_id] = 0
+    return counts
+
+
 @dataclass
 class _Plan:
     """What a request does to one trace: the spans it adds (or changes), the trace's
-    runs assembled and prepared for storing, and the spans refused, with why."""
+    runs assembled and prepared for storing, and the spans refused, with why. A plan
+    ``deferred`` keeps its spans without assembling the trace again."""
 
     spans: list[otlp.Span] = field(default_factory=list)
     pending: list[Any] = field(default_factory=list)  # ingestion._Pending, one per run
     results: list[ingestion.ItemResult] = field(default_factory=list)
     refused: int = 0
     reasons: list[str] = field(default_factory=list)
+    deferred: bool = False
 
 
-def _plan(trace_id: str, spans: list[otlp.Span], kept: dict[str, otlp.Span], redactor: Any) -> _Plan:
+def _plan(
+    trace_id: str, spans: list[otlp.Span], kept: dict[str, otlp.Span], redactor: Any, assembled: int | None
+) -> _Plan:
     """Assemble a trace from its kept spans and ``spans``, and prepare its runs (parsed,
     redacted, hashed: ``ingestion``'s own preparation). A trace that cannot be assembled
     keeps what it had: its new spans are refused, never kept to break every later request
-    of the trace too."""
+    of the trace too. A trace whose run exists is not assembled again when nothing of it
+    changed, nor, when large, before enough of it did (``ASSEMBLE_FRACTION``)."""
     plan = _Plan()
     news = {span["span_id"]: span for span in spans}
     fresh = news.keys() - kept.keys()
@@ -593,6 +683,19 @@ def _plan(trace_id: str, spans: list[otlp.Span], kept: dict[str, otlp.Span], red
                 f"{len(over)} of its new spans refused"
             )
     plan.spans = [span for key, span in news.items() if kept.get(key) != span]
+    if assembled is not None:
+        total = len(kept.keys() | news.keys())
+        fresh_root = any(otlp.is_root(span) and span["span_id"] not in kept for span in plan.spans)
+        # Nothing new (spans sent again, or all refused): the runs stand as they are.
+        unchanged = not plan.spans
+        if unchanged or (
+            total > ASSEMBLE_ALWAYS and not fresh_root and total - assembled < total // ASSEMBLE_FRACTION
+        ):
+            plan.deferred = not unchanged
+            # The receipt counts the trace as a duplicate: its stored run is unchanged.
+            result = ingestion.ItemResult(index=0, run_id=otlp.trace_run_id(trace_id), status="duplicate")
+            plan.results.append(result)
+            return plan
     try:
         dicts = [run.to_dict() for run in otlp.assemble(list({**kept, **news}.values()))]
     except (Exception, RecursionError):  # noqa: BLE001 — one trace the mapping cannot handle never fails the others
@@ -667,12 +770,26 @@ def _write(plans: dict[str, _Plan], outcome: Outcome, project_id: int) -> list[i
                 outcome.rejected += len(plans[trace_id].spans)
                 problems = "; ".join(f"{e['path']}: {e['message']}" for e in item.result.errors[:3])
                 outcome.reasons.append(f"trace {trace_id}: run {item.result.run_id} refused ({problems})")
+    # The spans of a trace not assembled again go with its run's session at once (those
+    # of an assembled trace are linked below, by its stored run).
+    deferred = [trace_id for trace_id, plan in plans.items() if plan.deferred and plan.spans]
+    sessions = dict(
+        models.Run.objects.filter(project_id=project_id, run_id__in=deferred).values_list(
+            "run_id", "session_id"
+        )
+        if deferred
+        else ()
+    )
     rows = [
         models.SpanBatch(
-            project_id=project_id, trace_id=trace_id, span_count=len(plan.spans), data=_pack(plan.spans)
+            project_id=project_id,
+            trace_id=trace_id,
+            span_count=len(plan.spans),
+            data=_pack(plan.spans),
+            session_id=sessions.get(otlp.trace_run_id(trace_id)),
         )
         for trace_id, plan in plans.items()
-        if plan.spans and plan.pending and trace_id not in refused
+        if plan.spans and (plan.pending or plan.deferred) and trace_id not in refused
     ]
     models.SpanBatch.objects.bulk_create(rows, batch_size=200)
     outcome.changed = sum(1 for r in results if r.status in ("created", "updated"))

@@ -22,7 +22,7 @@ from django.http import Http404
 
 from . import models
 from .agent_history.records import DELEGATION_TOOLS, is_delegation
-from .rendering import render_markdown
+from .rendering import plain_text, render, render_markdown
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,37 @@ def answer_html(run: models.Run) -> str:
         except DatabaseError:  # a busy database only costs the next view a render
             logger.warning("the answer of run %s was rendered but not kept", run.run_id)
     return run.output_html
+
+
+def answer_html_within(run: models.Run, budget_ms: int) -> tuple[str, bool]:
+    """The run's answer as HTML for a caller rendering many (an export), which has
+    ``budget_ms`` left, and whether the HTML is new and to be kept (``keep_answers``).
+
+    The HTML kept is used whatever the time. Below the renderer's own budget, an answer
+    it cuts short is shown as plain text and not kept, so that the run's page later
+    renders it whole."""
+    if run.output_html is not None:
+        return run.output_html, False
+    if not run.output:
+        return "", False
+    if budget_ms <= 0:
+        return plain_text(run.output, "the time this export may spend rendering answers is spent").html, False
+    if budget_ms >= settings.HISTORY_MARKDOWN_BUDGET_MS:
+        run.output_html = render_markdown(run.output)
+        return run.output_html, True
+    rendering = render(run.output, budget_ms=budget_ms)
+    if rendering.fallback:
+        return rendering.html, False
+    run.output_html = rendering.html
+    return run.output_html, True
+
+
+def keep_answers(runs: list[models.Run]) -> None:
+    """Keep the answers ``answer_html_within`` rendered (one query a hundred runs)."""
+    try:
+        models.Run.objects.bulk_update(runs, ["output_html"], batch_size=100)
+    except DatabaseError:  # a busy database only costs the next view a render
+        logger.warning("%s rendered answers were not kept", len(runs))
 
 
 def get_iteration(project: models.Project, run_id: str, position: int) -> models.Iteration:

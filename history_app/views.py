@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from time import monotonic
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,7 +28,6 @@ from .access import project_view
 from .agent_history import jsonstream
 from .agent_history.jsonstream import Lazy
 from .forms import ModelCallForm, SliceForm, StatsForm
-from .rendering import render_markdown
 from .stats import stats as stats_numbers
 from .timeline import session_timeline
 
@@ -405,12 +405,28 @@ def session_export(request: HttpRequest, session_id: str, fmt: str) -> HttpRespo
     return _download(_offline_html(session, reader), "text/html; charset=utf-8", f"{name}.html")
 
 
+# Rendering answers never rendered before, an export spends at most this many times one
+# answer's budget; past it they are written as plain text (the HTML kept by each run's
+# page, or an earlier export, is used whatever the time).
+EXPORT_RENDER_BUDGETS = 10
+
+
 def _offline_html(session: models.Session, reader: streams.RunReader) -> Iterator[str]:
     template = "history_app/session_export.html"
     yield render_to_string(f"{template}#head", {"session": session, "css": _EXPORT_CSS.read_text()})
-    for number, run in enumerate(reader.records(), start=1):
-        context = {"run": run, "number": number, "output_html": render_markdown(run.output)}
-        yield render_to_string(f"{template}#run", context)
+    deadline = monotonic() + EXPORT_RENDER_BUDGETS * settings.HISTORY_MARKDOWN_BUDGET_MS / 1000
+    rendered: list[models.Run] = []
+    for number, (run, record) in enumerate(reader.shells(), start=1):
+        record.iterations = list(reader.iteration_records(run))
+        html, new = transcripts.answer_html_within(run, int((deadline - monotonic()) * 1000))
+        if new:
+            rendered.append(run)
+        if len(rendered) >= 100:
+            transcripts.keep_answers(rendered)
+            rendered = []
+        yield render_to_string(f"{template}#run", {"run": record, "number": number, "output_html": html})
+    if rendered:
+        transcripts.keep_answers(rendered)
     yield render_to_string(f"{template}#foot")
 
 

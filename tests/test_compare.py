@@ -137,6 +137,7 @@ def test_the_json_twin(alice_client, ingest):
         "same": False,
         "diff": body["output"]["diff"],
         "diff_cut": False,
+        "diff_fallback": None,
     }
     assert "-4" in body["output"]["diff"] and "+5" in body["output"]["diff"]
     assert [i["b"] is None for i in body["iterations"]] == [False, True]

@@ -123,3 +123,34 @@ def test_exports_name_ids_outside_latin_1_with_rfc_6266_filename_star(alice_clie
     response = alice_client.get(url)
     assert response.status_code == 200
     assert response["Content-Disposition"] == f"attachment; filename*=utf-8''{quote(filename)}"
+
+
+def test_the_offline_file_uses_the_kept_answers_and_bounds_new_rendering(alice_client, ingest, monkeypatch):
+    from history_app import models, transcripts, views
+
+    assert (
+        ingest([native(f"e{n}", "s-export", output=f"**answer {n}**") for n in range(5)]).status_code == 200
+    )
+    models.Run.objects.filter(run_id="e0").update(output_html="<p>KEPT-e0</p>")
+    renders = []
+    real = transcripts.render_markdown
+
+    def counted(text, **kwargs):
+        renders.append(text)
+        return real(text, **kwargs)
+
+    monkeypatch.setattr(transcripts, "render_markdown", counted)
+    url = "/p/default/sessions/s-export/export.html"
+    first = b"".join(alice_client.get(url).streaming_content).decode()
+    assert "<p>KEPT-e0</p>" in first and "<strong>answer 4</strong>" in first
+    assert len(renders) == 4  # the four never rendered, once each, then kept
+    assert not models.Run.objects.filter(session__session_id="s-export", output_html__isnull=True).exists()
+    second = b"".join(alice_client.get(url).streaming_content).decode()
+    assert len(renders) == 4 and second.count("<strong>answer") == 4
+    # New answers past the export's rendering time are plain text, and not kept.
+    ingest([native(f"n{n}", "s-export", output=f"**late {n}**") for n in range(3)])
+    monkeypatch.setattr(views, "EXPORT_RENDER_BUDGETS", 0)
+    third = b"".join(alice_client.get(url).streaming_content).decode()
+    assert len(renders) == 4 and third.count("rendering answers is spent") == 3
+    assert "**late 2**" in third and "<strong>answer 3</strong>" in third
+    assert models.Run.objects.filter(run_id__startswith="n", output_html__isnull=True).count() == 3

@@ -791,14 +791,14 @@ def test_spans_another_request_kept_meanwhile_are_assembled_too(client, auth_hea
     chat1, tool, chat2, root = genai_agent_trace(T1)
     real_plan, calls = traces._plan, []
 
-    def plan_while_another_request_writes(trace_id, spans, kept, redactor):
+    def plan_while_another_request_writes(trace_id, spans, kept, redactor, *rest):
         calls.append(len(kept))
         if len(calls) == 1:  # "another request" keeps the first model call meanwhile
             other, _, _ = otlp.read_request(request(chat1))
             models.SpanBatch.objects.create(
                 project=models.Project.default(), trace_id=T1, span_count=1, data=traces._pack(other)
             )
-        return real_plan(trace_id, spans, kept, redactor)
+        return real_plan(trace_id, spans, kept, redactor, *rest)
 
     monkeypatch.setattr(traces, "_plan", plan_while_another_request_writes)
     assert post(client, auth_headers, request(tool, chat2, root)).json() == {}
@@ -936,9 +936,150 @@ def test_refusals_never_echo_a_secret_back(client, auth_headers):
     }
     answer = post(client, auth_headers, request(bad))
     assert answer.status_code == 200 and key not in answer.content.decode()
-    many_empty = {"resourceSpans": [{"resource": {}}] * 10_001}
-    assert post(client, auth_headers, many_empty).status_code == 200
+    # Empty groups are read up to the limit; past it the request is refused, with why.
+    assert post(client, auth_headers, {"resourceSpans": [{"resource": {}}] * 10_000}).status_code == 200
+    many_empty = post(client, auth_headers, {"resourceSpans": [{"resource": {}}] * 10_001})
+    assert many_empty.status_code == 413 and "10001 ResourceSpans" in many_empty.json()["message"]
     dropped = {**span(T2, "22" * 8), "droppedEventsCount": 3, "droppedAttributesCount": 4}
     post(client, auth_headers, request(dropped))
     metadata = models.Run.objects.get(run_id=T2).metadata
     assert (metadata["otel.dropped_events"], metadata["otel.dropped_attributes"]) == (3, 4)
+
+
+def _rpc_status(response):
+    from google.rpc import status_pb2
+
+    return status_pb2.Status.FromString(response.content)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (tag byte, varint length, payload)."""
+    length, out = len(payload), bytearray([tag])
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        out.append(byte | (0x80 if length else 0))
+        if not length:
+            return bytes(out) + payload
+
+
+def _refused_before_decoding(monkeypatch):
+    """Decoding fails the test: what is refused must be refused by counting alone."""
+    from history_app import traces
+
+    def no_decoding(body):
+        raise AssertionError("the body was decoded")
+
+    monkeypatch.setattr(traces, "decode_protobuf", no_decoding)
+
+
+def test_a_million_empty_resource_spans_are_counted_and_refused_before_decoding(
+    client, auth_headers, monkeypatch
+):
+    body = gzip.compress(b"\x0a\x00" * 1_000_000, 9)
+    assert len(body) < 4_000
+    _refused_before_decoding(monkeypatch)
+    response = post(
+        client, auth_headers, body, content_type="application/x-protobuf", HTTP_CONTENT_ENCODING="gzip"
+    )
+    assert response.status_code == 413 and response["Content-Type"] == "application/x-protobuf"
+    status = _rpc_status(response)
+    assert status.code == 8 and "more than 10000 ResourceSpans" in status.message
+    assert models.IngestReceipt.objects.get().rejections[0]["message"] == status.message
+    assert models.SpanBatch.objects.count() == 0 and models.Run.objects.count() == 0
+
+
+def test_empty_scope_spans_and_tiny_attributes_are_counted_too(client, auth_headers, settings, monkeypatch):
+    _refused_before_decoding(monkeypatch)
+    scopes = _field(0x0A, b"\x12\x00" * 20_000)
+    response = post(client, auth_headers, scopes, content_type="application/x-protobuf")
+    assert response.status_code == 413 and "more than 10000 ScopeSpans" in _rpc_status(response).message
+    settings.HISTORY_OTLP_MAX_ELEMENTS = 1_000
+    span = _field(0x0A, bytes.fromhex(T1)) + _field(0x12, bytes(8)) + b"\x4a\x00" * 1_500
+    deep = _field(0x0A, _field(0x12, _field(0x12, span)))
+    response = post(client, auth_headers, deep, content_type="application/x-protobuf")
+    assert response.status_code == 413 and "more than 1000 repeated elements" in _rpc_status(response).message
+    values = _field(0x4A, _field(0x12, _field(0x2A, b"\x0a\x00" * 1_500)))  # one array attribute
+    response = post(
+        client,
+        auth_headers,
+        _field(0x0A, _field(0x12, _field(0x12, _field(0x0A, bytes.fromhex(T1)) + values))),
+        content_type="application/x-protobuf",
+    )
+    assert response.status_code == 413 and "repeated elements" in _rpc_status(response).message
+    # Fields that are no elements (a number sent again and again) bound the walk too.
+    padded = _field(0x0A, _field(0x12, _field(0x12, _field(0x0A, bytes.fromhex(T1)) + b"\x50\x00" * 5_000)))
+    response = post(client, auth_headers, padded, content_type="application/x-protobuf")
+    assert response.status_code == 413 and "more than 4000 protobuf fields" in _rpc_status(response).message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"\x0a\x05\x12", b"\x0a\x00\x0b\x0c", b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"],
+    ids=["length-past-the-end", "group", "eleven-byte-varint"],
+)
+def test_protobuf_that_is_no_message_is_refused_by_the_walk(client, auth_headers, body):
+    response = post(client, auth_headers, body, content_type="application/x-protobuf")
+    assert response.status_code == 400 and _rpc_status(response).code == 3
+
+
+def test_the_json_form_is_counted_before_it_is_read(client, auth_headers, settings):
+    flood = b'{"resourceSpans":[' + b"{}," * 3_000_000 + b"{}]}"
+    response = post(client, auth_headers, gzip.compress(flood, 9), HTTP_CONTENT_ENCODING="gzip")
+    assert response.status_code == 413
+    assert "more than 2000000 JSON values" in response.json()["message"]
+    numbers = b'{"resourceSpans":[{"x":[' + b"1.5," * 2_500_000 + b"1]}]}"
+    response = post(client, auth_headers, gzip.compress(numbers, 9), HTTP_CONTENT_ENCODING="gzip")
+    assert response.status_code == 413 and "JSON values" in response.json()["message"]
+    # Strings are skipped whole: braces and commas inside them are no values.
+    inside = json.dumps(request(span(T1, "11" * 8, attributes={"note": "{[,]}" * 600_000})))
+    assert post(client, auth_headers, inside.encode()).status_code == 200
+    settings.HISTORY_OTLP_MAX_SPANS = 100
+    empty_groups = {"resourceSpans": [{}] * 101}
+    response = post(client, auth_headers, empty_groups)
+    assert response.status_code == 413 and "101 ResourceSpans" in response.json()["message"]
+    empty_scopes = {"resourceSpans": [{"scopeSpans": [{}] * 101}]}
+    response = post(client, auth_headers, empty_scopes)
+    assert response.status_code == 413 and "101 ScopeSpans" in response.json()["message"]
+
+
+def test_a_large_trace_is_not_assembled_again_for_each_few_spans(client, auth_headers, monkeypatch):
+    """Assembling a trace costs all its spans: a request adding a few to a large trace
+    keeps them, and the trace is assembled again once an eighth of it is new, or its root
+    arrives; a request changing nothing assembles nothing."""
+    from history_app import traces
+
+    monkeypatch.setattr(traces, "ASSEMBLE_ALWAYS", 10)
+    assembled = []
+    real = otlp.assemble
+
+    def counted(spans):
+        assembled.append(len(spans))
+        return real(spans)
+
+    monkeypatch.setattr(otlp, "assemble", counted)
+
+    def tool(n: int) -> dict:
+        return span(T1, f"{n:016x}", AGENT, "tool", {"gen_ai.operation.name": "execute_tool"}, start_ms=n)
+
+    def tool_calls() -> int:
+        return models.Run.objects.get(run_id=T1).tool_call_count
+
+    assert post(client, auth_headers, request(*[tool(n) for n in range(1, 20)])).json() == {}
+    assert assembled == [19] and tool_calls() == 19
+    # One new span of 20: kept, not assembled; the receipt counts the trace a duplicate.
+    assert post(client, auth_headers, request(tool(20))).status_code == 200
+    assert assembled == [19] and tool_calls() == 19
+    assert models.IngestReceipt.objects.order_by("id").last().counts["duplicate"] == 1
+    assert sum(models.SpanBatch.objects.values_list("span_count", flat=True)) == 20
+    assert models.SpanBatch.objects.filter(session__isnull=True).count() == 0
+    # Sent again: nothing changes, nothing is assembled.
+    assert post(client, auth_headers, request(tool(5), tool(20))).status_code == 200
+    assert assembled == [19] and models.SpanBatch.objects.count() == 2
+    # Enough new spans (3 of 22 since the last assembly): assembled with every kept span.
+    assert post(client, auth_headers, request(tool(21), tool(22))).status_code == 200
+    assert assembled == [19, 22] and tool_calls() == 22
+    # The root arriving ends the run at once, however few spans came with it.
+    root = span(T1, AGENT, "", "agent", {"gen_ai.operation.name": "invoke_agent"}, end_ms=100)
+    assert post(client, auth_headers, request(root)).status_code == 200
+    run = models.Run.objects.get(run_id=T1)
+    assert assembled == [19, 22, 23] and run.status == "completed" and run.tool_call_count == 22

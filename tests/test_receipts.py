@@ -93,3 +93,19 @@ def test_receipts_page_requires_login_and_pages(alice_client, ingest, settings):
     )
     assert "<html" not in fragment.content.decode() and fragment.content.decode().count('id="receipt-') == 1
     assert anonymous.get("/api/v1/receipts", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+
+
+@pytest.mark.parametrize("method", ["get", "put", "delete"])
+def test_a_wrong_method_with_a_valid_token_leaves_a_receipt(client, auth_headers, method):
+    response = getattr(client, method)("/api/v1/ingest", **auth_headers)
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    assert response.json()["error"].startswith(f"{method.upper()} is not allowed")
+    receipt = models.IngestReceipt.objects.get()
+    assert receipt.source == "api" and receipt.rejections[0]["message"] == response.json()["error"]
+    otlp = getattr(client, method)("/v1/traces", **auth_headers)
+    assert otlp.status_code == 405 and otlp["Allow"] == "POST"
+    assert models.IngestReceipt.objects.filter(source="otlp").count() == 1
+    # Without a valid token: the same answer, and no receipt (anyone could fill the table).
+    assert client.get("/api/v1/ingest").status_code == 405
+    assert client.get("/v1/traces", HTTP_AUTHORIZATION="Bearer nope").status_code == 405
+    assert models.IngestReceipt.objects.count() == 2

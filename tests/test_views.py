@@ -405,3 +405,27 @@ def test_an_htmx_search_names_itself_in_the_title(alice_client, ingest):
     assert fragment.startswith("<title>“needle” · Sessions · Agent history</title>")
     full = html(alice_client.get("/p/default/?q=needle"))
     assert full.count("<title>") == 1 and "<title>“needle” · Sessions · Agent history</title>" in full
+
+
+def test_what_a_logged_in_user_or_a_token_reads_is_kept_by_no_cache(alice_client, ingest, auth_headers):
+    from .conftest import native
+
+    assert ingest(native("r-cache", "s-cache", output="**answer**")).status_code == 200
+    for url in (
+        "/p/default/",
+        "/p/default/sessions/s-cache/",
+        "/p/default/runs/r-cache/",
+        "/api/v1/sessions",
+        "/p/default/sessions/s-cache/export.html",
+        "/p/default/runs/r-cache/export.json",
+    ):
+        response = alice_client.get(url)
+        assert response.status_code == 200, url
+        assert response["Cache-Control"] == "private, no-store", url
+    from django.test import Client
+
+    token_client = Client()
+    api = token_client.get("/api/v1/runs/r-cache", **auth_headers)
+    assert api.status_code == 200 and api["Cache-Control"] == "private, no-store"
+    static = token_client.get("/static/history_app/app.css")
+    assert static.status_code == 200 and "no-store" not in static.get("Cache-Control", "")

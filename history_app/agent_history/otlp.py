@@ -95,6 +95,7 @@ ERROR = 2  # status code of a span that failed
 # SpanFlags: the parent's "is remote" bit is known (0x100) and set (0x200). A span whose
 # parent is in another service (a W3C traceparent it received) is its service's root.
 REMOTE_PARENT = 0x300
+SPAN_COUNT_KEY = "otel.span_count"
 
 
 class SpanError(ValueError):
@@ -995,6 +996,9 @@ def assemble(spans: list[Span]) -> list[Run]:
         stack.extend((child, owner, False) for child in reversed(trace.children.get(span["span_id"], [])))
     for builder in reversed(builders):  # members first: their runs fill their parents' interactions
         _fill(builder, trace)
+    # How many spans the trace's run was assembled from: a server that keeps a trace's
+    # spans tells by it how many arrived since (``SPAN_COUNT_KEY``).
+    top.run.metadata[SPAN_COUNT_KEY] = len(trace.by_id)
     return [builder.run for builder in builders]
 
 

@@ -1,6 +1,10 @@
 """Hostile-load benchmark: real servers, concurrent clients, races, SIGKILL and poison input.
 
     python -m history_app.benchmarks.hostile [--configs sqlite,pg] [--runs-per-client 250]
+    python -m history_app.benchmarks.hostile --attacks [--only NAME,…] [--database-url URL]
+
+(``--attacks``: what each small hostile request of the attack families costs the server,
+in CPU seconds and memory growth, in a process of its own; see ``attacks.py``.)
 
 For each configuration it starts a real server on 127.0.0.1 — ``manage.py quickstart``
 (runserver, one process with threads) or ``gunicorn history_app.wsgi -w 4`` — on SQLite
@@ -688,6 +692,12 @@ def chosen_configs(text: str) -> list[str]:
 
 
 def main() -> None:
+    if "--attacks" in sys.argv[1:]:
+        # The cost of each small hostile request, one process each (``attacks.py``).
+        from . import attacks
+
+        attacks.main([arg for arg in sys.argv[1:] if arg != "--attacks"])
+        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
