@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Exists, Max, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from . import ingestion, models, retention
+from . import ingestion, locks, models, retention
 from .agent_history import otlp
 from .agent_history.records import without_lone_surrogates
 from .api import _chunked, _read_body
@@ -223,10 +223,33 @@ def _decompress(body: bytes, encoding: str) -> bytes | None:
 # --- The view --------------------------------------------------------------------------
 
 
+def _encoding(request: HttpRequest) -> str:
+    """The encoding the answer is given in: the request's."""
+    return PROTOBUF if request.content_type.lower() == PROTOBUF else JSON
+
+
+def unavailable(request: HttpRequest) -> HttpResponse:
+    """503 with ``Retry-After`` in OTLP's shape: exporters send the request again."""
+    return _error(503, UNAVAILABLE, "temporary database failure; send the request again", _encoding(request))
+
+
 @csrf_exempt
 def traces(request: HttpRequest) -> HttpResponse:
+    try:
+        return _authorized_intake(request)
+    except _Retry:
+        return unavailable(request)
+    except DatabaseError as exc:
+        # The token lookup included: PostgreSQL refusing connections fails the first query.
+        if not ingestion.is_transient(exc):
+            raise
+        logger.warning("OTLP request not handled, to be sent again: %s", exc)
+        return unavailable(request)
+
+
+def _authorized_intake(request: HttpRequest) -> HttpResponse:
     content_type = request.content_type.lower()
-    encoding = PROTOBUF if content_type == PROTOBUF else JSON
+    encoding = _encoding(request)
     if request.method != "POST":
         response = _error(405, UNIMPLEMENTED, "send spans with POST", encoding)
         response["Allow"] = "POST"
@@ -239,15 +262,7 @@ def traces(request: HttpRequest) -> HttpResponse:
     if not token.allows(models.IngestToken.INGEST):
         return _error(403, PERMISSION_DENIED, "this token does not have the 'ingest' scope", encoding)
     mark_used(token)
-    try:
-        return _intake(request, token, content_type, encoding)
-    except _Retry:
-        return _error(503, UNAVAILABLE, "temporary database failure; send the request again", encoding)
-    except DatabaseError as exc:
-        if not ingestion.is_transient(exc):
-            raise
-        logger.warning("OTLP request not handled, to be sent again: %s", exc)
-        return _error(503, UNAVAILABLE, "temporary database failure; send the request again", encoding)
+    return _intake(request, token, content_type, encoding)
 
 
 def _refuse(token: models.IngestToken, status: int, code: int, message: str, encoding: str, path: str = "$"):
@@ -526,6 +541,7 @@ def intake_spans(
                     kept_now, _ = kept_spans(moved, project_id)
                     for trace_id in moved:
                         plans[trace_id] = _plan(trace_id, traces[trace_id], kept_now[trace_id], redactor)
+                _lock_sessions(plans, project_id)
                 results = _write(plans, outcome, project_id)
                 if any(r.status == "retry" for r in results):
                     raise _Retry
@@ -548,13 +564,18 @@ def intake_spans(
 
 def _lock_traces(trace_ids: list[str], project_id: int) -> None:
     """Two requests carrying spans of one trace write it one after the other (SQLite
-    writes one transaction at a time already; IMMEDIATE takes its lock at BEGIN)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            for trace_id in sorted(trace_ids):
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"otlp:{project_id}:{trace_id}"]
-                )
+    writes one transaction at a time already; IMMEDIATE takes its lock at BEGIN): the
+    trace's lock slot (``locks``), however many traces the request holds."""
+    locks.lock_slots(locks.TRACES, trace_ids, project_id)
+
+
+def _lock_sessions(plans: dict[str, _Plan], project_id: int) -> None:
+    """The lock slots of every session the planned runs name, all at once and before
+    any row lock. The runs are stored in several batches in this one transaction, and
+    each batch locks the slots of its new sessions (``ingestion``): those are held
+    already, so no batch takes a slot out of order after an earlier batch's."""
+    sessions = {run.session_id for plan in plans.values() for item in plan.pending for run in item.runs}
+    locks.lock_slots(locks.SESSIONS, sessions, project_id)
 
 
 @dataclass
