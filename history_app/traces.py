@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Exists, Max, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -714,11 +714,20 @@ def _link_sessions(stored: list[tuple[ingestion.ItemResult, str]], project_id: i
         return
     in_project = models.Session.objects.filter(project_id=project_id, session_id__in=list(by_session))
     pks = dict(in_project.values_list("session_id", "pk"))
-    for session_id, trace_ids in by_session.items():
-        if session_id in pks:
-            models.SpanBatch.objects.filter(project_id=project_id, trace_id__in=trace_ids).exclude(
-                session_id=pks[session_id]
-            ).update(session_id=pks[session_id])
+    # One statement executed per trace, sent together (an UPDATE a session through the
+    # ORM made a request of 8,000 new traces spend a third of its time here).
+    table = connection.ops.quote_name(models.SpanBatch._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {table} SET session_id = %s WHERE project_id = %s AND trace_id = %s "
+            "AND (session_id IS NULL OR session_id <> %s)",
+            [
+                (pks[session_id], project_id, trace_id, pks[session_id])
+                for session_id, trace_ids in by_session.items()
+                if session_id in pks
+                for trace_id in sorted(trace_ids)
+            ],
+        )
 
 
 def _drop_left_sessions(stored: list[tuple[ingestion.ItemResult, str]], project_id: int) -> None:
