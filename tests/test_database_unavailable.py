@@ -242,3 +242,41 @@ def test_transient_failures_are_told_from_lasting_ones(sqlstate, transient):
         cursor.execute(f"DO $$ BEGIN RAISE EXCEPTION 'failure' USING ERRCODE = '{sqlstate}'; END $$")
     assert caught.value.__cause__.sqlstate == sqlstate
     assert ingestion.is_transient(caught.value) is transient
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("path", "content_type", "shape"),
+    [
+        ("/sessions/", "text/html", "page"),
+        ("/api/v1/sessions", "application/json", "api"),
+        ("/v1/traces", "application/json", "otlp"),
+    ],
+)
+def test_a_failure_outside_any_view_answers_503_too(path, content_type, shape):
+    """Django hands an exception raised in a middleware (the session saved after the
+    view, say) to the 500 handler, inside its ``except`` block: a transient one answers
+    503 in the endpoint's shape there too."""
+    from django.test import RequestFactory
+
+    from history_app.errors import server_error
+
+    request = RequestFactory().get(path, CONTENT_TYPE=content_type)
+    with _database_settings(HOST="127.0.0.1", PORT=str(_closed_port()), OPTIONS=_fail_fast_options()):
+        try:
+            connection.ensure_connection()
+        except DatabaseError:
+            response = server_error(request)
+    assert (response.status_code, response["Retry-After"]) == (503, "5")
+    body = response.content.decode()
+    expected = {
+        "page": "<h1>Temporarily unavailable</h1>",
+        "api": '"retry_after": 5',
+        "otlp": '"code": 14',
+    }[shape]
+    assert expected in body
+    try:
+        raise ValueError("a bug, not the database")
+    except ValueError:
+        assert server_error(request).status_code == 500
