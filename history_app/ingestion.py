@@ -375,18 +375,15 @@ def store_batch(
                         counts=dict.fromkeys(RECEIPT_COUNT_KEYS, 0) | so_far, updated_at=timezone.now()
                     )
             break
-        except OperationalError as exc:
-            if attempt < STORE_ATTEMPTS and _must_roll_back(exc):
+        except DatabaseError as exc:
+            if isinstance(exc, OperationalError) and attempt < STORE_ATTEMPTS and _must_roll_back(exc):
                 attempt += 1
                 time.sleep(random.uniform(0.01, 0.05) * attempt)
                 continue
-            _all_retry(pending, exc)
-            return
-        except DatabaseError as exc:
             if is_transient(exc):
                 _all_retry(pending, exc)
                 return
-            raise
+            raise  # sent again it would fail again: not "retry" (503) but a server error
     for item, (status, errors) in zip(pending, outcomes, strict=True):
         item.result.status, item.result.errors = status, errors
 

@@ -280,3 +280,24 @@ def test_a_failure_outside_any_view_answers_503_too(path, content_type, shape):
         raise ValueError("a bug, not the database")
     except ValueError:
         assert server_error(request).status_code == 500
+
+
+class _ProgramLimit(Exception):
+    sqlstate = "54000"
+
+
+@pytest.mark.django_db
+def test_a_lasting_database_failure_outside_the_items_is_not_answered_retry(ingest, monkeypatch):
+    """A failure that a later try meets again (a value past a program limit) must not
+    tell the client to send the batch again: that would loop forever."""
+    from django.db import OperationalError
+
+    lasting = OperationalError("index row size exceeds btree version 4 maximum")
+    lasting.__cause__ = _ProgramLimit()
+
+    def fails(pending, project_id):
+        raise lasting
+
+    monkeypatch.setattr(ingestion, "_write_batch", fails)
+    with pytest.raises(OperationalError):  # a 500 for the client (the test client raises it)
+        ingest([native("r1")])
