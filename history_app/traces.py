@@ -541,7 +541,7 @@ def intake_spans(
                     kept_now, _ = kept_spans(moved, project_id)
                     for trace_id in moved:
                         plans[trace_id] = _plan(trace_id, traces[trace_id], kept_now[trace_id], redactor)
-                _lock_sessions(plans, project_id)
+                _lock_session_slots(plans, project_id)
                 results = _write(plans, outcome, project_id)
                 if any(r.status == "retry" for r in results):
                     raise _Retry
@@ -569,7 +569,7 @@ def _lock_traces(trace_ids: list[str], project_id: int) -> None:
     locks.lock_slots(locks.TRACES, trace_ids, project_id)
 
 
-def _lock_sessions(plans: dict[str, _Plan], project_id: int) -> None:
+def _lock_session_slots(plans: dict[str, _Plan], project_id: int) -> None:
     """The lock slots of every session the planned runs name, all at once and before
     any row lock. The runs are stored in several batches in this one transaction, and
     each batch locks the slots of its new sessions (``ingestion``): those are held
