@@ -61,6 +61,9 @@ history_patterns = [
     path("", project_pages.home, name="home"),
     path("p/<slug:project>/", include(project_patterns)),
     path("switch/<slug:slug>/", project_pages.switch_project, name="switch_project"),
+    # The reference pages (history_app/docs/): no login, they hold no data.
+    path("help/", views.help_index, name="help"),
+    path("help/<slug:page>/", views.help_page, name="help_page"),
     # The addresses from before projects: redirected into the one project the user sees
     # that holds the id (a choice when several do, 404 when none).
     path("sessions/<id:ident>/", project_pages.legacy, {"kind": "session"}, name="legacy_session"),

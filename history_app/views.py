@@ -22,6 +22,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from . import annotations as annotation_store
 from . import compare, inspector, listing, models, paging, present, streams, transcripts
+from . import help as help_pages
 from .access import project_view
 from .agent_history import jsonstream
 from .agent_history.jsonstream import Lazy
@@ -464,3 +465,23 @@ def _latency_chart(data: dict[str, Any], kind: str, title: str) -> Any:
         label=f"{title} p50 and p95 per day, last {data['days']} days",
         milliseconds=True,
     )
+
+
+@require_GET
+def help_index(request: HttpRequest) -> HttpResponse:
+    """The README, with the help's table of contents: no login, the pages hold no data."""
+    return _help(request, help_pages.index())
+
+
+@require_GET
+def help_page(request: HttpRequest, page: str) -> HttpResponse:
+    found = help_pages.page(page)
+    if found is None:
+        raise Http404("No such help page")
+    return _help(request, found)
+
+
+def _help(request: HttpRequest, page: help_pages.Page) -> HttpResponse:
+    toc = [h for h in page.headings if h.level in (2, 3)]
+    context = {"page": page, "toc": toc, "pages": help_pages.contents()}
+    return render(request, "history_app/help.html", context)

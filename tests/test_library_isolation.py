@@ -129,6 +129,22 @@ def test_the_dashboard_wheel_leaves_the_library_to_its_distribution(tmp_path):
     assert requires == [f"Requires-Dist: {LIBRARY_DIST}<0.2,>=0.1.0"]
 
 
+def test_the_dashboard_wheel_ships_the_help_pages_but_not_the_drafts(tmp_path):
+    """An installed dashboard serves /help/ from its package: the reference pages are in
+    its wheel; a draft in docs/pending/ is not."""
+    source = tmp_path / "dashboard"
+    source.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", source)
+    shutil.copy(ROOT / "README.md", source)
+    shutil.copytree(ROOT / "history_app", source / "history_app", ignore=BUILD_LEFTOVERS)
+    (source / "history_app" / "docs" / "pending").mkdir(exist_ok=True)
+    (source / "history_app" / "docs" / "pending" / "draft.md").write_text("# A draft\n")
+    files = set(build_wheel(source, tmp_path).namelist())
+    pages = {f"history_app/docs/{p.name}" for p in (ROOT / "history_app" / "docs").glob("*.md")}
+    assert len(pages) >= 10 and pages <= files
+    assert not [name for name in files if "/pending/" in name]
+
+
 def test_the_version_is_kept_in_one_place_and_the_dashboard_accepts_it():
     from packaging.requirements import Requirement  # pytest's own dependency
 

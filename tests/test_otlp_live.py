@@ -262,7 +262,7 @@ def test_openinference_openai_instrumentation(live_server, token, alice_client):
 
 
 def test_the_exporter_configured_only_by_environment_variables(live_server, token, monkeypatch):
-    """The README's and quickstart's no-code set-up: the two OTEL_* variables, as printed."""
+    """The OpenTelemetry page's and quickstart's no-code set-up: the two OTEL_* variables, as printed."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor

@@ -173,6 +173,9 @@ ACCESS = {
     "p/<slug:project>/settings/tokens/<int:pk>/revoke/": "post:manage",
     "p/<slug:project>/settings/retention/": "post:manage",
     "switch/<slug:slug>/": "switch",
+    # The reference pages: anyone, logged in or not (they hold no data; test_help.py).
+    "help/": "public",
+    "help/<slug:page>/": "public",
     "sessions/<id:ident>/": "legacy",
     "sessions/<id:ident>/<path:rest>": "legacy",
     "runs/<id:ident>/": "legacy",
