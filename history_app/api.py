@@ -30,13 +30,10 @@ from .agent_history import formats
 from .agent_history.jsonstream import iter_json
 from .auth import error_response, token_from_request, token_required
 from .diffs import LineDiff
-from .errors import require_GET, require_POST
+from .errors import RETRY_AFTER_SECONDS, require_GET, require_POST, unavailable_json
 from .forms import StatsForm
 
 logger = logging.getLogger(__name__)
-
-# Seconds a client waits before sending again a batch that met a transient database failure.
-RETRY_AFTER_SECONDS = 5
 
 
 def _chunked(request: HttpRequest) -> bool:
@@ -92,13 +89,7 @@ def ingest(request: HttpRequest) -> JsonResponse:
         if not ingestion.is_transient(exc):
             raise
         logger.warning("ingest request not handled, to be sent again: %s", exc)
-        response = error_response(
-            f"temporary database failure; send the request again in {RETRY_AFTER_SECONDS} s",
-            503,
-            retry_after=RETRY_AFTER_SECONDS,
-        )
-        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        return response
+        return unavailable_json()
 
 
 def _wrong_method(request: HttpRequest) -> JsonResponse:

@@ -20,12 +20,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, Max, Min, OuterRef, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import bulk, mapper, models, pricing, provenance, rollups, search
+from . import bulk, locks, mapper, models, pricing, provenance, rollups, search
 from .agent_history import blocks, formats, usage
 from .agent_history.records import (
     LONE_SURROGATE,
@@ -330,10 +330,23 @@ def prepare_item(
     return _Pending(result, prepared, [content_hash(run) for run in prepared], source_format or detected)
 
 
+# PostgreSQL's error classes a later try can get past: connection exceptions, transaction
+# rollbacks (serialization failure, deadlock), insufficient resources (too many
+# connections, out of shared memory, disk full), lock not available, operator
+# intervention (shutdown, cannot connect now, statement cancelled) and system errors.
+# Not, say, class 54 (a value past a program limit): the same request would fail again.
+TRANSIENT_SQLSTATES = ("08", "40", "53", "55P03", "57", "58")
+
+
 def is_transient(exc: DatabaseError) -> bool:
-    """Deadlocks, serialization failures, "database is locked", lost connections: the
-    same request sent again later can succeed."""
-    return isinstance(exc, OperationalError | InterfaceError)
+    """Deadlocks, serialization failures, "database is locked", refused or lost
+    connections, a pool with no connection free: the same request sent again later can
+    succeed. Errors without a SQLSTATE (refused before connecting, SQLite's) count by
+    their class alone."""
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    sqlstate = str(getattr(exc.__cause__, "sqlstate", "") or "")
+    return not sqlstate or sqlstate.startswith(TRANSIENT_SQLSTATES)
 
 
 def _must_roll_back(exc: DatabaseError) -> bool:
@@ -362,18 +375,15 @@ def store_batch(
                         counts=dict.fromkeys(RECEIPT_COUNT_KEYS, 0) | so_far, updated_at=timezone.now()
                     )
             break
-        except OperationalError as exc:
-            if attempt < STORE_ATTEMPTS and _must_roll_back(exc):
+        except DatabaseError as exc:
+            if isinstance(exc, OperationalError) and attempt < STORE_ATTEMPTS and _must_roll_back(exc):
                 attempt += 1
                 time.sleep(random.uniform(0.01, 0.05) * attempt)
                 continue
-            _all_retry(pending, exc)
-            return
-        except DatabaseError as exc:
             if is_transient(exc):
                 _all_retry(pending, exc)
                 return
-            raise
+            raise  # sent again it would fail again: not "retry" (503) but a server error
     for item, (status, errors) in zip(pending, outcomes, strict=True):
         item.result.status, item.result.errors = status, errors
 
@@ -397,6 +407,7 @@ def _write_batch(pending: list[_Pending], project_id: int) -> list[tuple[str, li
     own savepoint, after the bulk write and in their order. Items whose runs are all
     stored already with the same content are duplicates and write nothing."""
     runs = [run for item in pending for run in item.runs]
+    wanted, missing = _claim_new_sessions(runs, project_id)
     existing = {
         row.run_id: row
         for row in models.Run.objects.select_for_update()
@@ -404,7 +415,7 @@ def _write_batch(pending: list[_Pending], project_id: int) -> list[tuple[str, li
         .only("id", "run_id", "content_hash", "session_id")
         .order_by("pk")
     }
-    sessions = _lock_sessions(runs, {row.session_id for row in existing.values()}, project_id)
+    sessions = _lock_sessions(wanted, missing, {row.session_id for row in existing.values()}, project_id)
     outcomes: list[tuple[str, list[dict[str, str]]] | None] = [None] * len(pending)
     bulk: list[int] = []
     seen: set[str] = set()
@@ -483,10 +494,14 @@ def _hands_out_tasks(run: Run) -> bool:
     )
 
 
-def _lock_sessions(runs: list[Run], old_pks: set[int], project_id: int) -> dict[str, models.Session]:
-    """The sessions of ``runs`` (created where missing) and the sessions existing runs
-    leave, locked in primary key order (two batches locking in different orders would
-    deadlock); by session id."""
+def _claim_new_sessions(
+    runs: list[Run], project_id: int
+) -> tuple[dict[str, models.Session], list[models.Session]]:
+    """The sessions ``runs`` name (unsaved rows, by session id) and those of them not
+    stored yet, whose lock slots are now ours: taken before any row lock, as every
+    writer takes them (``locks``). Two batches creating the same new sessions in
+    different orders would otherwise each hold an uncommitted one the other waits for (a
+    deadlock); a batch of any number of new sessions takes at most ``locks.SLOTS``."""
     wanted = {}
     now = timezone.now()
     for run in runs:
@@ -503,15 +518,16 @@ def _lock_sessions(runs: list[Run], old_pks: set[int], project_id: int) -> dict[
     in_project = models.Session.objects.filter(project_id=project_id)
     known = set(in_project.filter(session_id__in=wanted).values_list("session_id", flat=True))
     missing = [session for session_id, session in wanted.items() if session_id not in known]
-    if missing and connection.vendor == "postgresql":
-        # Two batches creating the same new sessions in different orders would each hold
-        # an uncommitted one the other waits for (a deadlock): each new id's lock is taken
-        # first, in id order; the sessions are then created in the order they arrived.
-        with connection.cursor() as cursor:
-            for session in sorted(missing, key=lambda s: s.session_id):
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"{project_id}:{session.session_id}"]
-                )
+    locks.lock_slots(locks.SESSIONS, [session.session_id for session in missing], project_id)
+    return wanted, missing
+
+
+def _lock_sessions(
+    wanted: dict[str, models.Session], missing: list[models.Session], old_pks: set[int], project_id: int
+) -> dict[str, models.Session]:
+    """The sessions ``wanted`` (``missing`` created, in the order they arrived) and the
+    sessions existing runs leave, locked in primary key order (two batches locking in
+    different orders would deadlock); by session id."""
     if missing:
         models.Session.objects.bulk_create(missing, ignore_conflicts=True)
     locked = (

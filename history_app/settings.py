@@ -128,6 +128,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A transient database failure in a view answers 503 with Retry-After, not a 500.
+    "history_app.errors.DatabaseUnavailableMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -164,15 +166,58 @@ SQLITE_OPTIONS = {
     ),
 }
 
+
+def _postgresql_connections(database: dict) -> dict:
+    """How the app holds its PostgreSQL connections: a pool per process, bounded.
+
+    Django keeps a connection per thread. ``runserver`` (and ``quickstart``, which serves
+    with it) runs each request in a thread of its own, so connections kept for reuse
+    (``CONN_MAX_AGE``) piled up with the threads until the server refused more, and stayed
+    held while idle. A pool (psycopg_pool, through Django's ``OPTIONS["pool"]``) lends a
+    request one of at most ``DATABASE_POOL_MAX_SIZE`` connections, takes it back at the
+    end of the request, makes a request wait up to ``DATABASE_POOL_TIMEOUT`` seconds for
+    one (then 503, Retry-After) and closes one idle connection every
+    ``DATABASE_POOL_MAX_IDLE`` seconds, down to none. A gunicorn sync worker uses one
+    connection of its pool at a time, reused from request to request as a persistent one
+    would be. ``DATABASE_POOL_MAX_SIZE=0`` turns the pool off: then each thread keeps its
+    connection ``DATABASE_CONN_MAX_AGE`` seconds (only for servers with a fixed number of
+    threads, such as gunicorn's sync workers)."""
+    max_size = env_int("DATABASE_POOL_MAX_SIZE", 4)
+    conn_max_age = env_int("DATABASE_CONN_MAX_AGE", None)
+    if not max_size:
+        database["CONN_MAX_AGE"] = 60 if conn_max_age is None else conn_max_age
+        return database
+    if conn_max_age:
+        raise ImproperlyConfigured(
+            f"DATABASE_CONN_MAX_AGE={conn_max_age} keeps a connection per thread, which the "
+            f"connection pool (DATABASE_POOL_MAX_SIZE={max_size}) replaces: unset it, or set "
+            "DATABASE_POOL_MAX_SIZE=0 to keep connections per thread instead of pooling them"
+        )
+    timeout = env_int("DATABASE_POOL_TIMEOUT", 10, minimum=1)
+    database["CONN_MAX_AGE"] = 0  # the pool keeps them; Django gives each back after its request
+    database["OPTIONS"] = {
+        **database.get("OPTIONS", {}),
+        "pool": {
+            "min_size": 0,
+            "max_size": max_size,
+            "timeout": timeout,
+            "max_idle": env_int("DATABASE_POOL_MAX_IDLE", 30, minimum=1),
+            # A pool whose server went away tries again for this long before it gives up
+            # and lets the next request start a new try: a restarted server is found within
+            # seconds, not after the backoff of the default five minutes.
+            "reconnect_timeout": timeout,
+        },
+    }
+    return database
+
+
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    DATABASES = {
-        "default": dj_database_url.parse(
-            DATABASE_URL,
-            conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
-            conn_health_checks=True,
-        )
-    }
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"] = _postgresql_connections(DATABASES["default"])
+    else:
+        DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60)
 else:
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "history.sqlite3"}}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
