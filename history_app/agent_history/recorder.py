@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import jsonstream
+from . import messages as wire
 from . import usage as usage_
 from .formats import autourgos
 from .formats.autourgos import (  # noqa: F401 (re-exported)
@@ -222,16 +223,14 @@ def _messages(messages: Any) -> list[ModelMessage]:
     found = []
     seen_input = False
     for message in messages if isinstance(messages, list | tuple) else [messages]:
-        if isinstance(message, Mapping):
-            role, content = message.get("role"), message.get("content")
-        else:
-            role, content = getattr(message, "role", None), getattr(message, "content", message)
-        role = str(role or "user")
-        part = _ROLE_PARTS.get(role, "")
-        if role == "user":
-            part = "run" if seen_input else "input"
+        # Kept as sent: role verbatim, parts, tool-call requests, tool_call_id, name.
+        kept = wire.chat_message(message)
+        kept.role = kept.role or "user"
+        kept.part = _ROLE_PARTS.get(kept.role, "")
+        if kept.role == "user":
+            kept.part = "run" if seen_input else "input"
             seen_input = True
-        found.append(usage_.message(role, content, part))
+        found.append(kept)
     return found
 
 
@@ -676,6 +675,14 @@ class AgentHistoryMiddleware:
         elif latency is not None:
             call.started_at = usage_.start_before(ended, latency / 1000)
         call.messages = state.llm_messages or []
+        if call.messages:
+            call.messages_source, call.api = "middleware", wire.CHAT
+        answer, reason = wire.chat_answer(raw)
+        if answer is not None:
+            call.answer = answer
+            call.finish_reason = call.finish_reason or reason[:64]
+            if call.output is None:
+                call.output = wire.answer_text(answer)
         state.llm_messages = state.llm_started = None
         return call
 
