@@ -233,6 +233,8 @@ class _Handler(BaseHTTPRequestHandler):
             "status": "completed",
             "model": body.get("model", ""),
             "output": output,
+            # The real API echoes the request's instructions (instrumentations read them here).
+            "instructions": body.get("instructions"),
             "parallel_tool_calls": True,
             "tool_choice": "auto",
             "tools": body.get("tools") or [],

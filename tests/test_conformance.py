@@ -338,3 +338,134 @@ def test_pydantic_ai_calls_are_stored_exactly(live_server, token):
     server = _run_instrumented(live_server, token, None, body)
     # Pydantic AI reports tool-call arguments as JSON values (the GenAI conventions).
     assert_conforms(server, exact_arguments=False, expected=4)
+
+
+# -- Agent frameworks (the ``conformance`` extra) ----------------------------------------
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: The first number.
+        b: The second number.
+    """
+    return a + b
+
+
+def test_agno_through_openinference_is_stored_exactly(live_server, token):
+    pytest.importorskip("agno", reason="the conformance extra is not installed")
+    from agno.agent import Agent
+    from agno.db.in_memory import InMemoryDb
+    from agno.models.openai import OpenAIChat
+    from agno.team import Team
+    from openinference.instrumentation.agno import AgnoInstrumentor
+
+    def body(server, tracer_provider):
+        def model():
+            return OpenAIChat(id="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+
+        agent = Agent(
+            name="adder",
+            model=model(),
+            tools=[add],
+            instructions="You add numbers.",
+            db=InMemoryDb(),
+            add_history_to_context=True,
+        )
+        agent.run("What is 2+3?", session_id="agno-1")
+        agent.run("And 4+4?", session_id="agno-1")
+        member = Agent(name="Researcher", model=model(), instructions="You find facts.")
+        team = Team(
+            name="desk",
+            model=model(),
+            members=[member],
+            db=InMemoryDb(),
+            add_history_to_context=True,
+            share_member_interactions=True,
+        )
+        team.run("Find facts about Lyon.", session_id="agno-2")
+
+    server = _run_instrumented(live_server, token, AgnoInstrumentor(), body)
+    assert_conforms(server, exact_arguments=True)
+
+
+@pytest.mark.parametrize("api", ["chat.completions", "responses"])
+def test_openai_agents_sdk_is_stored_exactly(live_server, token, api):
+    agents = pytest.importorskip("agents", reason="the conformance extra is not installed")
+    import openai
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    # No trace goes to OpenAI's own exporter: only OpenInference's processor (added by
+    # ``instrument``, so after this).
+    agents.set_trace_processors([])
+
+    def body(server, tracer_provider):
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test")
+        if api == "responses":
+            model = agents.OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
+        else:
+            model = agents.OpenAIChatCompletionsModel(model="gpt-4o-mini", openai_client=client)
+        agent = agents.Agent(
+            name="adder", instructions="You add numbers.", model=model, tools=[agents.function_tool(add)]
+        )
+        first = agents.Runner.run_sync(agent, "What is 2+3?")
+        agents.Runner.run_sync(agent, [*first.to_input_list(), {"role": "user", "content": "And 4+4?"}])
+
+    server = _run_instrumented(live_server, token, OpenAIAgentsInstrumentor(), body)
+    assert_conforms(server, exact_arguments=True, expected=4)
+
+
+def test_langgraph_through_openinference_is_stored_exactly(live_server, token):
+    pytest.importorskip("langgraph", reason="the conformance extra is not installed")
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    def body(server, tracer_provider):
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+        graph = create_react_agent(model, [tool(add)], prompt="You add numbers.")
+        state = graph.invoke({"messages": [HumanMessage("What is 2+3?")]})
+        graph.invoke({"messages": [*state["messages"], HumanMessage("And 4+4?")]})
+
+    server = _run_instrumented(live_server, token, LangChainInstrumentor(), body)
+    assert_conforms(server, exact_arguments=True, expected=4)
+
+
+def test_smolagents_through_openinference_is_stored_exactly(live_server, token):
+    pytest.importorskip("smolagents", reason="the conformance extra is not installed")
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    def body(server, tracer_provider):
+        model = OpenAIServerModel(model_id="gpt-4o-mini", api_base=server.base_url, api_key="sk-test")
+        agent = ToolCallingAgent(tools=[tool(add)], model=model, max_steps=4)
+        agent.run("What is 2+3?")
+        agent.run("And 4+4?", reset=False)
+
+    server = fake_openai_final_answer(live_server, token, SmolagentsInstrumentor(), body)
+    assert_conforms(server, exact_arguments=True)
+
+
+def fake_openai_final_answer(live_server, token, instrumentor, body):
+    """smolagents ends a run only through its ``final_answer`` tool: the script asks for
+    ``add`` then for ``final_answer``, twice."""
+    answers = [
+        fake_openai.Answer(tool_calls=[("add", '{"a": 2, "b": 3}')]),
+        fake_openai.Answer(tool_calls=[("final_answer", '{"answer": "5"}')]),
+        fake_openai.Answer(tool_calls=[("add", '{"a": 4, "b": 4}')]),
+        fake_openai.Answer(tool_calls=[("final_answer", '{"answer": "8"}')]),
+    ]
+    server = fake_openai.start(answers)
+    tracer_provider = provider(live_server, token, "protobuf")
+    instrumentor.instrument(tracer_provider=tracer_provider)
+    try:
+        body(server, tracer_provider)
+        assert tracer_provider.force_flush(30_000)
+        tracer_provider.shutdown()
+    finally:
+        instrumentor.uninstrument()
+        server.shutdown()
+    return server

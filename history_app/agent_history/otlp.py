@@ -603,6 +603,11 @@ def _request_body(attributes: Mapping[str, Any]) -> tuple[list[ModelMessage], st
     """The request an instrumentation recorded whole (OpenInference's ``input.value``
     holds the client's JSON request): its messages, exactly as sent, and its API."""
     body = json_value(attributes.get("input.value"))
+    answer = json_value(attributes.get("output.value"))
+    if isinstance(body, list) and isinstance(answer, dict) and answer.get("object") == "response":
+        # OpenInference's OpenAI Agents spans: the Responses ``input`` items as sent, and
+        # the response, which echoes the request's ``instructions``.
+        body = {"instructions": answer.get("instructions"), "input": body, "model": answer.get("model")}
     if not isinstance(body, dict):
         return None
     messages = body.get("messages")
