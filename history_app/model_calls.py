@@ -11,7 +11,7 @@ from typing import Any
 from . import models
 
 # The sources whose messages are the wire's own (their roles are the ones sent).
-WIRE_SOURCES = ("middleware", "native", "request body", "")
+WIRE_SOURCES = ("middleware", "native", "")
 COMPOSITION_PARTS = ("instructions", "history", "context", "input", "run", "")
 
 

@@ -11,7 +11,9 @@
 - Tool-call requests: id, name, and the arguments as the exact text where the stored
   request says it kept the text (``arguments_exact``) and ``exact_arguments`` asks for
   it; else the arguments as JSON values (key order and whitespace aside).
-- ``tool_call_id`` and ``name`` equal.
+- ``tool_call_id`` equal; ``name`` equal, except that a name an instrumentation reports
+  for a message that was sent without one (LangChain names a tool message's tool) is a
+  note.
 
 The expected messages of a Responses API request are its body normalised the library's
 one documented way (``messages.responses_messages``).
@@ -69,9 +71,15 @@ def message_differences(
         (differences if source in WIRE_SOURCES else notes).append(line)
     if _parts(sent) != _parts(stored):
         differences.append(f"{where}: content {_parts(sent)!r} stored as {_parts(stored)!r}")
-    for key in ("tool_call_id", "name"):
-        if (sent.get(key) or "") != (stored.get(key) or ""):
-            differences.append(f"{where}: {key} {sent.get(key)!r} stored as {stored.get(key)!r}")
+    if (sent.get("tool_call_id") or "") != (stored.get("tool_call_id") or ""):
+        differences.append(
+            f"{where}: tool_call_id {sent.get('tool_call_id')!r} stored as {stored.get('tool_call_id')!r}"
+        )
+    if (sent.get("name") or "") != (stored.get("name") or ""):
+        line = f"{where}: name {sent.get('name')!r} stored as {stored.get('name')!r}"
+        # An instrumentation may name a message's sender (a tool message's tool) that the
+        # request did not: a note, like a mapped role. A name sent and not kept is lost.
+        (notes if sent.get("name") in (None, "") and source not in WIRE_SOURCES else differences).append(line)
     calls, kept = sent.get("tool_calls") or [], stored.get("tool_calls") or []
     if len(calls) != len(kept):
         differences.append(f"{where}: {len(calls)} tool calls stored as {len(kept)}")

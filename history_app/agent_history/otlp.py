@@ -659,7 +659,7 @@ def _call_messages(span: Span) -> tuple[list[ModelMessage], ModelMessage | None,
     request = _request_body(attributes)
     if request is not None and not messages:
         messages, api = request
-        source = "request body"
+        source = "openinference input.value"
     if not messages:  # OpenInference's flattened messages
         messages = wire.openinference_messages(attributes, "llm.input_messages.")
         source = "openinference" if messages else source
@@ -869,6 +869,25 @@ class _Trace:
         # is still running).
         self.root = next((s for s in self.roots if is_root(s)), None)
 
+    def wrapping_models(self) -> set[str]:
+        """The model spans that enclose another model span: a framework's span around
+        the client call that an instrumentation of the client recorded too (smolagents'
+        or LangChain's beside OpenInference's OpenAI one). The innermost is the request
+        that went on the wire; the wrapper would count the call twice. Linear: each
+        chain of parents is walked up once."""
+        models = {span_id for span_id, span in self.by_id.items() if role(span) == MODEL}
+        enclosing: set[str] = set()
+        seen: set[str] = set()
+        for span_id in models:
+            parent = self.by_id[span_id]["parent_span_id"]
+            while parent and parent in self.by_id and parent not in seen:
+                seen.add(parent)
+                if parent in models:
+                    enclosing.add(parent)
+                parent = self.by_id[parent]["parent_span_id"]
+        # A walk stops at a span seen before: every model above it was marked then.
+        return enclosing
+
     def _in_cycles(self) -> set[str]:
         """The spans whose chain of parents loops (each is then a root), in linear time:
         every chain is walked once, its outcome remembered for every span on it."""
@@ -941,9 +960,12 @@ def assemble(spans: list[Span]) -> list[Run]:
         trace.root,
     )
     builders = [top]
+    wrappers = trace.wrapping_models()
 
     def visit(span: Span, owner: _RunBuilder, is_top: bool) -> _RunBuilder:
         kind = role(span)
+        if span["span_id"] in wrappers:
+            return owner
         if kind == AGENT and not is_top:
             member = _RunBuilder(
                 Run(
