@@ -9,6 +9,7 @@ not installed is skipped with its name (``pip install -e ".[test,conformance]"``
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -50,6 +51,10 @@ def assert_conforms(server, *, exact_arguments: bool = True, expected: int | Non
     if expected is not None:
         assert len(server.requests) == expected
     exact, report, notes = conformance.match(server.requests, stored_calls(), exact_arguments=exact_arguments)
+    # The figure the docs' table quotes (``pytest -s tests/test_conformance.py | grep exact``).
+    print(
+        f"\n{os.environ.get('PYTEST_CURRENT_TEST', '').split(' ')[0]}: {exact} of {len(server.requests)} calls exact"
+    )
     assert report == [], "\n".join(report)
     assert exact == len(server.requests)
     return notes
@@ -481,3 +486,65 @@ def fake_openai_final_answer(live_server, token, instrumentors, body):
             instrumentor.uninstrument()
         server.shutdown()
     return server
+
+
+# -- The native format ----------------------------------------------------------------------
+
+
+def api_run(client, run_id: str) -> dict:
+    response = client.get(f"/api/v1/runs/{run_id}")
+    return json.loads(b"".join(response.streaming_content))["run"]
+
+
+def test_the_native_format_keeps_every_new_field_and_reads_old_payloads(ingest, alice_client):
+    from .conftest import native
+
+    message = {
+        "role": "assistant",
+        "content": "",
+        "content_null": True,
+        "tool_calls": [{"id": "c1", "name": "add", "arguments": '{"a":2, "b":3}'}],
+        "extra": {"refusal": None},
+    }
+    call = {
+        "model": "gpt-4o-mini",
+        "api": "responses",
+        "messages_source": "native",
+        "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {
+                "role": "user",
+                "content": "Hi there",
+                "parts": [
+                    {"type": "text", "text": "Hi"},
+                    {"type": "input_image", "image_url": "https://x/y.png"},
+                ],
+            },
+            message,
+            {"role": "tool", "content": "5", "tool_call_id": "c1", "name": "add"},
+        ],
+        "answer": {"role": "assistant", "content": "5", "tool_calls": []},
+        "output": "5",
+    }
+    old = {"model": "m", "messages": [{"role": "user", "content": "old shape"}], "output": "ok"}
+    assert ingest([native("n-1", model_calls=[call]), native("n-2", model_calls=[old])]).status_code == 200
+    data = api_run(alice_client, "n-1")["model_calls"][0]
+    assert data["api"] == "responses" and data["answer"]["content"] == "5"
+    assert data["messages"][2]["tool_calls"][0]["arguments"] == '{"a":2, "b":3}'
+    assert data["messages"][1]["parts"][1] == {"type": "input_image", "image_url": "https://x/y.png"}
+    assert [m["role"] for m in data["messages"]] == ["developer", "user", "assistant", "tool"]
+    assert data["messages"][3]["tool_call_id"] == "c1" and data["messages"][2]["extra"] == {"refusal": None}
+    page = alice_client.get("/p/default/runs/n-1/model-calls/1/").content.decode()
+    assert "input_image part" in page and 'answers tool call <a href="#request-2-c1">' in page
+    old_data = api_run(alice_client, "n-2")["model_calls"][0]
+    assert old_data["messages"][0]["content"] == "old shape" and old_data["answer"] is None
+    assert "old shape" in alice_client.get("/p/default/runs/n-2/model-calls/1/").content.decode()
+
+
+def test_a_bad_tool_call_request_is_refused_with_its_path(ingest):
+    from .conftest import native
+
+    call = {"messages": [{"role": "assistant", "tool_calls": ["add"]}]}
+    response = ingest([native("n-3", model_calls=[call])])
+    assert response.status_code == 400
+    assert "$.model_calls[0].messages[0].tool_calls[0]" in response.content.decode()
