@@ -363,16 +363,12 @@ def test_agno_through_openinference_is_stored_exactly(live_server, token):
     from agno.agent import Agent
     from agno.db.in_memory import InMemoryDb
     from agno.models.openai import OpenAIChat
-    from agno.team import Team
     from openinference.instrumentation.agno import AgnoInstrumentor
 
     def body(server, tracer_provider):
-        def model():
-            return OpenAIChat(id="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
-
         agent = Agent(
             name="adder",
-            model=model(),
+            model=OpenAIChat(id="gpt-4o-mini", base_url=server.base_url, api_key="sk-test"),
             tools=[add],
             instructions="You add numbers.",
             db=InMemoryDb(),
@@ -380,7 +376,54 @@ def test_agno_through_openinference_is_stored_exactly(live_server, token):
         )
         agent.run("What is 2+3?", session_id="agno-1")
         agent.run("And 4+4?", session_id="agno-1")
-        member = Agent(name="Researcher", model=model(), instructions="You find facts.")
+
+    server = _run_instrumented(live_server, token, AgnoInstrumentor(), body)
+    notes = assert_conforms(server, exact_arguments=True, expected=4)
+    # agno sends its system message as "developer" to OpenAI and reports it as "system":
+    # stored as reported, and the page says whose roles they are.
+    assert notes and all(note.endswith("role 'developer' stored as 'system'") for note in notes)
+
+
+def _delegate(task: str) -> fake_openai.Answer:
+    arguments = json.dumps({"member_id": "researcher", "task": task})
+    return fake_openai.Answer(tool_calls=[("delegate_task_to_member", arguments)])
+
+
+def test_an_agno_team_over_otlp_keeps_every_block_on_the_wire_as_a_context(live_server, token, alice_client):
+    pytest.importorskip("agno", reason="the conformance extra is not installed")
+    from agno.agent import Agent
+    from agno.db.in_memory import InMemoryDb
+    from agno.models.openai import OpenAIChat
+    from agno.team import Team
+    from openinference.instrumentation.agno import AgnoInstrumentor
+
+    from history_app.agent_history import blocks
+
+    answer = fake_openai.Answer
+    # Leader, member, leader, member (given the interactions so far), leader; then a
+    # second run whose member is given the team's history.
+    script = [
+        _delegate("Find key facts"),
+        answer("Facts found"),
+        _delegate("Check the facts"),
+        answer("Checked"),
+    ]
+    script += [
+        answer("Lyon is big."),
+        _delegate("Facts about Paris"),
+        answer("Paris facts"),
+        answer("Paris is big."),
+    ]
+    server = fake_openai.start(script)
+    tracer_provider = provider(live_server, token, "protobuf")
+    instrumentor = AgnoInstrumentor()
+    instrumentor.instrument(tracer_provider=tracer_provider)
+    try:
+
+        def model():
+            return OpenAIChat(id="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+
+        member = Agent(name="Researcher", id="researcher", model=model(), instructions="You find facts.")
         team = Team(
             name="desk",
             model=model(),
@@ -388,14 +431,35 @@ def test_agno_through_openinference_is_stored_exactly(live_server, token):
             db=InMemoryDb(),
             add_history_to_context=True,
             share_member_interactions=True,
+            add_team_history_to_members=True,
         )
         team.run("Find facts about Lyon.", session_id="agno-2")
-
-    server = _run_instrumented(live_server, token, AgnoInstrumentor(), body)
-    notes = assert_conforms(server, exact_arguments=True)
-    # agno sends its system message as "developer" to OpenAI and reports it as "system":
-    # stored as reported, and the page says whose roles they are.
-    assert notes and all(note.endswith("role 'developer' stored as 'system'") for note in notes)
+        team.run("And Paris?", session_id="agno-2")
+        assert tracer_provider.force_flush(30_000)
+        tracer_provider.shutdown()
+    finally:
+        instrumentor.uninstrument()
+        server.shutdown()
+    assert_conforms(server, exact_arguments=True, expected=8)
+    # Every block on the wire, found by the block finder in the recorded bodies, is a
+    # context of the run whose call sent it, byte-exact, linked from its message.
+    sent = set()
+    for request in server.requests:
+        for message in request.body["messages"]:
+            text = message.get("content") or ""
+            sent.update((b.kind, b.text) for b in blocks.locate_member_blocks(text))
+    assert {kind for kind, _ in sent} == {"member_interactions", "team_history"}
+    stored = set(models.InjectedContext.objects.values_list("kind", "text"))
+    assert sent <= stored
+    context = models.InjectedContext.objects.get(kind="member_interactions")
+    assert context.settings["found_in"]["offset"] == 0 and context.target == "user"
+    call = models.ModelCall.objects.get(run=context.run, position=context.settings["found_in"]["call"])
+    message = call.messages[context.settings["found_in"]["message"]]
+    assert message["context"] == context.position and message["content"].startswith(context.text)
+    page = alice_client.get(
+        f"/p/default/runs/{context.run.run_id}/model-calls/{call.number}/"
+    ).content.decode()
+    assert f"/context/{context.position + 1}/" in page and "carries an injected context" in page
 
 
 @pytest.mark.parametrize("api", ["chat.completions", "responses"])

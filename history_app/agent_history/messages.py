@@ -432,3 +432,79 @@ def openllmetry_messages(attributes: Mapping[str, Any], prefix: str) -> list[Mod
 def answer_text(answer: ModelMessage) -> str | None:
     """What ``ModelCall.output`` holds for an answer: its text, None when it had none."""
     return answer.content if (answer.content or not answer.tool_calls) else None
+
+
+# -- Injected contexts inside the messages ------------------------------------------------
+
+
+def find_contexts(run: Any) -> int:
+    """Add to ``run`` (a ``Run``) each known history block found inside its model calls'
+    messages that none of its contexts already holds, in place, and link the message to
+    it; returns how many were added.
+
+    The blocks are agno's (``<member_interaction_context>``, ``<team_history_context>``,
+    ``<workflow_history_context>``), found by the block finder (``blocks``), which reads
+    their layout rather than the first closing tag. A block may start anywhere in a message
+    (agno-go appends the workflow history to the instructions). Each block is stored once
+    a run, byte-exact, with where it was first seen: ``settings["found_in"]`` = the call's
+    position in the run, the message's index and the offset of its first character."""
+    from . import blocks
+    from .records import InjectedContext
+
+    held = {(c.kind, c.text) for c in run.injected_contexts}
+    added = 0
+    for c, call in enumerate(run.all_model_calls()):
+        for m, message in enumerate(call.messages):
+            text = message.content
+            if "_context>" not in text:
+                continue
+            for start, block in _blocks_in(text, blocks):
+                key = (block.kind, block.text)
+                position = next(
+                    (n for n, ctx in enumerate(run.injected_contexts) if (ctx.kind, ctx.text) == key), None
+                )
+                if key not in held:
+                    held.add(key)
+                    settings = dict(block.settings)
+                    settings["found_in"] = {"call": c, "message": m, "offset": start}
+                    run.injected_contexts.append(
+                        InjectedContext(
+                            text=block.text,
+                            kind=block.kind,
+                            target="system" if message.role in ("system", "developer") else "user",
+                            settings=settings,
+                        )
+                    )
+                    position = len(run.injected_contexts) - 1
+                    added += 1
+                if message.context is None and position is not None:
+                    message.context = position
+                    message.part = message.part or "context"
+    return added
+
+
+def _blocks_in(text: str, blocks: Any) -> list[tuple[int, Any]]:
+    """(offset, located block) of each block in ``text``, wherever it starts."""
+    found: list[tuple[int, Any]] = []
+    position = 0
+    openers = [(kind, opener) for kind, opener in blocks.OPENERS.items()]
+    while position < len(text):
+        starts = [(text.find(opener, position), kind) for kind, opener in openers]
+        starts = [(s, kind) for s, kind in starts if s != -1]
+        if not starts:
+            break
+        start, kind = min(starts)
+        rest = text[start:]
+        located = (
+            [blocks.locate_workflow_block(rest)]
+            if kind == "workflow_history"
+            else blocks.locate_member_blocks(rest)
+        )
+        located = [b for b in located if b is not None]
+        if not located:
+            position = start + 1
+            continue
+        for block in located:
+            found.append((start + block.start, block))
+        position = start + max(b.end for b in located)
+    return found
