@@ -248,7 +248,18 @@ def test_our_middleware_stores_every_call_exactly(live_server, token, tmp_path, 
     first_page = alice_client.get(f"/p/default/runs/{run.run_id}/model-calls/1/").content.decode()
     answer = first_page[first_page.index('id="answer"') :]
     assert "asks for tool <strong>add</strong>" in answer and "<code>call_1_0</code>" in answer
+    # The replayed turns are history, the last user message of the first call the input.
+    first = alice_client.get(f"/api/v1/runs/{run.run_id}/model-calls/1").json()["model_call"]
+    assert [m["part"] for m in first["messages"]] == ["instructions", "history", "history", "input"]
     data = alice_client.get(f"/api/v1/runs/{run.run_id}/model-calls/2").json()["model_call"]
+    assert [m["part"] for m in data["messages"]] == [
+        "instructions",
+        "history",
+        "history",
+        "input",
+        "run",
+        "run",
+    ]
     assert data["api"] == "chat.completions" and data["roles_as_reported_by"] is None
     assert {row["part"] for row in data["composition"]} >= {"instructions", "input", "run"}
     assert sum(row["chars"] for row in data["composition"]) > 0
