@@ -431,7 +431,7 @@ def openllmetry_messages(attributes: Mapping[str, Any], prefix: str) -> list[Mod
 
 def answer_text(answer: ModelMessage) -> str | None:
     """What ``ModelCall.output`` holds for an answer: its text, None when it had none."""
-    return answer.content if (answer.content or not answer.tool_calls) else None
+    return answer.content or None
 
 
 # -- Injected contexts inside the messages ------------------------------------------------
