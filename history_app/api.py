@@ -18,6 +18,7 @@ from . import (
     ingestion,
     inspector,
     listing,
+    model_calls,
     models,
     paging,
     retention,
@@ -338,6 +339,20 @@ def context_detail(request: HttpRequest, run_id: str, number: int) -> JsonRespon
     finally:
         models.reset_current_project(drawing)
     return JsonResponse({"ok": True, **_inspection_summary(inspection)})
+
+
+@require_GET
+@token_required(allow_session=True, scope=models.IngestToken.READ)
+def model_call_detail(request: HttpRequest, run_id: str, number: int) -> JsonResponse:
+    """The model call page's data: the messages as sent (parts, tool-call requests,
+    ``tool_call_id``, ``name``), the answer as a message, whose roles they are, and the
+    call's composition."""
+    try:
+        run = transcripts.get_run(request.project, run_id)
+        call = transcripts.get_model_call(run, number)
+    except Http404:
+        return error_response(f"run {run_id!r} has no model call {number}", 404)
+    return JsonResponse({"ok": True, "model_call": model_calls.call_data(call)})
 
 
 def _diff(diff: LineDiff | None) -> list[str] | None:

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from . import bulk, locks, mapper, models, pricing, provenance, rollups, search
 from .agent_history import blocks, formats, usage
+from .agent_history import messages as wire
 from .agent_history.records import (
     LONE_SURROGATE,
     SCHEMA,
@@ -135,6 +136,8 @@ def complete_model_calls(run: Run) -> list[dict[str, Any]]:
     the client reported none. Returns the receipt's note of messages left out, if any."""
     usage.derive_model_calls(run)
     omitted = usage.cap_messages(run, settings.HISTORY_MAX_CALL_MESSAGES)
+    # The history blocks the messages carry, on every path (OTLP reports none itself).
+    wire.find_contexts(run)
     usage.link_messages(run)
     pricing.price_run(run)
     if not omitted:

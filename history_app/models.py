@@ -288,6 +288,11 @@ class ModelCall(models.Model):
     message_count = models.PositiveIntegerField(default=0)
     output = models.TextField(null=True, blank=True)
     finish_reason = models.CharField(max_length=64, blank=True)
+    # JSON text of the answer as a message (its text, parts, tool-call requests); "" for
+    # calls stored before it was kept, whose answer is ``output`` alone.
+    answer_json = models.TextField(blank=True, default="")
+    api = models.CharField(max_length=32, blank=True, help_text="chat.completions, responses, or unknown.")
+    messages_source = models.CharField(max_length=64, blank=True)
     input_tokens = models.BigIntegerField(null=True, blank=True)
     output_tokens = models.BigIntegerField(null=True, blank=True)
     cached_tokens = models.BigIntegerField(null=True, blank=True)
@@ -316,6 +321,11 @@ class ModelCall(models.Model):
     @property
     def messages(self) -> list:
         return json.loads(self.messages_json)
+
+    @property
+    def answer(self) -> dict | None:
+        """The answer as a message's dict, or None for a call stored with ``output`` only."""
+        return json.loads(self.answer_json) if self.answer_json else None
 
     @property
     def total_tokens(self) -> int | None:

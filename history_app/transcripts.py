@@ -159,7 +159,9 @@ def iteration_slice(*, run: models.Run, start: int = 0) -> IterationSlice:
 
 def _listed_calls(queryset: QuerySet) -> QuerySet:
     """Model calls as lists show them: not their messages, answer or metadata."""
-    return queryset.defer("messages_json", "output", "metadata").annotate(is_total=KT("metadata__aggregate"))
+    return queryset.defer("messages_json", "answer_json", "output", "metadata").annotate(
+        is_total=KT("metadata__aggregate")
+    )
 
 
 def model_call_slice(*, run: models.Run, start: int = 0) -> ModelCallSlice:

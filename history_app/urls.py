@@ -88,6 +88,11 @@ history_patterns = [
     path("api/v1/stats", api.project_stats, name="api_stats"),
     path("api/v1/compare", api.compare_runs, name="api_compare"),
     path("api/v1/runs/<id:run_id>/contexts/<int:number>", api.context_detail, name="api_context_detail"),
+    path(
+        "api/v1/runs/<id:run_id>/model-calls/<int:number>",
+        api.model_call_detail,
+        name="api_model_call_detail",
+    ),
 ]
 
 urlpatterns = [

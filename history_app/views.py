@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from . import annotations as annotation_store
-from . import compare, inspector, listing, models, paging, present, streams, transcripts
+from . import compare, inspector, listing, model_calls, models, paging, present, streams, transcripts
 from . import help as help_pages
 from .access import project_view
 from .agent_history import jsonstream
@@ -252,12 +252,15 @@ def model_call_detail(request: HttpRequest, run_id: str, number: int) -> HttpRes
     except paging.BadParameter as exc:
         return _bad_request(request, str(exc), exc.field)
     limit = settings.HISTORY_MESSAGE_PREVIEW_CHARS
-    messages = []
-    for n, message in enumerate(call.messages):
-        content = message.get("content") or ""
-        shown = content if n == full or len(content) <= limit else content[:limit]
-        messages.append({**message, "number": n, "shown": shown, "hidden": len(content) - len(shown)})
-    context = {"run": run, "session": run.session, "call": call, "messages": messages}
+    context = {
+        "run": run,
+        "session": run.session,
+        "call": call,
+        "messages": model_calls.message_rows(call, full=full, limit=limit),
+        "answer": model_calls.answer_row(call),
+        "composition": model_calls.composition(call),
+        "roles_note": model_calls.roles_note(call),
+    }
     return render(request, "history_app/model_call.html", context)
 
 

@@ -87,7 +87,19 @@ def test_a_genai_trace_becomes_a_run_with_iterations_tool_and_model_calls(client
     first = alice_client.get(f"/p/default/runs/{T1}/model-calls/1/").content.decode()
     assert "You add numbers." in first and "What is 2+3?" in first and "Let me add." in first
     second = alice_client.get(f"/p/default/runs/{T1}/model-calls/2/").content.decode()
-    assert "[tool call add" in second and "2+3 is 5." in second
+    assert "2+3 is 5." in second
+    # The tool-call request as a request (name, id, arguments), not as pseudo-text, and
+    # the tool message linked to it.
+    assert "[tool call add" not in second
+    assert "asks for tool <strong>add</strong>" in second and "<code>c1</code>" in second
+    assert "{&quot;a&quot;: 2, &quot;b&quot;: 3}" in second
+    assert 'answers tool call <a href="#request-1-c1"><code>c1</code></a>' in second
+    stored = models.ModelCall.objects.get(run=run, position=1)
+    assert [(m["role"], m["tool_call_id"], [t["id"] for t in m["tool_calls"]]) for m in stored.messages] == [
+        ("user", "", []),
+        ("assistant", "", ["c1"]),
+        ("tool", "c1", []),
+    ]
     receipt = models.IngestReceipt.objects.get()
     assert receipt.source == "otlp" and receipt.counts["created"] == 1
 
@@ -311,7 +323,11 @@ def test_openinference_spans(client, auth_headers):
         ("system", "instructions", "You add."),
         ("user", "input", "What is 2+3?"),
     ]
-    assert "[tool call add" in call.output
+    # An answer that only asks for a tool has no text; the request is kept whole.
+    assert call.output is None
+    assert [(t["name"], t["arguments"], t["arguments_exact"]) for t in call.answer["tool_calls"]] == [
+        ("add", '{"a": 2}', True)
+    ]
     tools = {t.tool: t for t in models.ToolCall.objects.filter(run=run)}
     assert tools["add"].params == {"a": 2} and tools["add"].result == "5"
     assert tools["search docs"].error == "index offline"

@@ -212,7 +212,8 @@ def test_openinference_openai_instrumentation(live_server, token, alice_client):
     try:
         tracer = OITracer(tracer_provider.get_tracer("support-bot"), config=TraceConfig())
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_port}/v1", api_key="sk-test")
-        tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+        schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+        tools = [{"type": "function", "function": {"name": "add", "parameters": schema}}]
 
         @tracer.tool
         def add(a: int, b: int) -> int:
@@ -256,7 +257,10 @@ def test_openinference_openai_instrumentation(live_server, token, alice_client):
     # Each call's tokens and estimated cost in its iteration, the run's totals in its facts.
     assert page.count("100 in / 20 out") == 2 and "200 / 40" in page and "estimated with genai-prices" in page
     second = alice_client.get(f"/p/default/runs/{run.run_id}/model-calls/2/").content.decode()
-    assert "You add." in second and "[tool call add" in second and "The answer is 5." in second
+    assert "You add." in second and "The answer is 5." in second
+    # The assistant's request as a request (name, id, arguments), the tool message linked to it.
+    assert "asks for tool <strong>add</strong>" in second and "<code>call_1_0</code>" in second
+    assert 'answers tool call <a href="#request-2-call_1_0">' in second
     listing = alice_client.get("/p/default/").content.decode()
     assert "oi-session" in listing
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from . import messages as wire
 from .records import (
     CALL_FLAGS,
     EARLIEST_TIME,
@@ -577,87 +578,6 @@ def _cost(attributes: Mapping[str, Any]) -> float | None:
 # --- Messages ------------------------------------------------------------------------
 
 
-def _part_text(part: Any) -> str:
-    """One part of a GenAI message (1.37: ``{"type": "text", "content": …}`` and friends)."""
-    if isinstance(part, str):
-        return part
-    if not isinstance(part, dict):
-        return _as_text(part)
-    kind = part.get("type")
-    if kind in ("text", "reasoning", "thinking") or (kind is None and "content" in part):
-        return _as_text(part.get("content"))
-    if kind == "tool_call":
-        return f"[tool call {_as_text(part.get('name'))}: {_as_text(part.get('arguments'))}]"
-    if kind == "tool_call_response":
-        body = part.get("response", part.get("result"))
-        return _as_text(body)
-    return _as_text({key: value for key, value in part.items() if key != "content"} | {"content": "…"})
-
-
-def _genai_message(item: Any) -> tuple[str, str, str]:
-    """(role, text, finish reason) of a GenAI message (1.37 parts, or the older
-    ``{"role", "content", "tool_calls"}`` body of the message events)."""
-    if not isinstance(item, dict):
-        return "user", _as_text(item), ""
-    role = _as_text(item.get("role")) or "user"
-    if isinstance(item.get("parts"), list):
-        text = "\n".join(t for t in (_part_text(p) for p in item["parts"]) if t)
-    else:
-        text = _as_text(item.get("content"))
-        calls = item.get("tool_calls")
-        if isinstance(calls, list):
-            rendered = [_tool_call_text(call) for call in calls]
-            text = "\n".join(t for t in (text, *rendered) if t)
-    return role, text, _as_text(item.get("finish_reason"))
-
-
-def _tool_call_text(call: Any) -> str:
-    if not isinstance(call, dict):
-        return _as_text(call)
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
-    return f"[tool call {_as_text(function.get('name'))}: {_as_text(function.get('arguments'))}]"
-
-
-def _indexed(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
-    """Flattened lists (``llm.input_messages.0.message.role``, ``gen_ai.prompt.0.content``)
-    as a list of dicts of their remaining keys, in index order."""
-    found: dict[int, dict[str, Any]] = {}
-    for key, value in attributes.items():
-        if not key.startswith(prefix):
-            continue
-        index, _, rest = key[len(prefix) :].partition(".")
-        if index.isdigit() and rest:
-            found.setdefault(int(index), {})[rest] = value
-    return [found[n] for n in sorted(found)]
-
-
-def _openinference_message(flat: Mapping[str, Any]) -> tuple[str, str]:
-    role = _as_text(flat.get("message.role")) or "user"
-    text = _as_text(flat.get("message.content"))
-    if not text:
-        parts = [
-            _as_text(value)
-            for key, value in sorted(flat.items(), key=lambda kv: _natural(kv[0]))
-            if key.startswith("message.contents.") and key.endswith("message_content.text")
-        ]
-        text = "\n".join(p for p in parts if p)
-    calls: dict[str, dict[str, Any]] = {}
-    for key, value in flat.items():
-        if key.startswith("message.tool_calls."):
-            index, _, rest = key[len("message.tool_calls.") :].partition(".")
-            calls.setdefault(index, {})[rest] = value
-    for index in sorted(calls, key=_natural):
-        call = calls[index]
-        name = _as_text(call.get("tool_call.function.name"))
-        arguments = _as_text(call.get("tool_call.function.arguments"))
-        text = "\n".join(t for t in (text, f"[tool call {name}: {arguments}]") if t)
-    return role, text
-
-
-def _natural(key: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in key.split(".")]
-
-
 _MESSAGE_EVENTS = {
     "gen_ai.system.message": "system",
     "gen_ai.user.message": "user",
@@ -673,80 +593,132 @@ def _event_body(attributes: Mapping[str, Any]) -> Any:
     return dict(attributes)
 
 
-def _call_messages(span: Span) -> tuple[list[tuple[str, str]], str, str]:
-    """The messages a model span received ((role, text) each), its answer and its finish
-    reason, from whichever convention the span follows."""
+def _event_message(body: Any, role: str = "") -> tuple[ModelMessage, str]:
+    item = body if isinstance(body, dict) else {"content": body}
+    if role and not item.get("role"):
+        item = {**item, "role": role}
+    return wire.genai_message(item)
+
+
+def _request_body(attributes: Mapping[str, Any]) -> tuple[list[ModelMessage], str] | None:
+    """The request an instrumentation recorded whole (OpenInference's ``input.value``
+    holds the client's JSON request): its messages, exactly as sent, and its API."""
+    body = json_value(attributes.get("input.value"))
+    answer = json_value(attributes.get("output.value"))
+    if isinstance(body, list) and isinstance(answer, dict) and answer.get("object") == "response":
+        # OpenInference's OpenAI Agents spans: the Responses ``input`` items as sent, and
+        # the response, which echoes the request's ``instructions``.
+        body = {"instructions": answer.get("instructions"), "input": body, "model": answer.get("model")}
+    if not isinstance(body, dict):
+        return None
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages and all(isinstance(m, dict) and "role" in m for m in messages):
+        return [wire.chat_message(m) for m in messages], wire.CHAT
+    if "input" in body and "model" in body:
+        return wire.responses_messages(body), wire.RESPONSES
+    return None
+
+
+def _response_body(attributes: Mapping[str, Any]) -> tuple[ModelMessage, str] | None:
+    body = json_value(attributes.get("output.value"))
+    if isinstance(body, dict) and ("choices" in body or isinstance(body.get("output"), list)):
+        answer, reason = wire.chat_answer(body)
+        if answer is not None:
+            return answer, reason
+    return None
+
+
+def _first_answer(found: list[tuple[ModelMessage, str]]) -> tuple[ModelMessage | None, str]:
+    return found[0] if found else (None, "")
+
+
+def _call_messages(span: Span) -> tuple[list[ModelMessage], ModelMessage | None, str, str, str]:
+    """The messages a model span received, as sent, its answer as a message, its finish
+    reason, the convention they were read from, and the API where it is known."""
     attributes = span["attributes"]
-    messages: list[tuple[str, str]] = []
-    output_parts: list[str] = []
-    finish = ""
+    messages: list[ModelMessage] = []
+    answers: list[tuple[ModelMessage, str]] = []
+    source = api = ""
     events = span.get("events", [])
     details = next(
         (e["attributes"] for e in events if e["name"] == "gen_ai.client.inference.operation.details"), {}
     )
-    source = {**details, **{k: v for k, v in attributes.items() if k.startswith("gen_ai.")}}
-    instructions = json_value(source.get("gen_ai.system_instructions"))
+    genai = {**details, **{k: v for k, v in attributes.items() if k.startswith("gen_ai.")}}
+    instructions = json_value(genai.get("gen_ai.system_instructions"))
     if instructions:
         parts = instructions if isinstance(instructions, list) else [instructions]
-        messages.append(("system", "\n".join(t for t in (_part_text(p) for p in parts) if t)))
-    inputs = json_value(source.get("gen_ai.input.messages"))
+        system, _ = wire.genai_message({"role": "system", "parts": parts})
+        messages.append(system)
+    inputs = json_value(genai.get("gen_ai.input.messages"))
     if isinstance(inputs, list):
-        for item in inputs:
-            role, text, _ = _genai_message(item)
-            messages.append((role, text))
-    outputs = json_value(source.get("gen_ai.output.messages"))
+        messages.extend(wire.genai_message(item)[0] for item in inputs)
+    outputs = json_value(genai.get("gen_ai.output.messages"))
     if isinstance(outputs, list):
-        for item in outputs:
-            _, text, reason = _genai_message(item)
-            output_parts.append(text)
-            finish = finish or reason
+        answers.extend(wire.genai_message(item) for item in outputs)
+    if messages or answers:
+        source = "otlp genai"
+    request = _request_body(attributes)
+    if request is not None and not messages:
+        messages, api = request
+        source = "openinference input.value"
     if not messages:  # OpenInference's flattened messages
-        for flat in _indexed(attributes, "llm.input_messages."):
-            messages.append(_openinference_message(flat))
-    if not output_parts:
-        for flat in _indexed(attributes, "llm.output_messages."):
-            output_parts.append(_openinference_message(flat)[1])
-    if not messages:  # OpenLLMetry (gen_ai.prompt.N.role / .content)
-        for flat in _indexed(attributes, "gen_ai.prompt."):
-            messages.append((_as_text(flat.get("role")) or "user", _as_text(flat.get("content"))))
-    if not output_parts:
-        for flat in _indexed(attributes, "gen_ai.completion."):
-            output_parts.append(_as_text(flat.get("content")))
-            finish = finish or _as_text(flat.get("finish_reason"))
-    if not messages and not output_parts:  # GenAI 1.28–1.36: one event per message
+        messages = wire.openinference_messages(attributes, "llm.input_messages.")
+        source = "openinference" if messages else source
+    if not answers:
+        response = _response_body(attributes)
+        if response is not None:
+            answers.append(response)
+    if not answers:
+        answers.extend((m, "") for m in wire.openinference_messages(attributes, "llm.output_messages."))
+    if not messages:  # OpenLLMetry (gen_ai.prompt.N.*)
+        messages = wire.openllmetry_messages(attributes, "gen_ai.prompt.")
+        source = "openllmetry" if messages else source
+    if not answers:
+        for flat in _groups(attributes, "gen_ai.completion."):
+            answers.append((wire.openllmetry_message(flat), _as_text(flat.get("finish_reason"))))
+    if not messages and not answers:  # GenAI 1.28–1.36: one event per message
         for event in events:
             name = event["name"]
             if name in _MESSAGE_EVENTS:
-                body = _event_body(event["attributes"])
-                role, text, _ = _genai_message(body if isinstance(body, dict) else {"content": body})
-                messages.append((_MESSAGE_EVENTS[name] if role == "user" else role, text))
+                messages.append(_event_message(_event_body(event["attributes"]), _MESSAGE_EVENTS[name])[0])
             elif name == "gen_ai.choice":
                 body = json_value(event["attributes"].get("event_body", event["attributes"]))
-                if isinstance(body, dict):
-                    body = {**body, "message": json_value(body.get("message", body))}
-                inner = body.get("message", body) if isinstance(body, dict) else body
-                _, text, _ = _genai_message(inner if isinstance(inner, dict) else {"content": inner})
-                output_parts.append(text)
-                if isinstance(body, dict):
-                    finish = finish or _as_text(body.get("finish_reason"))
+                inner = json_value(body.get("message", body)) if isinstance(body, dict) else body
+                message, _ = _event_message(inner, "assistant")
+                reason = _as_text(body.get("finish_reason")) if isinstance(body, dict) else ""
+                answers.append((message, reason))
             elif name in ("gen_ai.content.prompt", "gen_ai.content.completion"):
                 value = json_value(event["attributes"].get(name.replace("content.", "")))
-                items = value if isinstance(value, list) else [value]
-                for item in items:
-                    role, text, _ = _genai_message(item if isinstance(item, dict) else {"content": item})
+                for item in value if isinstance(value, list) else [value]:
+                    message, reason = _event_message(item)
                     if name.endswith("prompt"):
-                        messages.append((role, text))
+                        messages.append(message)
                     else:
-                        output_parts.append(text)
+                        answers.append((message, reason))
+        if messages or answers:
+            source = "otlp genai events"
     if not messages and attributes.get("input.value") is not None:
-        messages.append(("user", _as_text(attributes.get("input.value"))))
-    if not output_parts and attributes.get("output.value") is not None:
-        output_parts.append(_as_text(attributes.get("output.value")))
+        messages.append(ModelMessage(role="user", content=_as_text(attributes.get("input.value"))))
+        source = "input.value"
+    if not answers and attributes.get("output.value") is not None:
+        answers.append((ModelMessage(role="assistant", content=_as_text(attributes.get("output.value"))), ""))
+    answer, finish = _first_answer(answers)
     reasons = attributes.get("gen_ai.response.finish_reasons")
     if isinstance(reasons, list) and reasons:
         finish = _as_text(reasons[0])
     finish = finish or _first_text(attributes, ("llm.finish_reason", "gen_ai.response.finish_reason"))
-    return messages, "\n".join(p for p in output_parts if p), finish
+    return messages, answer, finish, source, api
+
+
+def _groups(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """Flattened lists (``gen_ai.completion.0.content``) as dicts of their remaining keys."""
+    found: dict[int, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        if key.startswith(prefix):
+            index, _, rest = key[len(prefix) :].partition(".")
+            if index.isdigit() and rest:
+                found.setdefault(int(index), {})[rest] = value
+    return [found[n] for n in sorted(found)]
 
 
 # Attributes a model or tool call's fields already hold, not repeated in its metadata.
@@ -788,17 +760,21 @@ def _metadata(span: Span) -> dict[str, Any]:
     return kept
 
 
-def _model_call(span: Span) -> tuple[ModelCall, list[tuple[str, str]]]:
+def _model_call(span: Span) -> tuple[ModelCall, list[ModelMessage]]:
     attributes = span["attributes"]
-    messages, output, finish = _call_messages(span)
+    messages, answer, finish, source, api = _call_messages(span)
+    output = None if answer is None else wire.answer_text(answer)
     cost = _cost(attributes)
     call = ModelCall(
         model=_first_text(attributes, ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")),
         provider=_first_text(
             attributes, ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
         ),
-        output=output or None,
+        output=output,
         finish_reason=finish[:255],
+        answer=answer,
+        api=api,
+        messages_source=source,
         input_tokens=_tokens(attributes, _INPUT_TOKENS),
         output_tokens=_tokens(attributes, _OUTPUT_TOKENS),
         cached_tokens=_tokens(attributes, _CACHED_TOKENS),
@@ -894,6 +870,25 @@ class _Trace:
         # is still running).
         self.root = next((s for s in self.roots if is_root(s)), None)
 
+    def wrapping_models(self) -> set[str]:
+        """The model spans that enclose another model span: a framework's span around
+        the client call that an instrumentation of the client recorded too (smolagents'
+        or LangChain's beside OpenInference's OpenAI one). The innermost is the request
+        that went on the wire; the wrapper would count the call twice. Linear: each
+        chain of parents is walked up once."""
+        models = {span_id for span_id, span in self.by_id.items() if role(span) == MODEL}
+        enclosing: set[str] = set()
+        seen: set[str] = set()
+        for span_id in models:
+            parent = self.by_id[span_id]["parent_span_id"]
+            while parent and parent in self.by_id and parent not in seen:
+                seen.add(parent)
+                if parent in models:
+                    enclosing.add(parent)
+                parent = self.by_id[parent]["parent_span_id"]
+        # A walk stops at a span seen before: every model above it was marked then.
+        return enclosing
+
     def _in_cycles(self) -> set[str]:
         """The spans whose chain of parents loops (each is then a root), in linear time:
         every chain is walked once, its outcome remembered for every span on it."""
@@ -966,9 +961,12 @@ def assemble(spans: list[Span]) -> list[Run]:
         trace.root,
     )
     builders = [top]
+    wrappers = trace.wrapping_models()
 
     def visit(span: Span, owner: _RunBuilder, is_top: bool) -> _RunBuilder:
         kind = role(span)
+        if span["span_id"] in wrappers:
+            return owner
         if kind == AGENT and not is_top:
             member = _RunBuilder(
                 Run(
@@ -1004,7 +1002,7 @@ def assemble(spans: list[Span]) -> list[Run]:
 
 def _fill(builder: _RunBuilder, trace: _Trace) -> None:
     run, span = builder.run, builder.span
-    calls: list[tuple[ModelCall, list[tuple[str, str]]]] = []
+    calls: list[tuple[ModelCall, list[ModelMessage]]] = []
     iterations: list[Iteration] = []
     current: Iteration | None = None
     for kind, step in sorted(builder.steps, key=lambda item: span_order(item[1])):
@@ -1063,8 +1061,7 @@ def _fill(builder: _RunBuilder, trace: _Trace) -> None:
 
 def _thought(output: str | None) -> str | None:
     """What a model said besides the tool calls it asked for (shown as their own rows)."""
-    lines = [line for line in (output or "").split("\n") if not line.startswith("[tool call ")]
-    return "\n".join(lines).strip() or None
+    return (output or "").strip() or None
 
 
 def _run_metadata(span: Span | None, trace: _Trace) -> dict[str, Any]:
@@ -1107,26 +1104,28 @@ def _aggregate_call(span: Span) -> ModelCall | None:
     )
 
 
-def _mark_parts(calls: list[tuple[ModelCall, list[tuple[str, str]]]]) -> None:
+def _mark_parts(calls: list[tuple[ModelCall, list[ModelMessage]]]) -> None:
     """Each call's messages, marked: system messages are the instructions; before the
     first call's last user message, the history the run was given; that message, its
     input; after it, what the run itself added (its answers and tool results)."""
     if not calls:
         return
-    first = [r for r, _ in calls[0][1] if r not in ("system", "developer")]
+    first = [m.role for m in calls[0][1] if m.role not in ("system", "developer")]
     last_user = max((n for n, r in enumerate(first) if r == "user"), default=-1)
     for call, messages in calls:
         position = 0
-        for role_name, text in messages:
-            if role_name in ("system", "developer"):
-                part = "instructions"
+        for message in messages:
+            if message.role in ("system", "developer"):
+                message.part = "instructions"
             else:
-                part = "history" if position < last_user else "input" if position == last_user else "run"
+                message.part = (
+                    "history" if position < last_user else "input" if position == last_user else "run"
+                )
                 position += 1
-            call.messages.append(ModelMessage(role=role_name[:64] or "user", content=text, part=part))
+            call.messages.append(message)
 
 
-def _run_input(attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[tuple[str, str]]]]) -> str:
+def _run_input(attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[ModelMessage]]]) -> str:
     value = attributes.get("input.value")
     if value is not None:
         return _as_text(value)
@@ -1138,7 +1137,7 @@ def _run_input(attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[
 
 
 def _run_output(
-    attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[tuple[str, str]]]]
+    attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[ModelMessage]]]
 ) -> str | None:
     for key in ("output.value", "final_result", "gen_ai.output.text"):
         if attributes.get(key) is not None:

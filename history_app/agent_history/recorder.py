@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import jsonstream
+from . import messages as wire
 from . import usage as usage_
 from .formats import autourgos
 from .formats.autourgos import (  # noqa: F401 (re-exported)
@@ -212,27 +213,31 @@ def _finish_reason(raw: Any) -> str:
 _ROLE_PARTS = {"system": "instructions", "developer": "instructions", "assistant": "run", "tool": "run"}
 
 
-def _messages(messages: Any) -> list[ModelMessage]:
-    """Messages a client was called with, as records: role/content dicts (or objects), or
-    a bare prompt (one user message). The first user message is the new input."""
+def _messages(messages: Any, input_at: int | None = None) -> tuple[list[ModelMessage], int | None]:
+    """Messages a client was called with, as records: chat messages (dicts or objects),
+    or a bare prompt (one user message); and the index of the run's new input among them.
+
+    The new input is the last user message of the run's first call (``input_at`` None):
+    user and assistant messages before it are history replayed from earlier runs. Later
+    calls of the run resend the same list and add to it, so the input keeps its index and
+    what comes after it is the run's own turns."""
     if messages is None:
-        return []
+        return [], input_at
     if isinstance(messages, str):
-        return [ModelMessage(role="user", content=messages, part="input")]
-    found = []
-    seen_input = False
-    for message in messages if isinstance(messages, list | tuple) else [messages]:
-        if isinstance(message, Mapping):
-            role, content = message.get("role"), message.get("content")
+        return [ModelMessage(role="user", content=messages, part="input")], 0
+    # Kept as sent: role verbatim, parts, tool-call requests, tool_call_id, name.
+    found = [wire.chat_message(m) for m in (messages if isinstance(messages, list | tuple) else [messages])]
+    if input_at is None or input_at >= len(found) or found[input_at].role != "user":
+        input_at = max((n for n, m in enumerate(found) if m.role == "user"), default=None)
+    for n, kept in enumerate(found):
+        kept.role = kept.role or "user"
+        if kept.role in _ROLE_PARTS and _ROLE_PARTS[kept.role] == "instructions":
+            kept.part = "instructions"
+        elif input_at is None:
+            kept.part = _ROLE_PARTS.get(kept.role, "")
         else:
-            role, content = getattr(message, "role", None), getattr(message, "content", message)
-        role = str(role or "user")
-        part = _ROLE_PARTS.get(role, "")
-        if role == "user":
-            part = "run" if seen_input else "input"
-            seen_input = True
-        found.append(usage_.message(role, content, part))
-    return found
+            kept.part = "history" if n < input_at else "input" if n == input_at else "run"
+    return found, input_at
 
 
 def _number(value: Any) -> int | float | None:
@@ -353,6 +358,8 @@ class _State:
         # The next model call's messages and start, from on_llm_start or the wrapped client.
         self.llm_messages: list[ModelMessage] | None = None
         self.llm_started: datetime | None = None
+        # Where the run's new input is in its calls' messages (set by the first call).
+        self.input_at: int | None = None
         self.agent_name: Any = run.agent_name
         self.written = 0  # iterations already in the Markdown file
         self.final: Any = None
@@ -517,8 +524,8 @@ class AgentHistoryMiddleware:
         if messages is None:
             messages = kwargs.get("prompts", kwargs.get("prompt"))
         # Read now: an agent may append to the same list after the call.
-        received = _messages(messages)
         with state.lock:
+            received, state.input_at = _messages(messages, state.input_at)
             state.llm_messages, state.llm_started = received, _now()
 
     def on_llm_end(self, response: Any, agent: Any = None, **kwargs: Any) -> None:
@@ -676,6 +683,14 @@ class AgentHistoryMiddleware:
         elif latency is not None:
             call.started_at = usage_.start_before(ended, latency / 1000)
         call.messages = state.llm_messages or []
+        if call.messages:
+            call.messages_source, call.api = "middleware", wire.CHAT
+        answer, reason = wire.chat_answer(raw)
+        if answer is not None:
+            call.answer = answer
+            call.finish_reason = call.finish_reason or reason[:64]
+            if call.output is None:
+                call.output = wire.answer_text(answer)
         state.llm_messages = state.llm_started = None
         return call
 

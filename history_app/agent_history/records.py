@@ -84,9 +84,35 @@ class ToolCall:
         return _plain(self)
 
 
+# Which request body a model call's messages came from: OpenAI's chat completions (a
+# message list), its Responses API (``instructions`` plus ``input`` items, normalised to
+# messages by ``messages.responses_messages``), or another shape ("" where unknown).
+MODEL_APIS = ("chat.completions", "responses", "")
+
+
+@dataclass
+class ToolRequest:
+    """A tool call a model asked for (in an assistant message, or in a call's answer)."""
+
+    name: str
+    # The arguments exactly as sent (a JSON text); a source that gave a JSON value instead
+    # (the OTLP GenAI conventions) has it encoded here, and ``arguments_exact`` false.
+    arguments: str = ""
+    id: str = ""
+    type: str = "function"
+    arguments_exact: bool = True
+    # Whatever else the request held that no field above does, verbatim.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class ModelMessage:
-    """One message a model call received, in the order it received them."""
+    """One message a model call received, in the order it received them, as it was sent:
+    the role verbatim, the text (``content``), and where the content was a list of parts
+    those parts in order (``parts``: a text part as ``{"type": "text", "text": …}``, every
+    other part as the source gave it), the tool calls an assistant message asked for, the
+    ``tool_call_id`` a tool message answers, the sender's ``name``, and in ``extra`` any
+    other key the message held."""
 
     role: str
     content: str = ""
@@ -95,6 +121,16 @@ class ModelMessage:
     # The position (0-based) in the run's ``injected_contexts`` of the context this
     # message carries, where known: pages link the message to the inspector.
     context: int | None = None
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolRequest] = field(default_factory=list)
+    tool_call_id: str = ""
+    name: str = ""
+    # True when the content was sent as null (an assistant message asking for tools).
+    content_null: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
 
 
 @dataclass
@@ -106,6 +142,14 @@ class ModelCall:
     messages: list[ModelMessage] = field(default_factory=list)
     output: str | None = None
     finish_reason: str = ""
+    # The answer as a message (its text, parts and the tool calls it asked for), where the
+    # source gave more than ``output``'s text; ``output`` stays its text.
+    answer: ModelMessage | None = None
+    # One of MODEL_APIS: which request shape the messages were normalised from.
+    api: str = ""
+    # Who reported the messages ("middleware", "otlp genai", "openinference"…): the pages
+    # say whose roles they show when those are not the wire's own.
+    messages_source: str = ""
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_tokens: int | None = None
@@ -586,6 +630,38 @@ def _read_tool_call(data: Any, path: str, errors: list[tuple[str, str]]) -> Tool
     )
 
 
+def _read_tool_request(data: Any, path: str, errors: list[tuple[str, str]]) -> ToolRequest | None:
+    r = _obj(data, path, errors)
+    if r is None:
+        return None
+    exact = data.get("arguments_exact", True)
+    if not isinstance(exact, bool):
+        r.fail("arguments_exact", "must be true or false")
+        exact = True
+    arguments = data.get("arguments")
+    if arguments is not None and not isinstance(arguments, str):
+        # A JSON value where a text was expected: kept, encoded, and marked as not exact.
+        arguments, exact = json.dumps(arguments, ensure_ascii=False), False
+    return ToolRequest(
+        name=r.text("name") or "",
+        arguments=arguments or "",
+        id=r.text("id") or "",
+        type=r.text("type") or "function",
+        arguments_exact=exact,
+        extra=r.mapping("extra"),
+    )
+
+
+def _read_parts(r: _Reader, key: str) -> list[dict[str, Any]]:
+    parts = []
+    for p, item in r.items(key):
+        if isinstance(item, dict):
+            parts.append(item)
+        else:
+            r.errors.append((p, "must be an object"))
+    return parts
+
+
 def _read_message(data: Any, path: str, errors: list[tuple[str, str]]) -> ModelMessage | None:
     r = _obj(data, path, errors)
     if r is None:
@@ -595,12 +671,32 @@ def _read_message(data: Any, path: str, errors: list[tuple[str, str]]) -> ModelM
         r.fail("context", INDEX_RANGE)
         position = None
     part = data.get("part")
+    null = data.get("content_null", False)
+    if not isinstance(null, bool):
+        r.fail("content_null", "must be true or false")
+        null = False
+    requests = [_read_tool_request(item, p, errors) for p, item in r.items("tool_calls")]
     return ModelMessage(
         role=r.text("role") or "",
         content=r.text("content") or "",
         part=r.choice("part", MESSAGE_PARTS, "") if part not in (None, "") else "",
         context=position,
+        parts=_read_parts(r, "parts"),
+        tool_calls=[t for t in requests if t is not None],
+        tool_call_id=r.text("tool_call_id") or "",
+        name=r.text("name") or "",
+        content_null=null,
+        extra=r.mapping("extra"),
     )
+
+
+def message_from_dict(data: Any, path: str = "$") -> ModelMessage:
+    """A message from its dict form (as stored), ``RecordError`` if it is not one."""
+    errors: list[tuple[str, str]] = []
+    message = _read_message(data, path, errors)
+    if errors or message is None:
+        raise RecordError(errors or [(path, "not a message")])
+    return message
 
 
 def _count(r: _Reader, key: str) -> int | None:
@@ -639,12 +735,16 @@ def _read_model_call(data: Any, path: str, errors: list[tuple[str, str]]) -> Mod
     started, ended = r.time("started_at"), r.time("ended_at")
     if started is not None and ended is not None and _aware(ended) < _aware(started):
         r.fail("ended_at", "must not be before started_at")
+    answer = None if data.get("answer") is None else _read_message(data["answer"], f"{path}.answer", errors)
     return ModelCall(
         model=r.text("model") or "",
         provider=r.text("provider") or "",
         messages=[m for m in messages if m is not None],
         output=r.text("output", None),
         finish_reason=r.text("finish_reason") or "",
+        answer=answer,
+        api=r.choice("api", MODEL_APIS, ""),
+        messages_source=r.text("messages_source") or "",
         input_tokens=_count(r, "input_tokens"),
         output_tokens=_count(r, "output_tokens"),
         cached_tokens=_count(r, "cached_tokens"),

@@ -60,12 +60,15 @@ def _fill(apps, schema_editor):
             if not calls:
                 continue
             keys = [key for key, _ in iterations]
+            # The mapper writes today's columns; this migration's model has only its own.
+            columns = {f.name for f in ModelCall._meta.get_fields()}
             for position, (place, call) in enumerate(mapper.model_call_places(record)):
+                values = mapper.model_call_values(position, call)
                 new_calls.append(
                     ModelCall(
                         run_id=pk,
                         iteration_id=None if place is None else keys[place],
-                        **mapper.model_call_values(position, call),
+                        **{key: value for key, value in values.items() if key in columns},
                     )
                 )
             Run.objects.filter(pk=pk).update(**mapper.call_sums(calls))

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import blocks, context, usage
+from .. import messages as wire
 from ..records import (
     InjectedContext,
     Iteration,
@@ -271,13 +272,17 @@ class _Received:
             if not isinstance(message, dict):
                 self.made[n] = usage.message("", value_text(message), "")
             else:
-                content = message.get("content")
-                if content is None and message.get("tool_calls"):
-                    content = message["tool_calls"]
-                self.made[n] = usage.message(
-                    message.get("role"), content, _part(message, n == self.first_input)
-                )
+                # The keys of the chat message agno sent; its own bookkeeping (metrics,
+                # from_history, created_at…) is not part of what the model received.
+                sent = {key: message[key] for key in _SENT_KEYS if message.get(key) is not None}
+                sent.setdefault("content", None)
+                made = wire.chat_message(sent, _part(message, n == self.first_input))
+                made.role = made.role or ""
+                self.made[n] = made
         return self.made[n]
+
+
+_SENT_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 
 def _model_call(payload: dict[str, Any], received: _Received, m: int, answer: dict[str, Any]) -> ModelCall:
@@ -297,6 +302,10 @@ def _model_call(payload: dict[str, Any], received: _Received, m: int, answer: di
         call.metadata["omitted_messages"] = omitted
     if answer.get("tool_calls"):
         call.finish_reason = "tool_calls"
+    if answer.get("tool_calls") or answer.get("content") is not None:
+        sent = {key: answer[key] for key in _SENT_KEYS if answer.get(key) is not None}
+        call.answer = wire.chat_message({"content": None, **sent})
+        call.api = wire.CHAT
     ended = _safe_time(answer.get("created_at"))
     duration = usage.number(metrics.get("duration"))
     if ended is not None:
