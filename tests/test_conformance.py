@@ -3,8 +3,9 @@ OpenAI server (the ground truth: each request body as received), send what they 
 a live test server, and every recorded request must equal a stored model call message for
 message (``tests/conformance.py`` states the rule).
 
-The frameworks are the ``conformance`` extra of pyproject.toml; a test whose framework is
-not installed is skipped with its name (``pip install -e ".[test,conformance]"``)."""
+The frameworks are pinned in the ``test`` extra of pyproject.toml. On a machine without one
+its test is skipped with the framework's name; with ``HISTORY_REQUIRE_FRAMEWORKS=1`` (set
+by .ci/run) a missing framework fails instead, so CI never passes on a skip."""
 
 from __future__ import annotations
 
@@ -21,6 +22,16 @@ from . import conformance, fake_openai
 from .test_otlp_live import provider
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def framework(module: str):
+    """The framework's module, or a skip naming it (a failure where CI requires them)."""
+    if os.environ.get("HISTORY_REQUIRE_FRAMEWORKS") == "1":
+        import importlib
+
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"{module} is not installed (the test extra pins it)")
+
 
 TOOLS = [
     {
@@ -373,7 +384,7 @@ def add(a: int, b: int) -> int:
 
 
 def test_agno_through_openinference_is_stored_exactly(live_server, token):
-    pytest.importorskip("agno", reason="the conformance extra is not installed")
+    framework("agno")
     from agno.agent import Agent
     from agno.db.in_memory import InMemoryDb
     from agno.models.openai import OpenAIChat
@@ -404,7 +415,7 @@ def _delegate(task: str) -> fake_openai.Answer:
 
 
 def test_an_agno_team_over_otlp_keeps_every_block_on_the_wire_as_a_context(live_server, token, alice_client):
-    pytest.importorskip("agno", reason="the conformance extra is not installed")
+    framework("agno")
     from agno.agent import Agent
     from agno.db.in_memory import InMemoryDb
     from agno.models.openai import OpenAIChat
@@ -478,7 +489,7 @@ def test_an_agno_team_over_otlp_keeps_every_block_on_the_wire_as_a_context(live_
 
 @pytest.mark.parametrize("api", ["chat.completions", "responses"])
 def test_openai_agents_sdk_is_stored_exactly(live_server, token, api):
-    agents = pytest.importorskip("agents", reason="the conformance extra is not installed")
+    agents = framework("agents")
     import openai
     from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
@@ -503,7 +514,7 @@ def test_openai_agents_sdk_is_stored_exactly(live_server, token, api):
 
 
 def test_langgraph_through_openinference_is_stored_exactly(live_server, token):
-    pytest.importorskip("langgraph", reason="the conformance extra is not installed")
+    framework("langgraph")
     from langchain_core.messages import HumanMessage
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
@@ -521,7 +532,7 @@ def test_langgraph_through_openinference_is_stored_exactly(live_server, token):
 
 
 def test_smolagents_through_openinference_is_stored_exactly(live_server, token):
-    pytest.importorskip("smolagents", reason="the conformance extra is not installed")
+    framework("smolagents")
     from openinference.instrumentation.openai import OpenAIInstrumentor
     from openinference.instrumentation.smolagents import SmolagentsInstrumentor
     from smolagents import OpenAIServerModel, ToolCallingAgent, tool
