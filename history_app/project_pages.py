@@ -130,7 +130,8 @@ def session_pin(request: HttpRequest, session_id: str) -> HttpResponse:
 @access.project_view("annotate")
 def annotation_add(request: HttpRequest, run_id: str) -> HttpResponse:
     """An editor's score, label or comment on a run or one of its iterations (the run
-    page's form); a bad field is a 400 page naming it."""
+    page's form); a bad field is a 400 page naming it. A comment typed with a score or
+    a label is kept too, as a comment on the same run or iteration, both or neither."""
     run = transcripts.get_run(request.project, run_id)
     post = request.POST
     data: dict[str, object] = {"kind": post.get("kind", "")}
@@ -149,8 +150,15 @@ def annotation_add(request: HttpRequest, run_id: str) -> HttpResponse:
             data["iteration"] = int(iteration)
         except ValueError:
             data["iteration"] = iteration  # refused by the parser, naming the field
+    items: dict[str, object] | list[dict[str, object]] = data
+    comment = post.get("text", "")
+    if data["kind"] in (models.Annotation.SCORE, models.Annotation.LABEL) and comment.strip():
+        note = {"kind": models.Annotation.COMMENT, "text": comment}
+        if "iteration" in data:
+            note["iteration"] = data["iteration"]
+        items = [data, note]
     try:
-        annotation_store.add(run, annotation_store.parse(data), author=request.user.get_username())
+        annotation_store.add(run, annotation_store.parse(items), author=request.user.get_username())
     except annotation_store.Gone:
         raise Http404("No such run") from None
     except annotation_store.Invalid as exc:
