@@ -584,6 +584,11 @@ def _receipt_fields(results: list[ItemResult]) -> dict[str, Any]:
             ][:1000]
         ),
         "changed_fields": [item for r in results for item in r.changed_fields][:1000],
+        "stored_runs": [
+            {"run_id": r.run_id, "status": r.status}
+            for r in results
+            if r.run_id and r.status in {"created", "updated", "duplicate"}
+        ][: models.IngestReceipt.RUNS_KEPT],
     }
 
 

@@ -18,7 +18,7 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery, Window
 from django.db.models.functions import RowNumber, Substr
 from django.http import Http404
 
-from . import models, rollups, search
+from . import models, rollups, search, snippets
 from .agent_history import records
 from .forms import SCORE_SORTS, SESSION_SORTS, SessionFilterForm
 from .mapper import day_start
@@ -305,6 +305,8 @@ def search_hits(
     hits: dict[int, list] = {}
     for run in rows:
         hits.setdefault(run.session_id, []).append(run)
+    # Why each matched: a marked passage (a bounded number of queries for them all).
+    snippets.attach([run for runs in hits.values() for run in runs], query)
     return hits
 
 

@@ -8,6 +8,8 @@ CSP violation and no request to another host (``page.problems``).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from history_app import ingestion, models
@@ -152,5 +154,118 @@ def test_a_failed_run_shows_its_error_on_the_first_screen(page, live_server, dja
         "() => Array.from(document.querySelectorAll('#transcript section.card')).map(s => s.id || s.className)"
     )
     assert order.index("annotations") > order.index("card error-card")
+    assert fits(page)
+    assert page.problems == []
+
+
+BROKEN_WORDS = """(selector) => {
+  // Words of at most 20 characters that the layout broke over two lines.
+  const broken = [];
+  for (const cell of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let node;
+    while ((node = walker.nextNode())) {
+      const words = /\\S+/g;
+      let m;
+      while ((m = words.exec(node.data))) {
+        if (m[0].length > 20) continue;
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const lines = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (lines.size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  return broken;
+}"""
+
+
+def test_no_word_breaks_in_the_middle_at_desktop_width(page, live_server, django_user_model):
+    if page.width != "desktop":
+        pytest.skip("a phone's stacked cells break only what cannot fit its width")
+    from django.core.management import call_command
+
+    call_command("quickstart", "--no-serve", stdout=__import__("io").StringIO())
+    log_in(page, live_server, django_user_model)
+    for url in (
+        "/p/default/",
+        "/p/default/sessions/demo-workflow-blog/",
+        "/p/default/stats/",
+        "/p/default/receipts/",
+    ):
+        page.goto(live_server.url + url)
+        assert page.evaluate(BROKEN_WORDS, "main td, main th, main h1, main dd") == [], url
+    assert page.problems == []
+
+
+def test_stats_scores_numbers_and_charts_at_each_width(page, live_server, django_user_model):
+    from django.core.management import call_command
+
+    from history_app import annotations as annotation_store
+
+    call_command("quickstart", "--no-serve", stdout=__import__("io").StringIO())
+    run = models.Run.objects.get(run_id="demo-wf-run-3")
+    annotation_store.add(
+        run, annotation_store.parse({"kind": "score", "name": "correct", "value": 1}), author="t"
+    )
+    log_in(page, live_server, django_user_model)
+    page.goto(f"{live_server.url}/p/default/stats/")
+    assert page.title() == "Stats · Agent history"
+    assert page.is_visible("#scores h2:has-text('Scores')") and "correct" in page.inner_text("#scores")
+    # Round ticks with separators: every axis value is a multiple of its step.
+    ticks = page.locator("svg.chart text.wf-axis[text-anchor=end]").all_text_contents()
+    counts = [t for t in ticks if " " not in t]  # not the latency charts' durations ("2.5 s")
+    assert counts and all(re.fullmatch(r"\$?\d{1,3}(,\d{3})*(\.\d+)?%?", t) for t in counts), ticks
+    # The failure chart's caption opens the table it points to.
+    page.click("text=runs per day as a table")
+    assert page.is_visible("#runs-per-day-table")
+    figure = page.locator(".figure.days").first
+    scroll = figure.evaluate("f => [f.scrollWidth - f.clientWidth, f.scrollLeft]")
+    if page.width == "phone":
+        # Wider than the phone, it opens on the newest day (the right end): the last bar
+        # is on screen.
+        assert scroll[0] > 0, scroll
+        box = figure.bounding_box()
+        last_bar = page.locator(".figure.days").first.locator("rect.bar").last.bounding_box()
+        assert box["x"] <= last_bar["x"] <= box["x"] + box["width"], (box, last_bar)
+    else:
+        assert scroll[0] == 0
+    assert fits(page)
+    assert page.problems == []
+
+
+def test_a_new_token_is_shown_once_with_a_copy_button_after_a_redirect(page, live_server, django_user_model):
+    admin = django_user_model.objects.create_user("ada", password="ada-password-1")
+    models.Membership.objects.create(
+        project=models.Project.default(), user=admin, role=models.Membership.ADMIN
+    )
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+    page.goto(f"{live_server.url}/")
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", "ada-password-1")
+    page.click("button[type=submit]")
+    page.wait_for_selector("h1:has-text('Sessions')")
+    page.goto(f"{live_server.url}/p/default/settings/")
+    page.fill("#tokens input[name=name]", "evaluator")
+    page.check("#tokens input[name=scopes][value=read]")
+    page.click("#tokens form.stacked button[type=submit]")
+    page.wait_for_selector("code.token")
+    assert page.url.endswith("/p/default/settings/#tokens")  # not the POST address
+    token = page.inner_text("code.token")
+    page.click(".token-box button.copy")
+    assert page.evaluate("navigator.clipboard.readText()") == token
+    page.reload()
+    assert page.locator("code.token").count() == 0  # shown only that once
+    assert fits(page)
+    assert page.problems == []
+
+
+def test_search_hits_show_their_marked_passage(page, live_server, django_user_model):
+    load_demo()
+    log_in(page, live_server, django_user_model)
+    page.fill("#q", "partitioning")
+    page.wait_for_selector(".hits .snippet mark")
+    assert page.inner_text(".hits .snippet mark >> nth=0").lower().startswith("partitioning")
     assert fits(page)
     assert page.problems == []
