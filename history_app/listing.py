@@ -299,6 +299,7 @@ def search_hits(
         models.Run.objects.filter(session__in=sessions, pk__in=matching)
         .only("project_id", "run_id", "session_id", "input", "status", "agent_name", "started_at")
         .annotate(rank=Window(RowNumber(), partition_by=[F("session_id")], order_by=newest_first))
+        .annotate(**snippets.HEADS)
         .filter(rank__lte=per_session)
         .order_by("session_id", "rank")
     )

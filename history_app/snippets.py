@@ -4,8 +4,8 @@ searched word, the words marked.
 The same on both databases, in Python, over the hit runs only: SQLite's search index is
 contentless (FTS5's ``snippet()`` needs the text), and the run's fields say more than the
 index's one document would (which field matched). Every field is read cut to
-``search.MAX_FIELD_CHARS`` (what the index holds of it), in at most three queries for
-all the hits of a page, whatever their number.
+``search.MAX_FIELD_CHARS`` (what the index holds of it), in at most two queries (thoughts, tool calls)
+for all the hits of a page beyond the hits' own, whatever their number.
 """
 
 from __future__ import annotations
@@ -21,6 +21,12 @@ from . import models, search
 
 # Characters of context on each side of the first marked word.
 CONTEXT = 70
+# The heads of the fields a passage is first looked for in, read with the hits themselves
+# (``listing.search_hits`` annotates them): no query of their own.
+HEADS = {
+    "answer_head": Substr("output", 1, search.MAX_FIELD_CHARS),
+    "error_head": Substr("error", 1, search.MAX_FIELD_CHARS),
+}
 # Characters of the input a hit's link shows.
 SHOWN_INPUT = 100
 # Rows of iterations and tool calls read for the hits whose input, answer and error hold
@@ -80,13 +86,12 @@ def attach(runs: list[Any], query: str) -> None:
     if pattern is None or not runs:
         return
     by_pk = {run.pk: run for run in runs}
-    heads = models.Run.objects.filter(pk__in=list(by_pk)).values_list(
-        "pk",
-        Substr("input", 1, search.MAX_FIELD_CHARS),
-        Substr("output", 1, search.MAX_FIELD_CHARS),
-        Substr("error", 1, search.MAX_FIELD_CHARS),
-        "agent_name",
-    )
+    if all(hasattr(run, "answer_head") for run in runs):  # read with the hits (``HEADS``)
+        heads = [(run.pk, run.input, run.answer_head, run.error_head, run.agent_name) for run in runs]
+    else:
+        heads = models.Run.objects.filter(pk__in=list(by_pk)).values_list(
+            "pk", "input", *HEADS.values(), "agent_name"
+        )
     missing = set()
     for pk, input_head, *fields in heads:
         # The hit's link shows the input's first 100 characters: a passage of it is worth
