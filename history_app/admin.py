@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
+from django.db import connection
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -260,6 +261,15 @@ class RetentionForm(forms.Form):
         }
 
 
+def with_id_prefix(sessions: QuerySet, prefix: str) -> QuerySet:
+    """The sessions whose id starts with ``prefix``, found through an index on either
+    database (see ``SessionAdmin.get_search_results``)."""
+    if connection.vendor == "sqlite":
+        # Ids compare byte by byte (SQLite's BINARY collation): the prefix's range is exact.
+        return sessions.filter(session_id__gte=prefix, session_id__lt=prefix + "\U0010ffff")
+    return sessions.filter(session_id__startswith=prefix)
+
+
 @admin.register(models.Session)
 class SessionAdmin(BigTableAdmin):
     list_display = [
@@ -275,6 +285,10 @@ class SessionAdmin(BigTableAdmin):
     list_filter = ["project", "pinned", "framework", "last_status"]
     list_select_related = ["project"]
     search_fields = ["=session_id", "=user_id", "agent_name"]
+    search_help_text = (
+        "A session id or its beginning (2026-11-08 finds every session whose id starts so), "
+        "a user id, or part of an agent name."
+    )
     readonly_fields = [f.name for f in models.Session._meta.fields if f.name != "pinned"]
     actions = ["pin_sessions", "unpin_sessions", "prune_selected"]
     change_list_template = "admin/history_app/session/change_list.html"
@@ -288,6 +302,17 @@ class SessionAdmin(BigTableAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str):
+        """Also the sessions whose id starts with what was typed (ids often start with a
+        date or a prefix of their own), through an index on both databases: a range on
+        SQLite, whose LIKE ignores case and so no index; ``LIKE 'x%'`` on PostgreSQL, which
+        the column's ``varchar_pattern_ops`` index (migration 0001) answers."""
+        results, duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if term:
+            results = results | with_id_prefix(queryset, term)
+        return results, duplicates
 
     def get_actions(self, request: HttpRequest):
         actions = super().get_actions(request)

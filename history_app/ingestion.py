@@ -25,7 +25,7 @@ from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, Max
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import bulk, locks, mapper, models, pricing, provenance, rollups, search
+from . import audit, bulk, locks, mapper, models, pricing, provenance, rollups, search
 from .agent_history import blocks, formats, usage
 from .agent_history import messages as wire
 from .agent_history.records import (
@@ -603,6 +603,11 @@ def _receipt_fields(results: list[ItemResult]) -> dict[str, Any]:
             ][:1000]
         ),
         "changed_fields": [item for r in results for item in r.changed_fields][:1000],
+        "stored_runs": [
+            {"run_id": r.run_id, "status": r.status}
+            for r in results
+            if r.run_id and r.status in {"created", "updated", "duplicate"}
+        ][: models.IngestReceipt.RUNS_KEPT],
     }
 
 
@@ -720,7 +725,7 @@ def _ingest_run(
         _refresh_session(session)
         rollups.refresh_facets({session.pk} | ({old_session_id} if old_session_id else set()))
     if old_session_id is not None:
-        _refresh_session(models.Session.objects.get(pk=old_session_id))
+        _left_by_run(models.Session.objects.get(pk=old_session_id), moved_to=session)
     _settle_members(run, project_id)
     return status
 
@@ -887,7 +892,8 @@ def _refresh_session(session: models.Session) -> None:
     session.run_count = stats["n"]
     session.failed_count = stats["failed"]
     session.first_started_at = stats["first"]
-    session.last_activity_at = stats["last"] or timezone.now()
+    # A session left without runs (they moved) keeps its time: leaving never makes it newer.
+    session.last_activity_at = stats["last"] or session.last_activity_at or timezone.now()
     session.input_tokens, session.output_tokens = stats["input_tokens"] or 0, stats["output_tokens"] or 0
     session.cost = stats["cost"]
     session.timed_runs, session.duration_total_ms = stats["timed"], stats["duration"] or 0
@@ -896,7 +902,29 @@ def _refresh_session(session: models.Session) -> None:
         session.agent_name = latest.agent_name
         session.framework = latest.framework or session.framework
         session.user_id = latest.user_id or session.user_id
+    else:
+        session.last_status = ""  # no run, no status: not the "completed" of a run that left
     session.save()
+
+
+def _left_by_run(session: models.Session, *, moved_to: models.Session) -> None:
+    """A session (locked) that a run moved out of: its counts recomputed from the runs it
+    still has. Left with none, it goes, unless it is pinned; its spans follow the run. Its
+    receipts and audit events name it by id, and stay."""
+    _refresh_session(session)
+    if session.run_count or session.pinned:
+        return
+    models.SpanBatch.objects.filter(session=session).update(session=moved_to)
+    session_id = session.session_id
+    session.delete()
+    audit.record(
+        actor="ingestion",
+        action=models.AuditEvent.SESSION_DELETED,
+        project=moved_to.project,
+        target=session_id,
+        runs=0,
+        reason=f"its last run moved to session {moved_to.session_id}",
+    )
 
 
 # The session columns ``_refresh_session`` and ``_add_to_session`` keep.

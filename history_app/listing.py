@@ -18,7 +18,7 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery, Window
 from django.db.models.functions import RowNumber, Substr
 from django.http import Http404
 
-from . import models, rollups, search
+from . import models, rollups, search, snippets
 from .agent_history import records
 from .forms import SCORE_SORTS, SESSION_SORTS, SessionFilterForm
 from .mapper import day_start
@@ -299,12 +299,15 @@ def search_hits(
         models.Run.objects.filter(session__in=sessions, pk__in=matching)
         .only("project_id", "run_id", "session_id", "input", "status", "agent_name", "started_at")
         .annotate(rank=Window(RowNumber(), partition_by=[F("session_id")], order_by=newest_first))
+        .annotate(**snippets.HEADS)
         .filter(rank__lte=per_session)
         .order_by("session_id", "rank")
     )
     hits: dict[int, list] = {}
     for run in rows:
         hits.setdefault(run.session_id, []).append(run)
+    # Why each matched: a marked passage (a bounded number of queries for them all).
+    snippets.attach([run for runs in hits.values() for run in runs], query)
     return hits
 
 

@@ -615,6 +615,10 @@ class IngestReceipt(models.Model):
     counts = models.JSONField(default=dict)
     rejections = models.JSONField(default=list)
     changed_fields = models.JSONField(default=list)
+    # The runs it stored ({"run_id", "status"}: created, updated or duplicate), the first
+    # ``RUNS_KEPT`` of them: the receipts page links to each.
+    stored_runs = models.JSONField(default=list, blank=True)
+    RUNS_KEPT = 200
 
     class Meta:
         ordering = ["-created_at", "-id"]

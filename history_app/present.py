@@ -10,6 +10,7 @@ markup is ours.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -272,16 +273,31 @@ def waterfall_svg(
 _CHART = (1000, 220, 56, 14, 1000 - 56 - 8, 220 - 14 - 28)
 
 
+def _nice_peak(peak: float) -> float:
+    """The top of an axis: the peak rounded up to 1, 2, 4 or 5 times a power of ten, so
+    that it and its half read as round numbers (24,461 → 40,000 and 20,000; 0.079 → 0.1)."""
+    if peak <= 0:
+        return 1.0
+    base = 10 ** math.floor(math.log10(peak))
+    return next(m * base for m in (1, 2, 4, 5, 10) if m * base >= peak * (1 - 1e-9))
+
+
+def _tick(value: float, step: float) -> str:
+    """An axis value with thousands separators and as many decimals as the step needs."""
+    decimals = next((d for d in range(7) if abs(round(step, d) - step) <= step * 1e-9), 6)
+    return f"{value:,.{decimals}f}"
+
+
 def _chart_frame(label: str, peak: float, unit: str, prefix: str = "", shown: Any = None) -> list[str]:
     """A chart's opening tag, its three grid lines and their values (``shown`` writes a
-    value, unit included)."""
+    value, unit included; else ``peak`` is expected round, see ``_nice_peak``)."""
     width, height, left, top, _, plot_h = _CHART
     out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">']
     for i in range(3):
         value = peak * i / 2
         y = top + plot_h - plot_h * i / 2
         out.append(f'<line class="wf-grid" x1="{left}" y1="{y:.1f}" x2="{width - 8}" y2="{y:.1f}"/>')
-        text = shown(value) if shown else f"{value:.0f}{unit}" if peak >= 10 else f"{value:.2g}{unit}"
+        text = shown(value) if shown else f"{_tick(value, peak / 2)}{unit}"
         out.append(
             f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
             f"{escape(prefix)}{escape(text)}</text>"
@@ -295,7 +311,7 @@ def bar_chart_svg(
     """A vertical bar chart of (label, value) points; the accessible table sits beside it."""
     if not points:
         return mark_safe("")
-    peak = max(value for _, value in points) or 1
+    peak = _nice_peak(max(value for _, value in points))
     width, height, left, top, plot_w, plot_h = _CHART
     step = plot_w / len(points)
     out = _chart_frame(label, peak, unit, prefix)
@@ -306,7 +322,7 @@ def bar_chart_svg(
         y = top + plot_h - h
         out.append(
             f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{step * 0.7:.1f}" height="{max(h, 0):.1f}">'
-            f"<title>{escape(name)}: {escape(prefix)}{value:g}{escape(unit)}</title></rect>"
+            f"<title>{escape(name)}: {escape(prefix)}{value:,g}{escape(unit)}</title></rect>"
         )
         if n % every == 0:
             out.append(
@@ -330,7 +346,7 @@ def line_chart_svg(
     values = [v for _, point in points for v in point.values() if v is not None]
     if not points or not values:
         return mark_safe("")
-    peak = max(values) or 1
+    peak = (max(values) or 1) if milliseconds else _nice_peak(max(values))
     width, height, left, top, plot_w, plot_h = _CHART
     step = plot_w / len(points)
     shown = (lambda ms: _ms(ms / 1000)) if milliseconds else None  # noqa: E731
@@ -347,7 +363,7 @@ def line_chart_svg(
             runs[-1].append(f"{x:.1f},{y:.1f}")
             out.append(
                 f'<circle class="line-{k}" cx="{x:.1f}" cy="{y:.1f}" r="3">'
-                f"<title>{escape(day)} {escape(name)}: {escape(shown(value) if shown else f'{value:g}')}"
+                f"<title>{escape(day)} {escape(name)}: {escape(shown(value) if shown else f'{value:,g}')}"
                 "</title></circle>"
             )
         for run in runs:

@@ -130,7 +130,8 @@ def session_pin(request: HttpRequest, session_id: str) -> HttpResponse:
 @access.project_view("annotate")
 def annotation_add(request: HttpRequest, run_id: str) -> HttpResponse:
     """An editor's score, label or comment on a run or one of its iterations (the run
-    page's form); a bad field is a 400 page naming it."""
+    page's form); a bad field is a 400 page naming it. A comment typed with a score or
+    a label is kept too, as a comment on the same run or iteration, both or neither."""
     run = transcripts.get_run(request.project, run_id)
     post = request.POST
     data: dict[str, object] = {"kind": post.get("kind", "")}
@@ -149,8 +150,15 @@ def annotation_add(request: HttpRequest, run_id: str) -> HttpResponse:
             data["iteration"] = int(iteration)
         except ValueError:
             data["iteration"] = iteration  # refused by the parser, naming the field
+    items: dict[str, object] | list[dict[str, object]] = data
+    comment = post.get("text", "")
+    if data["kind"] in (models.Annotation.SCORE, models.Annotation.LABEL) and comment.strip():
+        note = {"kind": models.Annotation.COMMENT, "text": comment}
+        if "iteration" in data:
+            note["iteration"] = data["iteration"]
+        items = [data, note]
     try:
-        annotation_store.add(run, annotation_store.parse(data), author=request.user.get_username())
+        annotation_store.add(run, annotation_store.parse(items), author=request.user.get_username())
     except annotation_store.Gone:
         raise Http404("No such run") from None
     except annotation_store.Invalid as exc:
@@ -225,14 +233,27 @@ def _back_to_settings(request: HttpRequest, anchor: str) -> HttpResponse:
     return HttpResponseRedirect(reverse("history_app:project_settings", args=[request.project.slug]) + anchor)
 
 
+# Where a token just created waits, in the user's session, for the settings page.
+NEW_TOKEN_KEY = "history_new_token"
+
+
 @require_GET
 @access.project_view("manage_members")
 def project_settings(request: HttpRequest) -> HttpResponse:
+    new = request.session.pop(NEW_TOKEN_KEY, None)  # shown this once, then gone
+    shown = {}
+    if new is not None:
+        row = models.IngestToken.objects.filter(pk=new["pk"], project=request.project).first()
+        if row is not None:
+            shown = {"new_token": new["token"], "new_token_row": row}
     try:
-        return _settings_page(request)
+        response = _settings_page(request, **shown)
     except paging.BadParameter as exc:
         context = {"message": str(exc), "field": exc.field, "back": request.path}
         return render(request, "history_app/bad_request.html", context, status=400)
+    if shown:
+        response["Cache-Control"] = "no-store"  # the token is shown once, never kept by a cache
+    return response
 
 
 @require_POST
@@ -292,9 +313,10 @@ def token_create(request: HttpRequest) -> HttpResponse:
         actor=request.user.get_username(),
         project=request.project,
     )
-    response = _settings_page(request, new_token=token, new_token_row=row)
-    response["Cache-Control"] = "no-store"  # the token is shown once, never kept by a cache
-    return response
+    # Post/redirect/get: the page leaves the POST address (a reload does not post again),
+    # and the token waits in the user's session for the one page that shows it.
+    request.session[NEW_TOKEN_KEY] = {"token": token, "pk": row.pk}
+    return _back_to_settings(request, "#tokens")
 
 
 @require_POST

@@ -152,6 +152,13 @@ def _child_querysets(session_ids: Any, run_ids: Any = None) -> list[tuple[str, A
     ]
 
 
+def _raw_delete(queryset: Any) -> int:
+    """``DELETE`` the rows of ``queryset`` without loading them; how many went. A filter
+    that can match nothing (``run_id IN ()``: a batch of sessions without runs) is never
+    sent, and Django then answers None, not 0."""
+    return queryset._raw_delete(queryset.db) or 0
+
+
 # A bound on "older than" (about 270 years): the cutoff, today minus that many days, must
 # remain a date the databases can store.
 MAX_PRUNE_DAYS = 100_000
@@ -263,10 +270,9 @@ def prune_sessions(
                 result.counts["search_documents"] += search.unindex_stored(run_ids)
                 rollups.take_off_stored(run_ids)
                 for rollup in (models.SessionFacet, models.SessionScore):
-                    rows = rollup.objects.filter(session_id__in=batch)
-                    rows._raw_delete(rows.db)
+                    _raw_delete(rollup.objects.filter(session_id__in=batch))
                 for key, queryset in _child_querysets(batch, run_ids):
-                    result.counts[key] += queryset._raw_delete(queryset.db)
+                    result.counts[key] += _raw_delete(queryset)
                 models.AuditEvent.objects.filter(pk=event.pk).update(
                     details={
                         "trigger": trigger,
@@ -283,7 +289,7 @@ def prune_sessions(
             orphans = models.SpanBatch.objects.filter(session__isnull=True, received_at__lt=cutoff)
             if project is not None:
                 orphans = orphans.filter(project=project)
-            result.counts["span_batches"] += orphans._raw_delete(orphans.db)
+            result.counts["span_batches"] += _raw_delete(orphans)
     log.counts = result.counts
     log.batches = result.batches
     log.longest_transaction_ms = round(result.longest_transaction_s * 1000)

@@ -260,8 +260,32 @@ def model_call_detail(request: HttpRequest, run_id: str, number: int) -> HttpRes
         "answer": model_calls.answer_row(call),
         "composition": model_calls.composition(call),
         "roles_note": model_calls.roles_note(call),
+        # Old rows keep no answer message: the tools its iteration ran stand in for it.
+        "asked_tools": [] if call.answer else _tools_asked_for(call),
+        "asked_tools_limit": ASKED_TOOLS_SHOWN,
     }
     return render(request, "history_app/model_call.html", context)
+
+
+# How many of the tool calls a model call asked for its page lists (the run page has all).
+ASKED_TOOLS_SHOWN = 50
+
+
+def _tools_asked_for(call: models.ModelCall) -> list[models.ToolCall]:
+    """The tool calls a model call asked for: those of its iteration, when it answered
+    with no text (or said so) and is its iteration's last model call (the one the tools
+    then ran for)."""
+    if call.iteration_id is None or (call.output and call.finish_reason != "tool_calls"):
+        return []
+    later = models.ModelCall.objects.filter(iteration_id=call.iteration_id, position__gt=call.position)
+    if later.exists():
+        return []
+    return list(
+        models.ToolCall.objects.filter(iteration_id=call.iteration_id)
+        .select_related("iteration")
+        .only("tool", "params_json", "position", "call_id", "iteration__position")
+        .order_by("position")[:ASKED_TOOLS_SHOWN]
+    )
 
 
 @require_GET

@@ -476,9 +476,15 @@ def test_an_admin_manages_members_and_every_change_is_audited(client, world):
 
 def test_an_admin_creates_and_revokes_tokens_of_the_project(client, world):
     alice = as_user(client, world, "alice")
-    response = alice.post("/p/alpha/settings/tokens/", {"name": "evaluator", "scopes": ["read"]})
+    posted = alice.post("/p/alpha/settings/tokens/", {"name": "evaluator", "scopes": ["read"]})
+    # Post/redirect/get: the page leaves the POST address; the token is shown once, there.
+    assert posted.status_code == 302 and posted["Location"] == "/p/alpha/settings/#tokens"
+    response = alice.get("/p/alpha/settings/")
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"
     token = re.search(r'<code class="token">(aht_[^<]+)</code>', response.content.decode()).group(1)
+    assert f'data-copy="{token}"' in response.content.decode()  # its copy button
+    again = alice.get("/p/alpha/settings/").content.decode()
+    assert token not in again and "shown only this once" not in again
     client.logout()
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     assert "lighthouses" in body(client.get("/api/v1/runs/r-1", **headers))

@@ -269,3 +269,21 @@ def test_items_a_207_marks_retry_are_sent_again_never_counted_rejected(scripted,
     assert (result.delivered, result.rejected, result.spooled) == (2, 1, 0)
     assert sent_ids() == [["sink-1", "sink-2", "sink-3"], ["sink-2"]]
     sink.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_middlewares_flush_leaves_the_sinks_report_to_its_owner(live_server, token, tmp_path):
+    """``mw.flush()`` waits for the sinks, but what was delivered is still the sink's own
+    ``flush`` to say: every run arrived, so it says so, not ``delivered=0``."""
+    from history_app.agent_history import AgentHistoryMiddleware
+
+    sink = HttpSink(f"{live_server.url}/api/v1/ingest", TOKEN, flush_interval=0.05, spool_dir=tmp_path)
+    middleware = AgentHistoryMiddleware(folder=str(tmp_path / "logs"), sinks=[sink])
+    for i in range(3):
+        sink.send(run(i))
+    assert middleware.flush(20) is True
+    assert models.Run.objects.filter(session__session_id="sink-session").count() == 3
+    result = sink.flush(20)
+    assert result and result.delivered == 3
+    assert sink.flush(5).delivered == 0  # reported once, by the owner's flush
+    sink.close()

@@ -617,11 +617,10 @@ class AgentHistoryMiddleware:
 
         written = self._writer.flush(timeout)  # the files, then the hand-over to the sinks
         handed = self._sender.flush(remaining())
-        return (
-            written
-            and handed
-            and all(sink.flush(remaining()) for sink in self.sinks if hasattr(sink, "flush"))
-        )
+        # A sink's ``flush`` reports what happened since its previous one, once: waiting
+        # through ``wait`` where it has one leaves that report to the sink's owner.
+        waits = [getattr(sink, "wait", None) or sink.flush for sink in self.sinks if hasattr(sink, "flush")]
+        return written and handed and all(wait(remaining()) for wait in waits)
 
     # -- internals ----------------------------------------------------------------------
 

@@ -153,6 +153,15 @@ class HttpSink:
     def flush(self, timeout: float | None = None) -> FlushResult:
         """Wait until queued and spooled runs were delivered, rejected or quarantined, or
         ``timeout`` ran out; return what happened since the previous ``flush``."""
+        return self._wait_and_count(timeout, report=True)
+
+    def wait(self, timeout: float | None = None) -> FlushResult:
+        """``flush`` for someone else than the sink's owner (the middleware's own
+        ``flush``): the same wait and counts, but the owner's next ``flush`` still reports
+        them (they are not taken)."""
+        return self._wait_and_count(timeout, report=False)
+
+    def _wait_and_count(self, timeout: float | None, *, report: bool) -> FlushResult:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._idle:
             self._idle.notify_all()
@@ -162,10 +171,9 @@ class HttpSink:
                     break
                 self._idle.wait(0.05 if remaining is None else min(0.05, remaining))
             waiting = self._pending + sum(self._count(path) for path in self._spooled())
-            before, self._reported = (
-                self._reported,
-                FlushResult(self.delivered, 0, self.rejected, self.quarantined),
-            )
+            before = self._reported
+            if report:
+                self._reported = FlushResult(self.delivered, 0, self.rejected, self.quarantined)
         return FlushResult(
             delivered=self.delivered - before.delivered,
             spooled=waiting,

@@ -542,14 +542,16 @@ def _moved(value: Any, delta: timedelta) -> Any:
 
 
 def _moved_autourgos(log: dict[str, Any], start: datetime) -> dict[str, Any]:
-    """An autourgos log started at ``start`` (its naive times stay naive), under the run id
-    the log as written derives: the same run whatever the anchor. Its session is the agent's
-    day as autourgos has it, the day it now starts."""
+    """An autourgos log started at ``start`` (its naive times stay naive), under a run id of
+    its own derived from the log as written: the same run whatever the anchor, and not the
+    run the file itself is (the README's example sends a sample file to a fresh quickstart,
+    which must create that run, not rewrite the demo's copy and move it to another day's
+    session). Its session is the agent's day as autourgos has it, the day it now starts."""
     delta = start.replace(tzinfo=None) - datetime.fromisoformat(log["start_time"])
     times = {
         key: (datetime.fromisoformat(log[key]) + delta).isoformat() for key in ("start_time", "end_time")
     }
-    return {**log, **times, "run_id": autourgos.derive_run_id(log)}
+    return {**log, **times, "run_id": autourgos.derive_run_id({"demo copy of": log})}
 
 
 def _sample_files() -> list[Path]:

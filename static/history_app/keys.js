@@ -79,6 +79,35 @@
       detail.shouldSwap = false;
     }
   });
+  // A refused request (4xx) shows its message where the person acted, as it does without
+  // JavaScript: htmx swaps only 2xx answers by default. A boosted link or form answered
+  // with a whole page (a 400 naming the bad field, the form again with its errors): that
+  // page is swapped in. A fragment request (show more, the live list, the search): the
+  // answer's alert, or its status, is shown right after what sent it.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var detail = event.detail;
+    var status = detail.xhr.status;
+    if (status < 400 || status >= 500 || status === 401) return;
+    if (detail.boosted) {
+      detail.shouldSwap = true;
+      detail.isError = false;
+      return;
+    }
+    var source = detail.requestConfig && detail.requestConfig.elt;
+    if (!source || !source.parentNode) return;
+    var answer = new DOMParser().parseFromString(detail.xhr.responseText || "", "text/html");
+    var said = answer.querySelector("[role=alert]");
+    var text = said && said.textContent.trim() ? said.textContent.trim() : "The server refused this request (" + status + ").";
+    var shown = source.nextElementSibling;
+    if (!shown || !shown.hasAttribute("data-refused")) {
+      shown = document.createElement("p");
+      shown.className = "error";
+      shown.setAttribute("role", "alert");
+      shown.setAttribute("data-refused", "");
+      source.parentNode.insertBefore(shown, source.nextSibling);
+    }
+    shown.textContent = text;
+  });
   document.addEventListener("htmx:afterRequest", function (event) {
     if (event.detail.boosted) leaving = false;
   });
