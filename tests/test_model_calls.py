@@ -305,7 +305,7 @@ def test_stats_show_cost_tokens_per_model_and_agent_and_latency(alice_client, in
     )
     assert "1 call with no price" in page
     per_model = re.findall(
-        r"<tr><td><code>([^<]+)</code></td><td class=\"num\"[^>]*>(\d+)</td>.*?<td class=\"num\"[^>]*>([^<]+)</td></tr>",
+        r"<tr><td[^>]*><code>([^<]+)</code></td><td class=\"num\"[^>]*>(\d+)</td>.*?<td class=\"num\"[^>]*>([^<]+)</td></tr>",
         page,
     )
     assert ("gpt-4o", "2", "$0.015") in per_model and ("mystery", "1", "no price") in per_model
