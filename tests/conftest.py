@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AUTOURGOS = FIXTURES / "autourgos"
@@ -41,6 +42,15 @@ def database_dump(*, exclude: tuple[str, ...] = ()) -> str:
             cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
             chunks.extend(repr(row) for row in cursor.fetchall())
     return "\n".join(chunks)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hasher():
+    """Tests hash passwords with MD5: the production hasher costs about 0.3 s a password on
+    purpose, and hundreds of tests create a user. Test settings only; production keeps
+    Django's default hashers."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 @pytest.fixture
