@@ -1,16 +1,35 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from django.db import connection
 from django.test import override_settings
+from hypothesis import settings as hypothesis_settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AUTOURGOS = FIXTURES / "autourgos"
 CORPORA = FIXTURES / "corpora"
 TOKEN = "aht_test-token-for-the-suite-0123456789"
+
+# Property tests draw few examples in a contributor's run and each test's own number where
+# HYPOTHESIS_PROFILE=thorough (.ci/run sets it); an unknown name fails loudly here.
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "quick")
+QUICK_EXAMPLES = 25
+hypothesis_settings.register_profile("quick", max_examples=QUICK_EXAMPLES)
+hypothesis_settings.register_profile("thorough", print_blob=True)
+hypothesis_settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(thorough: int) -> int:
+    """How many examples a property test draws: ``thorough`` under the thorough profile,
+    else the quick profile's (never more than ``thorough``). Explicit ``@example`` cases
+    run under both."""
+    if HYPOTHESIS_PROFILE == "thorough":
+        return thorough
+    return min(thorough, QUICK_EXAMPLES)
 
 
 def native(run_id: str = "r-1", session_id: str = "s-1", **fields) -> dict:
