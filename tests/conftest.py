@@ -72,6 +72,20 @@ def fast_password_hasher():
         yield
 
 
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless Chromium for a module's browser tests (launching one costs about a
+    second of CPU); each test opens its own context, with its own cookies, storage and
+    cache. Module scope, not session: Playwright's sync API keeps an event loop running
+    while it is open, and other modules' tests call asyncio.run()."""
+    from .test_browser import launch, sync_api
+
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        yield browser
+        browser.close()
+
+
 @pytest.fixture
 def token(db):
     from history_app.auth import register_token
