@@ -1,15 +1,35 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.test import override_settings
+from hypothesis import settings as hypothesis_settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AUTOURGOS = FIXTURES / "autourgos"
 CORPORA = FIXTURES / "corpora"
 TOKEN = "aht_test-token-for-the-suite-0123456789"
+
+# Property tests draw few examples in a contributor's run and each test's own number where
+# HYPOTHESIS_PROFILE=thorough (.ci/run sets it); an unknown name fails loudly here.
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "quick")
+QUICK_EXAMPLES = 25
+hypothesis_settings.register_profile("quick", max_examples=QUICK_EXAMPLES)
+hypothesis_settings.register_profile("thorough", print_blob=True)
+hypothesis_settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(thorough: int) -> int:
+    """How many examples a property test draws: ``thorough`` under the thorough profile,
+    else the quick profile's (never more than ``thorough``). Explicit ``@example`` cases
+    run under both."""
+    if HYPOTHESIS_PROFILE == "thorough":
+        return thorough
+    return min(thorough, QUICK_EXAMPLES)
 
 
 def native(run_id: str = "r-1", session_id: str = "s-1", **fields) -> dict:
@@ -41,6 +61,29 @@ def database_dump(*, exclude: tuple[str, ...] = ()) -> str:
             cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
             chunks.extend(repr(row) for row in cursor.fetchall())
     return "\n".join(chunks)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hasher():
+    """Tests hash passwords with MD5: the production hasher costs about 0.3 s a password on
+    purpose, and hundreds of tests create a user. Test settings only; production keeps
+    Django's default hashers."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless Chromium for a module's browser tests (launching one costs about a
+    second of CPU); each test opens its own context, with its own cookies, storage and
+    cache. Module scope, not session: Playwright's sync API keeps an event loop running
+    while it is open, and other modules' tests call asyncio.run()."""
+    from .test_browser import launch, sync_api
+
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        yield browser
+        browser.close()
 
 
 @pytest.fixture

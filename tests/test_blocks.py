@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from history_app.agent_history import blocks, context
 
+from .conftest import examples
+
 HOSTILE = Path(__file__).parent / "fixtures" / "agno_hostile"
 MANIFEST = json.loads((HOSTILE / "MANIFEST.json").read_text())
 MEMBER_KINDS = {"member_interactions", "team_history"}
@@ -159,7 +161,7 @@ def agno_workflow_history(runs: list[dict]) -> str:
     return f"<workflow_history_context>\n{body}</workflow_history_context>\n"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     interactions=st.lists(raw_interaction, max_size=3),
     runs=st.lists(raw_run, max_size=3),
@@ -193,7 +195,7 @@ def test_member_blocks_round_trip_whatever_the_content(interactions, runs, task,
     assert not expected or blind[-1].end >= end
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(runs=st.lists(raw_run, min_size=1, max_size=3), step_message=content)
 def test_the_workflow_block_round_trips_whatever_the_content(runs, step_message):
     block = agno_workflow_history(runs)
@@ -207,7 +209,7 @@ def test_the_workflow_block_round_trips_whatever_the_content(runs, step_message)
     assert blind.end >= len(block)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     interactions=st.lists(raw_interaction, min_size=1, max_size=3),
     runs=st.lists(raw_run, max_size=3),
@@ -259,7 +261,7 @@ def _forges_structure(kind: str, values: list[str]) -> bool:
     return any(v.startswith("[") or any(m in v for m in marks) or blocks.FOOTERS[kind] in v for v in values)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     items=st.lists(
         st.fixed_dictionaries({"input": entry_content, "output": entry_content}), min_size=1, max_size=4

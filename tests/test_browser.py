@@ -86,13 +86,10 @@ def open_page(browser, live_server, **context_options):
 
 
 @pytest.fixture
-def browser_page(live_server):
-    with sync_api.sync_playwright() as playwright:
-        browser = launch(playwright)
-        page = open_page(browser, live_server)
-        yield page
-        page.context.close()
-        browser.close()
+def browser_page(chromium, live_server):
+    page = open_page(chromium, live_server)
+    yield page
+    page.context.close()
 
 
 def shot(page, name: str) -> None:
@@ -245,12 +242,10 @@ def test_keyboard_navigation(browser_page, live_server, django_user_model):
     assert page.problems == []
 
 
-def test_dark_mode_and_phone_width(live_server, django_user_model):
+def test_dark_mode_and_phone_width(chromium, live_server, django_user_model):
     load_demo()
     editor(django_user_model, "alice")
-    with sync_api.sync_playwright() as playwright:
-        browser = launch(playwright)
-        context = browser.new_context(color_scheme="dark", viewport={"width": 390, "height": 844})
+    with chromium.new_context(color_scheme="dark", viewport={"width": 390, "height": 844}) as context:
         page = context.new_page()
         page.goto(f"{live_server.url}/accounts/login/?next=/runs/demo-wf-run-1/")
         page.fill("#id_username", "alice")
@@ -262,15 +257,13 @@ def test_dark_mode_and_phone_width(live_server, django_user_model):
         # Nothing is wider than the phone's screen.
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
         shot(page, "10-run-dark-phone")
-        browser.close()
 
 
-def test_pages_work_without_javascript(live_server, django_user_model):
+def test_pages_work_without_javascript(chromium, live_server, django_user_model):
     load_demo()  # includes autourgos' named_run_custom.json
     editor(django_user_model, "alice")
-    with sync_api.sync_playwright() as playwright:
-        browser = launch(playwright)
-        page = browser.new_context(java_script_enabled=False).new_page()
+    with chromium.new_context(java_script_enabled=False) as context:
+        page = context.new_page()
         page.goto(f"{live_server.url}/")
         page.fill("#id_username", "alice")
         page.fill("#id_password", "alice-password-1")
@@ -289,7 +282,6 @@ def test_pages_work_without_javascript(live_server, django_user_model):
         page.fill("input[name=runs]", "1")
         page.click("#rerender-card button[type=submit]")
         assert "runs=1" in page.url and "-[run-2]" in page.inner_text("#rerender pre.diff")
-        browser.close()
 
 
 def test_xss_payloads_open_no_dialog_and_fetch_nothing(browser_page, live_server, django_user_model):

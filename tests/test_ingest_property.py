@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from history_app import models
 
-from .conftest import AUTOURGOS, FIXTURES
+from .conftest import AUTOURGOS, FIXTURES, examples
 from .test_formats_more import COT, SESSION
 
 SAMPLES = [json.loads(p.read_text()) for p in sorted(AUTOURGOS.glob("Task_*.json"))[:4]]
@@ -184,7 +184,7 @@ def post(client, token, body, content_type):
 
 @pytest.mark.django_db
 @settings(
-    max_examples=200,
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -219,7 +219,7 @@ hostile_bodies = st.one_of(
 
 @pytest.mark.django_db
 @settings(
-    max_examples=200,
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -26,7 +26,7 @@ from history_app.agent_history.context import (
     render_workflow_history,
 )
 
-from .conftest import native
+from .conftest import examples, native
 
 pytestmark = pytest.mark.django_db
 
@@ -346,7 +346,7 @@ def test_pruning_and_redact_history_keep_the_provenance_rows_consistent():
 text = st.text(st.sampled_from("ab \n[]-:/<>19runRsMemberTaskResponse_context"), max_size=40)
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.fixed_dictionaries({"input": text, "output": text}), min_size=1, max_size=5))
 def test_renderers_are_their_entries_and_the_split_never_misplaces_one(runs):
     for layout, (kind, render) in RENDERERS.items():

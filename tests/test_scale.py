@@ -27,7 +27,7 @@ from history_app.agent_history import formats
 from history_app.agent_history.records import RecordError
 from history_app.benchmarks import shape
 
-from .conftest import load_jsonl, native
+from .conftest import examples, load_jsonl, native
 from .test_ingest_property import SAMPLES, SURROGATES
 
 SECRETS = [
@@ -73,7 +73,7 @@ def _rules(report: list) -> list:
     return sorted(json.dumps(entry["rules"], sort_keys=True) for entry in report)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     st.sampled_from(NATIVE),
     st.sampled_from(["input", "output", "error", "agent_name", "extra_field"]),
