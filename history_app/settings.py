@@ -91,11 +91,22 @@ def _secret_key() -> str:
     try:
         return path.read_text().strip()
     except FileNotFoundError:
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(50)
-        path.write_text(key)
-        path.chmod(0o600)
-        return key
+        pass
+    # Several processes may start at once (gunicorn workers, test workers): the key is
+    # written whole to a file of this process's own, then linked into place, which fails
+    # if another process got there first. So no process ever reads a half-written key,
+    # and all of them end up with the one that won.
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    draft = DATA_DIR / f".secret_key.{os.getpid()}.{secrets.token_hex(4)}"
+    draft.write_text(secrets.token_urlsafe(50))
+    draft.chmod(0o600)
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+    return path.read_text().strip()
 
 
 SECRET_KEY = _secret_key()
