@@ -27,6 +27,7 @@ import base64
 import binascii
 import functools
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -172,6 +173,60 @@ _PLAIN_KEY_PREFIXES = frozenset(
         "parameter",
     }
 )
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Secret words that can qualify another noun; the key is secret when a later word is one
+# of these nouns ("secret_access_key", "auth_token") or the word comes last
+# ("client_secret"), but not otherwise ("secret_santa", "auth_user").
+_SECRET_NOUNS = _words(
+    "key keys token tokens value values password pass passphrase phrase string str code hash"
+    " salt seed material bytes data id b64 base64 hex text access"
+)
+_MODIFIED_NOUNS = {
+    "secret": _SECRET_NOUNS,
+    "auth": _words(
+        "token key header headers code string value data cookie hash b64 base64 param params"
+        " bearer basic digest"
+    ),
+}
+# Letters that look like ASCII ones, for judging names only (never written back): the
+# Cyrillic and Greek look-alikes of Latin letters, and every letter or digit that NFKC
+# writes as one ASCII character (full-width ｐａｓｓ, mathematical 𝐩𝐚𝐬𝐬, circled ⓟ).
+_LOOKALIKES = dict(
+    zip(
+        "аеорсухѕіјԁһԛԝӏвкмнтАВЕКМНОРСТХЅІЈοναιρκτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+        "aeopcyxsijdhqwlbkmhtABEKMHOPCTXSIJovaipktuxABEZHIKMNOPTYX",
+        strict=True,
+    )
+)
+for _block in ((0xFF01, 0xFF5F), (0x1D400, 0x1D800), (0x2460, 0x24EA), (0x2070, 0x20A0)):
+    for _code in range(*_block):
+        _folded = unicodedata.normalize("NFKC", chr(_code))
+        if len(_folded) == 1 and _folded.isascii() and _folded.isprintable():
+            _LOOKALIKES[chr(_code)] = _folded
+# Characters that show nothing: zero-width space, non-joiner, joiner, word joiner, BOM,
+# soft hyphen. Inside a word they hide it from a search.
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
+_FOLD_TABLE = str.maketrans(
+    {**{ord(k): v for k, v in _LOOKALIKES.items()}, **dict.fromkeys(map(ord, INVISIBLE))}
+)
+# The same, one character for one (invisible characters left in place): positions in the
+# folded text are positions in the original.
+_LOOKALIKE_TABLE = str.maketrans({ord(k): v for k, v in _LOOKALIKES.items()})
+_HAS_LOOKALIKE = re.compile("[" + "".join(sorted(set(_LOOKALIKES))) + "]")
+
+
+def fold_lookalikes(text: str) -> str:
+    """``text`` with invisible characters removed and look-alike letters written as the
+    ASCII letters they imitate: how a name is judged ("pаssword" with a Cyrillic "а",
+    "pass\u200bword", "ｐａｓｓｗｏｒｄ" are "password")."""
+    return text.translate(_FOLD_TABLE)
+
+
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
@@ -187,6 +242,8 @@ def is_secret_key(key: str, extra_words: frozenset[str] = frozenset()) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _is_secret_key(key: str, extra_words: frozenset[str]) -> bool:
+    if not key.isascii():
+        key = fold_lookalikes(key)
     words = key_words(key)
     if not words:
         return False
@@ -196,8 +253,14 @@ def _is_secret_key(key: str, extra_words: frozenset[str]) -> bool:
     if last in _NEUTRAL_LAST_WORDS and len(words) > 1:
         return False
     secret_words = _SECRET_WORDS.union(extra_words) if extra_words else _SECRET_WORDS
-    if any(w in secret_words for w in words):
-        return True
+    for i, word in enumerate(words):
+        if word in secret_words:
+            nouns = _MODIFIED_NOUNS.get(word)
+            # "secret_santa", "auth_user": the word qualifies a noun that holds no secret.
+            if nouns is None or i == len(words) - 1:
+                return True
+            if any(w in nouns or w in secret_words for w in words[i + 1 :]):
+                return True
     if len(words) == 1 and (
         last.endswith(_SECRET_SUFFIXES) or (last.endswith("pass") and last[:-4] in _PASS_PREFIXES)
     ):
@@ -274,13 +337,31 @@ def _is_bearer_token(match: re.Match[str]) -> bool:
     "Of") is prose, so "Bearer of bad news" stays."""
     scheme, token = match.group(1), match.group(3)
     core = token.rstrip(".,;:!?)]}'\"")
-    if not core:
+    if not core or _is_placeholder(token):
+        return False
+    # "token_type: Bearer" then the next line's "expires_in: 3600": a key, not a token.
+    if token.endswith(":") or ("\n" in match.group(2) and _KEY_AHEAD.match(token)):
         return False
     if not core.isalpha():
         return True
     if len(core) >= 16 or (scheme in ("Bearer", "BEARER") and len(core) >= 8):
         return True
     return not (core.islower() or core.istitle() or (core.isupper() and len(core) < 4))
+
+
+_STRING_PREFIX = re.compile(r"[fFrRbBuU]{1,2}(?=[\"'])")
+# What code or a template writes where a credential goes: ${{ secrets.X }}, {token},
+# $TOKEN, <your-token>, `${token}`.
+_PLACEHOLDER = re.compile(
+    r"`?(?:\$\{|\{\{|\$\(|<%|#\{|%\(|\{[A-Za-z_][A-Za-z0-9_.]{0,100}\}|\$[A-Za-z_]|<[A-Za-z_][^<>\s]{0,100}>)"
+)
+
+
+def _is_placeholder(value: str) -> bool:
+    return _PLACEHOLDER.match(value) is not None
+
+
+_KEY_AHEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}[:=]")
 
 
 def _is_basic_credential(match: re.Match[str]) -> bool:
@@ -294,10 +375,6 @@ def _is_basic_credential(match: re.Match[str]) -> bool:
     except (binascii.Error, ValueError):
         return False
     return ":" in decoded and decoded.isprintable()
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
 
 
 # ``name=value`` / ``name: value`` / ``"name": "value"`` in free text. Candidates are
@@ -374,6 +451,9 @@ def _value_span(
     (``unquoted``), or, with ``to_line_end``, the rest of its line up to an earlier marker
     or the next pair."""
     n = len(text)
+    prefix = _STRING_PREFIX.match(text, pos)  # Python's f"…", b'…', r"…"
+    if prefix is not None:
+        pos = prefix.end()
     q = pos
     while q < n and q - pos < 8 and text[q] == "\\":
         q += 1
@@ -443,7 +523,69 @@ def _is_kept_value(text: str, start: int, end: int, quoted: bool) -> bool:
     if text.find(_MARKER_START, start, end) >= 0:
         return True
     value = text[start:end] if quoted else text[start:end].split(None, 1)[0]
-    return value.lower() in _KV_NOT_SECRET_VALUES
+    # A template fills the value in later: ${{ secrets.TOKEN }}, {{ vault_pw }}, $(cat f).
+    return value.lower() in _KV_NOT_SECRET_VALUES or value.startswith(_TEMPLATE_OPENERS)
+
+
+# How a template or a shell expansion starts (GitHub Actions, Jinja, Helm, shell, ERB,
+# Ruby, Python's %-format).
+_TEMPLATE_OPENERS = ("${", "{{", "$(", "<%", "#{", "%(", "{%")
+# Type names after "name:" (an annotation, not a value): Python, TypeScript, Go, Rust,
+# Java, C#, Pydantic. Compared lower-cased, after '&', '*' and a lifetime.
+_TYPE_NAMES = _words(
+    "str string bytes bytearray int integer number bigint float double decimal bool boolean"
+    " char any unknown object none void never null undefined dict list tuple set mapping"
+    " sequence iterable optional union literal callable option result vec box arc rc"
+    " secretstr secretbytes securestring buffer uint8array array"
+    " i8 i16 i32 i64 u8 u16 u32 u64 usize isize rune byte interface type struct"
+)
+# Words of code that start an expression rather than being a value.
+_CODE_WORDS = _words(
+    "await new yield async function lambda typeof require import return not this self cls"
+    " const let var await! try"
+)
+# A plain identifier, a dotted reference (self.token, os.environ, config.api_key) and
+# what follows it: a call's or a subscript's opening, or nothing.
+_REFERENCE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]{0,200}((?:\.[A-Za-z_$][A-Za-z0-9_$]{0,200}){0,20})([(\[]?)")
+_ENV_REFERENCE = re.compile(r"\$[A-Z_][A-Z0-9_]{0,200}")
+# After a type annotation, a default value: "password: str = 'x'".
+_DEFAULT_AFTER_TYPE = re.compile(r"[^\S\r\n]{0,8}=[^\S\r\n]{0,8}(?=[\"'])")
+
+
+def _is_code(text: str, start: int, end: int, name: str) -> bool:
+    """Whether the unquoted value at ``start`` is code rather than a secret: a type
+    (``password: str``), a call (``get_token()``), a subscript or an attribute
+    (``os.environ["KEY"]``, ``self.token``), a variable named like the secret
+    (``token = token``, ``api_key=api_key``), a keyword (``await getToken()``), an
+    environment variable (``$GITHUB_TOKEN``), structure (``{``, ``[``, ``<your-key>``), a
+    YAML block or tag (``|``, ``!vault``), or a mask (``********``)."""
+    value = text[start:end].split(None, 1)[0] if start < end else ""
+    if not value or value[0] in "{[(<|>!":
+        return True
+    if value.strip("*•xX") == "" and len(value) >= 3:
+        return True
+    bare = value.lstrip("&*").removeprefix("'static").lstrip()
+    base = re.split(r"[\[<|,;)=?]", bare, maxsplit=1)[0]
+    if base.lower().rsplit(".", 1)[-1] in _TYPE_NAMES or value.lower() in _CODE_WORDS:
+        return True
+    if _ENV_REFERENCE.fullmatch(value):
+        return True
+    reference = _REFERENCE.fullmatch(value)
+    if reference is None:
+        return False
+    dotted, opening = reference.group(1), reference.group(2)
+    if opening or (dotted and text[end : end + 1] in ("(", "[")) or text[end : end + 1] == "(":
+        return True
+    if dotted:
+        # A dotted value followed by code punctuation, or naming a secret (config.api_key).
+        return is_secret_key(value.rsplit(".", 1)[-1]) or text[end : end + 1] in (")", ";", ",")
+    # A variable named like the secret: the name itself, one of its words, or an
+    # identifier of several words that names a secret (api_key=OPENAI_API_KEY); a single
+    # word ("password: secret") is a value.
+    lowered = value.lower()
+    if lowered == name.lower() or lowered in key_words(name):
+        return True
+    return len(key_words(value)) > 1 and is_secret_key(value)
 
 
 def _replace_spans(text: str, spans: list[tuple[int, int]], marker: str) -> tuple[str, int]:
@@ -525,6 +667,17 @@ class KeyValueRule(_PairRule):
             span = _value_span(text, match.end(), unquoted=loose, to_line_end=whole)
             if span is None or _is_kept_value(text, *span):
                 continue
+            if span[2] and text[span[0] - 2 : span[0] - 1] in ("f", "F") and "{" in text[span[0] : span[1]]:
+                continue  # an f-string: code that formats a value, not the value
+            if not span[2] and _is_code(text, span[0], span[1], name):
+                # An annotation may be followed by a default: "password: str = 'x'".
+                after = span[0] + len(text[span[0] : span[1]].split(None, 1)[0])
+                default = _DEFAULT_AFTER_TYPE.match(text, after)
+                if default is None or separator.lstrip("\\") not in (":", "："):
+                    continue
+                span = _value_span(text, default.end(), unquoted=False)
+                if span is None or _is_kept_value(text, *span):
+                    continue
             spans.append(span[:2])
             done = span[1]
         if not spans:
@@ -641,11 +794,16 @@ class HeaderRule(_PairRule):
             pos = header.end()
             if pos < done:
                 continue
+            prefix = _STRING_PREFIX.match(text, pos)  # f"Bearer {token}" is code's string
+            if prefix is not None:
+                pos = prefix.end()
             # Authorization values start with a scheme; cookies do not.
             scheme = None if header.group("name").lower() == "cookie" else _AUTH_SCHEME.match(text, pos)
             if scheme is not None:
                 if text.startswith(_MARKER_START, scheme.end()):
                     continue  # a shape rule replaced the credential already
+                if _is_placeholder(text[scheme.end() : scheme.end() + 200]):
+                    continue
                 if _CREDENTIAL_TOKEN.match(text, scheme.end()) or _CREDENTIAL_PARAMS.match(
                     text, scheme.end()
                 ):
@@ -655,6 +813,7 @@ class HeaderRule(_PairRule):
                 value is None
                 or text.startswith(_MARKER_START, pos)
                 or value.group().lower() in _KV_NOT_SECRET_VALUES
+                or _is_placeholder(text[pos : pos + 200])
             ):
                 continue
             counts[self.name] += 1
@@ -1192,15 +1351,25 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     # short sk- key, any ya29. token, a three-part eyJ… token), glued to what precedes
     # them too: nothing it redacts passes through ours. One exception, its false
     # positive: "sk-" after a letter ("task-abcdefg", "desk-…") is a word, not a key.
+    # Each unbounded run is possessive and nothing after it could take back what it ran
+    # over, so a failed match ends at the first character that is not the run's.
     *(
         FoldedValueRule("autourgos-shape", literal, re.compile("(?i)" + pattern))
         for literal, pattern in (
-            ("sk-", r"(?<![a-z])sk-[a-z0-9]{6,}"),
-            ("akia", r"akia[a-z0-9]{12,}"),
-            ("ghp_", r"ghp_[a-z0-9]{6,}"),
-            ("ya29.", r"ya29\.[a-z0-9_\-]+"),
-            ("xox", r"xox[baprs]-[a-z0-9\-]{6,}"),
-            ("eyj", r"eyj[a-z0-9_\-]+\.[a-z0-9_\-]+\.[a-z0-9_\-]+"),
+            ("sk-", r"(?<![a-z])sk-[a-z0-9]{6}[a-z0-9]*+"),
+            ("akia", r"akia[a-z0-9]{12}[a-z0-9]*+"),
+            ("ghp_", r"ghp_[a-z0-9]{6}[a-z0-9]*+"),
+            ("ya29.", r"ya29\.[a-z0-9_\-]++"),
+            ("xox", r"xox[baprs]-[a-z0-9\-]{6}[a-z0-9\-]*+"),
+            # The package's eyj[...]+\.[...]+\.[...]+ tried every "eyJ" of a run and ran
+            # to the run's end each time (quadratic on "eyJ" * 20000). Here a run is tried
+            # once, from its start, when it holds "eyj": the whole token goes, including
+            # what was glued before "eyj".
+            (
+                "eyj",
+                r"(?<![a-z0-9_\-])(?=[a-z0-9_\-]*?eyj[a-z0-9_\-])"
+                r"[a-z0-9_\-]++\.[a-z0-9_\-]++\.[a-z0-9_\-]++",
+            ),
         )
     ),
     ValueRule(
@@ -1221,11 +1390,12 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         ("%3A%2F%2F", "%3a%2f%2f"),
         # A whole URL percent-encoded inside another (?next=postgres%3A%2F%2Fu%3Apw%40host):
         # the password runs from the encoded ':' after the user to the first encoded '@'
-        # (a port followed by a path is no password here either).
+        # (a port followed by a path is no password here either). Neither part runs over
+        # the next encoded "://", so each is scanned up to the next URL at most.
         re.compile(
             r"(?i)%3A%2F%2F(?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!3A|40|2F)[0-9A-F]{2}){0,256}%3A"
             r"(?![0-9]{1,5}(?:%2F|%3F|%23|[&\s\"]|\Z))"
-            r"((?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!40)[0-9A-F]{2}){1,256})%40(?=[A-Za-z0-9\-]|%5B)"
+            r"((?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!40|3A%2F%2F)[0-9A-F]{2}){1,256})%40(?=[A-Za-z0-9\-]|%5B)"
         ),
         group=1,
         gate="%",
@@ -1374,9 +1544,11 @@ class Redactor:
                         counts.update(dict(key_counts))
                         fields.append({"path": child, "rules": dict(key_counts), "part": "key"})
                     if secret and _has_content(value):
-                        counts[_SECRET_KEY_RULE] += 1
-                        fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
-                        out[new_key] = _SECRET_KEY_MARKER
+                        hidden, replaced = self._hidden(value)
+                        if replaced:
+                            counts[_SECRET_KEY_RULE] += 1
+                            fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
+                        out[new_key] = hidden
                         continue
                     if named_secret and key in _VALUE_FIELDS and _has_content(value):
                         counts[_NAME_VALUE_RULE] += 1
@@ -1551,6 +1723,28 @@ class Redactor:
 
     # -- internals ---------------------------------------------------------------
 
+    def _hidden(self, value: Any) -> tuple[Any, bool]:
+        """The value under a secret's key: a string becomes the marker; an object or a
+        list keeps its shape, numbers, booleans and nulls ("input_token_details":
+        {"cache_read": 0} is a count, not a secret) and loses every string in it. Also
+        whether anything was replaced."""
+        if isinstance(value, str):
+            if value and not value.startswith(_MARKER_START):
+                return _SECRET_KEY_MARKER, True
+            return value, False
+        if isinstance(value, dict):
+            out: dict[Any, Any] = {}
+            replaced = False
+            for key, item in value.items():
+                new_key = self._key(key)[0] if isinstance(key, str) else key
+                out[_distinct(out, new_key)], changed = self._hidden(item)
+                replaced = replaced or changed
+            return out, replaced
+        if isinstance(value, list | tuple):
+            items = [self._hidden(item) for item in value]
+            return [item for item, _ in items], any(changed for _, changed in items)
+        return value, False
+
     def _walk(self, obj: Any, counts: Counter[str], memo: dict[str, tuple[str, Counter[str]]]) -> Any:
         # Exact type checks first: this runs once per value of a large transcript.
         kind = type(obj)
@@ -1571,8 +1765,10 @@ class Redactor:
                     if new_key in out:
                         new_key = _distinct(out, new_key)
                     if secret and _has_content(value):
-                        counts[_SECRET_KEY_RULE] += 1
-                        out[new_key] = _SECRET_KEY_MARKER
+                        hidden, replaced = self._hidden(value)
+                        if replaced:
+                            counts[_SECRET_KEY_RULE] += 1
+                        out[new_key] = hidden
                         continue
                     if named_secret and key in _VALUE_FIELDS and _has_content(value):
                         counts[_NAME_VALUE_RULE] += 1
