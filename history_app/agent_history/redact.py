@@ -1313,7 +1313,9 @@ class TableRule(_PairRule):
     marker = MARKER.format(rule="table-cell")
 
     def wants(self, text: str, lowered: str) -> bool:
-        return ("\n" in text or "\\n" in text) and ("|" in text or "," in text or "\t" in text or ";" in text)
+        return ("\n" in text or "\\n" in text) and (
+            "|" in text or "," in text or "\t" in text or ";" in text or "\\t" in text
+        )
 
     def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
         # Lines end at a newline, or at "\n" inside a string; there a line also ends at
@@ -1345,6 +1347,11 @@ class TableRule(_PairRule):
                 rule_end = _line_around(text, pos, pos, eol, escaped)[1] if pos < len(text) else pos
                 if pos >= len(text) or not _TABLE_RULE.fullmatch(text, pos, rule_end):
                     continue
+                # Words before the header's first pipe ("see | user | password |") are no
+                # column when the table's lines start with a pipe.
+                if text[line_start:line_end].strip()[:1] != "|" and text[pos:rule_end].strip()[:1] == "|":
+                    columns = [i - 1 for i in columns if i > 0]
+                    cells = cells[1:]
                 pos = rule_end + len(eol)
             for _ in range(MAX_TABLE_ROWS):
                 if pos >= len(text) or not text.startswith(eol, pos - len(eol)):
@@ -1656,7 +1663,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "cookie-file",
         ("TRUE", "FALSE"),
         re.compile(
-            r"(?m)(?:^|(?<=\\n)|(?<=[\"']))(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253}(\t|\\t)(?:TRUE|FALSE)\1"
+            r"(?:(?<![^\s\"'])|(?<=\\n))(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253}(\t|\\t)(?:TRUE|FALSE)\1"
             r"[^\t\r\n\\]{1,1000}\1(?:TRUE|FALSE)\1[0-9]{1,20}\1[^\t\r\n\\]{0,1000}\1"
             r"\"?([^\t\r\n\\\"]{1,4000})"
         ),
