@@ -942,3 +942,33 @@ def test_refusals_never_echo_a_secret_back(client, auth_headers):
     post(client, auth_headers, request(dropped))
     metadata = models.Run.objects.get(run_id=T2).metadata
     assert (metadata["otel.dropped_events"], metadata["otel.dropped_attributes"]) == (3, 4)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        '{"note": "KEY", "note": "ok"}',
+        '[{"a": 1}, {"api_key": "PLAIN", "api_key": ""}]',
+        '{"outer": {"note": "KEY", "note": "ok"}, "n": 1}',
+    ],
+    ids=["duplicate", "secret-key-in-a-list", "nested"],
+)
+def test_a_secret_under_a_key_written_twice_is_not_kept_in_the_span_store(client, auth_headers, result):
+    """JSON keeps the last value of a repeated key: a tool result read as JSON lost the
+    secret from sight, and the span batch kept the original text."""
+    key = "sk-proj-" + "Dup1Key2Abc3Def4" * 3
+    plain = "FAKEdupPlain77"
+    text = result.replace("KEY", key).replace("PLAIN", plain)
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "t",
+        "gen_ai.tool.call.result": text,
+    }
+    payload = request(span(T1, "11" * 8, "", "execute_tool t", attributes))
+    assert post(client, auth_headers, payload).status_code == 200
+    batches = models.SpanBatch.objects.filter(trace_id=T1)
+    assert batches.exists()
+    stored = kept_text() + database_dump()
+    assert key[8:30] not in stored and plain not in stored
+    (kept_span,) = kept().values()
+    assert "[REDACTED:" in kept_span["attributes"]["gen_ai.tool.call.result"]
