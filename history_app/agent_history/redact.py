@@ -1682,6 +1682,20 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         ),
         group=1,
     ),
+    # The same "password <value>" anywhere, when the value is shaped like one: letters and
+    # digits in one word ("password hunter2"); "password reset" or "password manager" is
+    # prose and stays, as does a flag's "--password x" (the argument rule's).
+    ValueRule(
+        "netrc",
+        "passw",
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])(?:password|passwd)[ \t]{1,8}"
+            r"(?=[^\s\"'`,;)\]}\\]{0,256}[0-9])(?=[^\s\"'`,;)\]}\\]{0,256}[A-Za-z])"
+            r"(?![A-Za-z_][A-Za-z0-9_]{0,200}[(.\[])"
+            r"([^\s\"'`,;)\]}\\<>(\[{$]{4,256})(?![^\s\"'`,;)\]}\\])"
+        ),
+        group=1,
+    ),
     ValueRule(
         "jwt",
         "eyJ",
