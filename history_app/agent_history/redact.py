@@ -310,6 +310,9 @@ class ValueRule:
     group: int = 0
     check: Callable[[re.Match[str]], bool] | None = None
     gate: str | None = None
+    # A long token (20 characters or more): its literals are looked for only in text
+    # that holds such a run, which ordinary prose does not (one scan for them all).
+    long: bool = False
 
     def present(self, text: str) -> bool:
         if isinstance(self.literal, str):
@@ -1543,7 +1546,9 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ValueRule("digitalocean", "_v1_", re.compile(_B + r"do[opr]_v1_[a-f0-9]{64}(?![a-f0-9])")),
     # Service, batch and recovery tokens.
     ValueRule("vault", ("hvs.", "hvb.", "hvr."), re.compile(_B + r"hv[sbr]\.[A-Za-z0-9_\-]{24,500}")),
-    ValueRule("databricks", "dapi", re.compile(_B + r"dapi[a-f0-9]{32}(?:-[0-9]{1,2})?(?![A-Za-z0-9])")),
+    ValueRule(
+        "databricks", "dapi", re.compile(_B + r"dapi[a-f0-9]{32}(?:-[0-9]{1,2})?(?![A-Za-z0-9])"), long=True
+    ),
     ValueRule("sendgrid", "SG.", re.compile(_B + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{30,64}")),
     # Incoming-webhook URLs carry their secret in the path (JSON may escape the '/').
     ValueRule(
@@ -1610,7 +1615,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     # Shapes of gitleaks' and trufflehog's rule sets with a prefix of their own (the
     # prefix is what keeps them cheap and free of false positives).
     *(
-        ValueRule(name, literal, re.compile(_B + pattern))
+        ValueRule(name, literal, re.compile(_B + pattern), long=True)
         for name, literal, pattern in (
             ("linear", "lin_api_", r"lin_api_[A-Za-z0-9]{40}(?![A-Za-z0-9])"),
             ("postman", "PMAK-", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
@@ -1656,25 +1661,25 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "LS0tLS1CRUdJTi",
         re.compile(r"(?<![A-Za-z0-9+/=])LS0tLS1CRUdJTi[A-Za-z0-9+/]{0,20000}={0,2}"),
         check=_is_encoded_private_key,
+        long=True,
     ),
     # A Netscape cookies.txt line (curl, wget, yt-dlp, browser exports): domain, flag,
     # path, secure, expiry, name, value; tab-separated, or "\t" inside a JSON string.
     ValueRule(
         "cookie-file",
-        ("TRUE", "FALSE"),
+        ("\tTRUE\t", "\tFALSE\t", "\\tTRUE\\t", "\\tFALSE\\t"),
         re.compile(
             r"(?:(?<![^\s\"'])|(?<=\\n))(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253}(\t|\\t)(?:TRUE|FALSE)\1"
             r"[^\t\r\n\\]{1,1000}\1(?:TRUE|FALSE)\1[0-9]{1,20}\1[^\t\r\n\\]{0,1000}\1"
             r"\"?([^\t\r\n\\\"]{1,4000})"
         ),
         group=2,
-        gate="TRUE",
     ),
     # .netrc: "machine host login user password secret" (one line or several), and
     # "default login … password …". The fields before "password" are up to eight words.
     ValueRule(
         "netrc",
-        ("machine", "default"),
+        "passw",  # every match holds password or passwd
         re.compile(
             r"(?<![A-Za-z0-9_\-])(?:machine|default)(?=[ \t])"
             r"(?:(?:[ \t\r\n]|\\[nrt]){1,64}(?!password(?![^\s\\]))[^\s\\]{1,256}){0,8}"
@@ -1785,8 +1790,12 @@ DEFAULT_RULES: tuple[Rule, ...] = (
 )
 
 
+# A run of 20 token characters, tried once from each run's start.
+_LONG_RUN = re.compile(r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{20}")
+
+
 def _gate(literal: str) -> str:
-    for gate in ("://", "-", "_", ".", "=", ":", "/"):
+    for gate in ("://", "-", "_", ".", "=", ":", "/", "\t", "\\"):
         if gate in literal:
             return gate
     if literal[:1] == "A" and literal.isupper():
@@ -1829,6 +1838,7 @@ class Redactor:
         # Literals are grouped behind a shorter "gate" substring they all contain (a rule
         # may name its own), so ordinary text pays for fifteen substring tests, not fifty.
         gates: dict[str, dict[str, list[Rule]]] = {}
+        long_gates: dict[str, dict[str, list[Rule]]] = {}
         for rule in self.rules:
             literals = (rule.literal,) if isinstance(rule.literal, str) else rule.literal
             if not all(literals) or isinstance(rule, FoldedValueRule):
@@ -1836,8 +1846,10 @@ class Redactor:
                 continue
             for literal in literals:
                 gate = getattr(rule, "gate", None) or _gate(literal)
-                gates.setdefault(gate, {}).setdefault(literal, []).append(rule)
+                into = long_gates if getattr(rule, "long", False) else gates
+                into.setdefault(gate, {}).setdefault(literal, []).append(rule)
         self._gates = [(gate, list(items.items())) for gate, items in gates.items()]
+        self._long_gates = [(gate, list(items.items())) for gate, items in long_gates.items()]
         # The rules matched in any case run only where one of their literals is in the
         # lowercased text: a substring test of each literal, in C (``map``), not a test per
         # rule (a regex alternation of them scanned 30% slower: its first letters, "b",
@@ -2032,6 +2044,14 @@ class Redactor:
                         if wanted is None:
                             wanted = set()
                         wanted.update(rules)
+        if self._long_gates and _LONG_RUN.search(text) is not None:
+            for gate, items in self._long_gates:
+                if gate in text:
+                    for literal, rules in items:
+                        if literal in text:
+                            if wanted is None:
+                                wanted = set()
+                            wanted.update(rules)
         if (
             wanted is not None
             or self._unfolded_always
