@@ -495,12 +495,39 @@ def _unescaped(value: Any) -> Any:
     return value
 
 
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise _RepeatedKey
+    return found
+
+
+def _repeats_a_key(text: str) -> bool:
+    """Whether an object of the JSON ``text`` (read once already) writes a key twice."""
+    try:
+        json.loads(text, object_pairs_hook=_unique_pairs)
+    except _RepeatedKey:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False
+
+
 def _parsed(attributes: dict[str, Any], parsed: list[tuple[dict[str, Any], str, str, Any]]) -> dict[str, Any]:
     """``attributes`` with each string that holds JSON read as JSON (noted in ``parsed``)."""
     out = {}
     for key, value in attributes.items():
         if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
             read = otlp.json_value(value)
+            if not isinstance(read, str) and _repeats_a_key(value):
+                # JSON keeps the last of a key written twice ({"note": "sk-…", "note": "ok"}):
+                # read as JSON the secret would be out of sight and the string, unchanged,
+                # kept as it came. Such a string is redacted as the text it is.
+                read = value
             if not isinstance(read, str):
                 parsed.append((attributes, key, value, read))
                 value = read

@@ -1099,3 +1099,33 @@ def test_a_large_trace_is_not_assembled_again_for_each_few_spans(client, auth_he
     assert post(client, auth_headers, request(root)).status_code == 200
     run = models.Run.objects.get(run_id=T1)
     assert assembled == [19, 22, 23] and run.status == "completed" and run.tool_call_count == 22
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        '{"note": "KEY", "note": "ok"}',
+        '[{"a": 1}, {"api_key": "PLAIN", "api_key": ""}]',
+        '{"outer": {"note": "KEY", "note": "ok"}, "n": 1}',
+    ],
+    ids=["duplicate", "secret-key-in-a-list", "nested"],
+)
+def test_a_secret_under_a_key_written_twice_is_not_kept_in_the_span_store(client, auth_headers, result):
+    """JSON keeps the last value of a repeated key: a tool result read as JSON lost the
+    secret from sight, and the span batch kept the original text."""
+    key = "sk-proj-" + "Dup1Key2Abc3Def4" * 3
+    plain = "FAKEdupPlain77"
+    text = result.replace("KEY", key).replace("PLAIN", plain)
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "t",
+        "gen_ai.tool.call.result": text,
+    }
+    payload = request(span(T1, "11" * 8, "", "execute_tool t", attributes))
+    assert post(client, auth_headers, payload).status_code == 200
+    batches = models.SpanBatch.objects.filter(trace_id=T1)
+    assert batches.exists()
+    stored = kept_text() + database_dump()
+    assert key[8:30] not in stored and plain not in stored
+    (kept_span,) = kept().values()
+    assert "[REDACTED:" in kept_span["attributes"]["gen_ai.tool.call.result"]

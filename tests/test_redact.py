@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import json
 import re
+import re._constants as sre_constants
+import re._parser as sre_parser
+import string
 import textwrap
 import time
 from pathlib import Path
@@ -14,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from history_app.agent_history import Redactor, is_secret_key, redact
+from history_app.benchmarks.library import transcript
 
 from .conftest import load_jsonl
 
@@ -494,11 +499,23 @@ def test_trade_offs(text, expected):
         ("sig=", 25000, {"azure-sas"}),
         ("hooks.slack.com/services/", 4000, set()),
         ("://u:p@[", 12000, set()),
+        # The outside attack: 60 KB of "eyJ" cost 8-9 s (each "eyJ" ran to the end of the
+        # run), 900 KB of an encoded "://" 3.5 s.
+        ("eyJ", 20000, set()),
+        ("%3A%2F%2F", 100000, set()),
+        ('"kty": "RSA", "d": "', 4000, set()),
+        (".example.com\tTRUE\t/\tTRUE\t0\t", 4000, {"cookie-file"}),
+        ("machine h login u password ", 4000, {"netrc"}),
+        ("| user | password |\n|---|---|\n| bob | ", 3000, set()),
+        ("LS0tLS1CRUdJTi", 8000, set()),
+        ("sk-\u200b", 20000, {"openai"}),
+        ("ghp\\_", 20000, set()),
     ],
 )
 def test_hostile_repetitions_end_in_one_linear_pass(unit, count, rules):
     """100 KB of a repeated prefix: every pattern is bounded and every search resumes where
-    the last one stopped, so these take milliseconds (a quadratic scan took minutes)."""
+    the last one stopped, so these take milliseconds (a quadratic scan took minutes), and
+    twice the text costs about twice the time."""
     text = unit * count
     cleaned, counts = Redactor().redact_with_counts(text)
     assert set(counts) == rules
@@ -507,6 +524,186 @@ def test_hostile_repetitions_end_in_one_linear_pass(unit, count, rules):
     # The output is no easier: a length-capped match can leave the next repetition after
     # its marker, which a second pass takes (as "sk-" * 20000 always did).
     assert set(Redactor().redact_with_counts(cleaned)[1]) <= rules
+    assert_linear(unit)
+
+
+# -- linear by construction: hostile inputs derived from every rule's own pattern ----------
+
+# A character for each class the patterns use (digits, spaces, word characters…).
+_CATEGORY_CHARS = {
+    sre_constants.CATEGORY_DIGIT: "0",
+    sre_constants.CATEGORY_NOT_DIGIT: "a",
+    sre_constants.CATEGORY_SPACE: " ",
+    sre_constants.CATEGORY_NOT_SPACE: "a",
+    sre_constants.CATEGORY_WORD: "a",
+    sre_constants.CATEGORY_NOT_WORD: "-",
+    sre_constants.CATEGORY_LINEBREAK: "\n",
+    sre_constants.CATEGORY_NOT_LINEBREAK: "a",
+}
+_PRINTABLE = string.ascii_letters + string.digits + string.punctuation + " \t\n"
+_WAYS = 4  # ways through a pattern kept at each step (their number would multiply)
+
+
+def _class_chars(items: list) -> list[str]:
+    """Up to three characters a character class matches (both ends of each range)."""
+    chars: list[str] = []
+    members: set[str] = set()
+    negate = False
+    for op, arg in items:
+        if op is sre_constants.NEGATE:
+            negate = True
+        elif op is sre_constants.LITERAL:
+            chars.append(chr(arg))
+            members.add(chr(arg))
+        elif op is sre_constants.RANGE:
+            chars += [chr(arg[0]), chr(arg[1])]
+            members.update(chr(c) for c in range(arg[0], min(arg[1], 0x7F) + 1))
+        elif op is sre_constants.CATEGORY:
+            chars.append(_CATEGORY_CHARS.get(arg, "a"))
+    if negate:
+        return [c for c in _PRINTABLE if c not in members][:2] or ["a"]
+    return list(dict.fromkeys(chars))[:3]
+
+
+def _ways(sequence: list) -> list[str]:
+    """A few strings that each follow ``sequence`` (a parsed pattern) element by element:
+    its literals as written, a character of each class, each repetition at its least
+    (at least once), each alternative of a branch. Assertions add nothing."""
+    out = [""]
+    for op, arg in sequence:
+        if op is sre_constants.LITERAL:
+            options = [chr(arg)]
+        elif op is sre_constants.NOT_LITERAL:
+            options = ["b" if arg == ord("a") else "a"]
+        elif op is sre_constants.ANY:
+            options = ["a"]
+        elif op is sre_constants.IN:
+            options = _class_chars(arg)
+        elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT):
+            low, _, inner = arg
+            options = [way * max(low, 1) for way in _ways(inner)] + ([""] if low == 0 else [])
+        elif op is sre_constants.SUBPATTERN:
+            options = _ways(arg[-1])
+        elif op is sre_constants.ATOMIC_GROUP:
+            options = _ways(arg)
+        elif op is sre_constants.BRANCH:
+            options = [way for alternative in arg[1] for way in _ways(alternative)]
+        elif op is sre_constants.CATEGORY:
+            options = [_CATEGORY_CHARS.get(arg, "a")]
+        else:  # AT, ASSERT, ASSERT_NOT, GROUPREF: they match no character
+            continue
+        options = list(dict.fromkeys(options))[:_WAYS]
+        out = list(dict.fromkeys(a + b for a in out for b in options))[:_WAYS]
+    return out
+
+
+def hostile_units(pattern: re.Pattern[str]) -> set[str]:
+    """The repeating units an attack on ``pattern`` is made of: each way through every
+    prefix of the pattern (its literals and a character of each class in order, cut
+    after any element), so that a run the pattern scans, then fails on, repeats."""
+    sequence = list(sre_parser.parse(pattern.pattern, pattern.flags))
+    return {way for cut in range(1, len(sequence) + 1) for way in _ways(sequence[:cut]) if way}
+
+
+def every_pattern() -> dict[str, re.Pattern[str]]:
+    """Every compiled pattern of the redactor, found rather than listed: the default
+    rules' own and every one the module holds (in tuples, in rule objects), so a rule
+    added tomorrow is tried too."""
+    found: dict[str, re.Pattern[str]] = {}
+
+    def collect(value: object, name: str, depth: int) -> None:
+        if isinstance(value, re.Pattern):
+            found.setdefault(name, value)
+        elif isinstance(value, tuple | list) and depth < 4:
+            for i, item in enumerate(value):
+                collect(item, f"{name}[{i}]", depth + 1)
+        elif (
+            type(value).__module__ == redact_module.__name__
+            and hasattr(value, "__dict__")
+            and not isinstance(value, type)
+        ):
+            for attribute, item in vars(value).items():
+                collect(item, f"{name}.{attribute}", depth + 1)
+
+    for i, rule in enumerate(Redactor().rule_set):
+        collect(rule, f"{getattr(rule, 'name', type(rule).__name__)}#{i}", 0)
+    for name, value in vars(redact_module).items():
+        collect(value, name, 0)
+    unique: dict[tuple[str, int], str] = {}
+    for name, pattern in found.items():
+        unique.setdefault((pattern.pattern, pattern.flags), name)
+    return {name: found[name] for name in unique.values()}
+
+
+PATTERNS = every_pattern()
+
+
+_REDACTOR = Redactor()
+
+
+def _cost(text: str, repeat: int) -> float:
+    """The least CPU time of ``repeat`` redactions of ``text`` (the least: on a shared
+    machine the slower samples measure the neighbours)."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.process_time()
+        _REDACTOR.redact_with_counts(text)
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def _text(unit: str, size: int) -> str:
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def assert_linear(unit: str, size: int = 16_000) -> float:
+    """Twice the repetitions of ``unit`` cost at most about twice the time (a quadratic
+    scan costs four times): measured as ratios in this process, never as milliseconds.
+    Texts too quick to time well are made larger first. Returns the CPU time of one
+    character of the larger text."""
+    small = _cost(_text(unit, size), 1)
+    while size < 128_000 and small < 0.0005:
+        size *= 4
+        small = _cost(_text(unit, size), 1)
+    large = _cost(_text(unit, 2 * size), 1)
+    if large / max(small, 1e-6) >= 2.5:  # measured again, the least of a few, before judging
+        small, large = _cost(_text(unit, size), 5), _cost(_text(unit, 2 * size), 5)
+    assert large / max(small, 1e-6) < 3, (unit, size, large / max(small, 1e-6))
+    return large / (2 * size)
+
+
+@functools.cache
+def _ordinary_cost() -> float:
+    """The CPU time of one character of ordinary text: the library benchmark's transcript
+    (prose, URLs, JSON tool results, a few secrets)."""
+    data = transcript(200_000)
+    best = float("inf")
+    for _ in range(5):
+        started = time.process_time()
+        _REDACTOR.redact_with_counts(data)
+        best = min(best, time.process_time() - started)
+    return best / len(json.dumps(data))
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_every_pattern_is_linear_on_repetitions_of_its_own_parts(name):
+    """Repetitions of each prefix of each pattern (its literals, its classes): the shapes
+    that made "eyJ" * 20000 quadratic. Each costs at most about twice as much when
+    doubled, and per character no more than a generous multiple of ordinary text (a
+    bounded run tried at every position is linear but slow)."""
+    for unit in sorted(hostile_units(PATTERNS[name])):
+        per_char = assert_linear(unit)
+        if per_char > 25 * _ordinary_cost():
+            per_char = _cost(_text(unit, 64_000), 5) / 64_000
+        assert per_char < 25 * _ordinary_cost(), (unit, per_char / _ordinary_cost())
+
+
+def test_patterns_are_found_in_every_rule():
+    """The derivation above sees every default rule (and would see a new one)."""
+    names = {name.split("#")[0] for name in PATTERNS}
+    rules = {getattr(rule, "name", "") for rule in Redactor().rule_set if hasattr(rule, "pattern")}
+    assert rules <= names
+    assert hostile_units(re.compile(r"(?i)eyj[a-z0-9_\-]+\.[a-z0-9_\-]+")) >= {"eyj", "eyja", "eyja."}
 
 
 def test_every_marker_names_a_known_rule():

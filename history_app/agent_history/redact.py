@@ -27,6 +27,7 @@ import base64
 import binascii
 import functools
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -131,6 +132,8 @@ _NEUTRAL_LAST_WORDS = frozenset(
         "label",
     }
 )
+# Words that describe a secret wherever they follow its word ("token_expires_in").
+_DESCRIBING = frozenset({"expires", "expiry", "expiration", "ttl", "lifetime", "count", "length", "type"})
 # "<prefix>_key" is an ordinary key (a lookup key, not a credential) for these prefixes.
 _PLAIN_KEY_PREFIXES = frozenset(
     {
@@ -172,6 +175,79 @@ _PLAIN_KEY_PREFIXES = frozenset(
         "parameter",
     }
 )
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Secret words that can qualify another noun; the key is secret when a later word is one
+# of these nouns ("secret_access_key", "auth_token") or the word comes last
+# ("client_secret"), but not otherwise ("secret_santa", "auth_user").
+_SECRET_NOUNS = _words(
+    "key keys token tokens value values password pass passphrase phrase string str code hash"
+    " salt seed material bytes data id b64 base64 hex text access"
+)
+_MODIFIED_NOUNS = {
+    "secret": _SECRET_NOUNS,
+    "auth": _words(
+        "token key header headers code string value data cookie hash b64 base64 param params"
+        " bearer basic digest"
+    ),
+}
+# Letters that look like ASCII ones, for judging names only (never written back): the
+# Cyrillic and Greek look-alikes of Latin letters, and every letter or digit that NFKC
+# writes as one ASCII character (full-width ｐａｓｓ, mathematical 𝐩𝐚𝐬𝐬, circled ⓟ).
+_LOOKALIKES = dict(
+    zip(
+        "аеорсухѕіјԁһԛԝӏвкмнтАВЕКМНОРСТХЅІЈοναιρκτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+        "aeopcyxsijdhqwlbkmhtABEKMHOPCTXSIJovaipktuxABEZHIKMNOPTYX",
+        strict=True,
+    )
+)
+for _block in ((0xFF01, 0xFF5F), (0x1D400, 0x1D800), (0x2460, 0x24EA), (0x2070, 0x20A0)):
+    for _code in range(*_block):
+        _folded = unicodedata.normalize("NFKC", chr(_code))
+        if len(_folded) == 1 and _folded.isascii() and _folded.isprintable():
+            _LOOKALIKES[chr(_code)] = _folded
+# An invisible character beside a visible ASCII one (inside a key, a name); and the
+# backslashes of a Markdown-escaped underscore inside a word (also escaped again, as JSON
+# writes them). Zero-width joiners between emoji are left alone.
+_INVISIBLE_IN_WORD = re.compile(
+    "(?<=[\x21-\x7e])[\u200b\u200c\u200d\u2060\ufeff\u00ad]{1,64}"
+    "|[\u200b\u200c\u200d\u2060\ufeff\u00ad]{1,64}(?=[\x21-\x7e])"
+    # …and as JSON escapes them inside a string inside a string ("\\u200b").
+    r"|(?<=[A-Za-z0-9_\-])\\{1,4}u(?:200[bBcCdD]|2060|[fF][eE][fF][fF]|00[aA][dD])(?=[A-Za-z0-9_\-])"
+)
+# A look-alike letter as JSON escapes it ("p\\u0430ssword" inside a string inside a string).
+_ESCAPED_LOOKALIKE = re.compile(r"\\u(0[34][0-9a-fA-F]{2}|[fF][fF][0-5][0-9a-fA-F])")
+
+
+def _unescape_lookalike(match: re.Match[str]) -> str:
+    char = chr(int(match.group(1), 16))
+    return char if char in _LOOKALIKES else match.group()
+
+
+_ESCAPED_UNDERSCORE = re.compile(r"(?<=[A-Za-z0-9])\\{1,4}(?=_[A-Za-z0-9])")
+# Characters that show nothing: zero-width space, non-joiner, joiner, word joiner, BOM,
+# soft hyphen. Inside a word they hide it from a search.
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
+_FOLD_TABLE = str.maketrans(
+    {**{ord(k): v for k, v in _LOOKALIKES.items()}, **dict.fromkeys(map(ord, INVISIBLE))}
+)
+# The same, one character for one (invisible characters left in place): positions in the
+# folded text are positions in the original.
+_LOOKALIKE_TABLE = str.maketrans({ord(k): v for k, v in _LOOKALIKES.items()})
+_HAS_LOOKALIKE = re.compile("[" + "".join(sorted(set(_LOOKALIKES))) + "]")
+
+
+def fold_lookalikes(text: str) -> str:
+    """``text`` with invisible characters removed and look-alike letters written as the
+    ASCII letters they imitate: how a name is judged ("pаssword" with a Cyrillic "а",
+    "pass\u200bword", "ｐａｓｓｗｏｒｄ" are "password")."""
+    return text.translate(_FOLD_TABLE)
+
+
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
@@ -187,6 +263,8 @@ def is_secret_key(key: str, extra_words: frozenset[str] = frozenset()) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _is_secret_key(key: str, extra_words: frozenset[str]) -> bool:
+    if not key.isascii():
+        key = fold_lookalikes(key)
     words = key_words(key)
     if not words:
         return False
@@ -196,8 +274,19 @@ def _is_secret_key(key: str, extra_words: frozenset[str]) -> bool:
     if last in _NEUTRAL_LAST_WORDS and len(words) > 1:
         return False
     secret_words = _SECRET_WORDS.union(extra_words) if extra_words else _SECRET_WORDS
-    if any(w in secret_words for w in words):
-        return True
+    # "access_token_expires_in", "secret_key_ref_name": a word after the last secret word
+    # that describes it makes the key a description.
+    last_secret = max((i for i, w in enumerate(words) if w in secret_words), default=-1)
+    if 0 <= last_secret < len(words) - 1 and any(w in _DESCRIBING for w in words[last_secret + 1 :]):
+        return False
+    for i, word in enumerate(words):
+        if word in secret_words:
+            nouns = _MODIFIED_NOUNS.get(word)
+            # "secret_santa", "auth_user": the word qualifies a noun that holds no secret.
+            if nouns is None or i == len(words) - 1:
+                return True
+            if any(w in nouns or w in secret_words for w in words[i + 1 :]):
+                return True
     if len(words) == 1 and (
         last.endswith(_SECRET_SUFFIXES) or (last.endswith("pass") and last[:-4] in _PASS_PREFIXES)
     ):
@@ -221,6 +310,9 @@ class ValueRule:
     group: int = 0
     check: Callable[[re.Match[str]], bool] | None = None
     gate: str | None = None
+    # A long token (20 characters or more): its literals are looked for only in text
+    # that holds such a run, which ordinary prose does not (one scan for them all).
+    long: bool = False
 
     def present(self, text: str) -> bool:
         if isinstance(self.literal, str):
@@ -274,13 +366,40 @@ def _is_bearer_token(match: re.Match[str]) -> bool:
     "Of") is prose, so "Bearer of bad news" stays."""
     scheme, token = match.group(1), match.group(3)
     core = token.rstrip(".,;:!?)]}'\"")
-    if not core:
+    if not core or _is_placeholder(token):
+        return False
+    # "token_type: Bearer" then the next line's "expires_in: 3600": a key, not a token.
+    if token.endswith(":") or ("\n" in match.group(2) and _KEY_AHEAD.match(token)):
         return False
     if not core.isalpha():
         return True
     if len(core) >= 16 or (scheme in ("Bearer", "BEARER") and len(core) >= 8):
         return True
     return not (core.islower() or core.istitle() or (core.isupper() and len(core) < 4))
+
+
+_STRING_PREFIX = re.compile(r"[fFrRbBuU]{1,2}(?=[\"'])")
+# What code or a template writes where a credential goes: ${{ secrets.X }}, {token},
+# $TOKEN, <your-token>, `${token}`.
+_PLACEHOLDER = re.compile(
+    r"`?(?:\$\{|\{\{|\$\(|<%|#\{|%\(|\{[A-Za-z_][A-Za-z0-9_.]{0,100}\}|\$[A-Za-z_]|<[A-Za-z_][^<>\s]{0,100}>)"
+)
+
+
+def _is_placeholder(value: str) -> bool:
+    return _PLACEHOLDER.match(value) is not None
+
+
+_KEY_AHEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}[:=]")
+
+
+def _is_encoded_private_key(match: re.Match[str]) -> bool:
+    start = match.group()[:120]
+    try:
+        decoded = base64.b64decode(start[: len(start) // 4 * 4])
+    except (binascii.Error, ValueError):
+        return False
+    return b"PRIVATE KEY" in decoded
 
 
 def _is_basic_credential(match: re.Match[str]) -> bool:
@@ -294,10 +413,6 @@ def _is_basic_credential(match: re.Match[str]) -> bool:
     except (binascii.Error, ValueError):
         return False
     return ":" in decoded and decoded.isprintable()
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
 
 
 # ``name=value`` / ``name: value`` / ``"name": "value"`` in free text. Candidates are
@@ -374,6 +489,9 @@ def _value_span(
     (``unquoted``), or, with ``to_line_end``, the rest of its line up to an earlier marker
     or the next pair."""
     n = len(text)
+    prefix = _STRING_PREFIX.match(text, pos)  # Python's f"…", b'…', r"…"
+    if prefix is not None:
+        pos = prefix.end()
     q = pos
     while q < n and q - pos < 8 and text[q] == "\\":
         q += 1
@@ -443,7 +561,77 @@ def _is_kept_value(text: str, start: int, end: int, quoted: bool) -> bool:
     if text.find(_MARKER_START, start, end) >= 0:
         return True
     value = text[start:end] if quoted else text[start:end].split(None, 1)[0]
-    return value.lower() in _KV_NOT_SECRET_VALUES
+    # A template fills the value in later: ${{ secrets.TOKEN }}, {{ vault_pw }}, $(cat f).
+    return value.lower() in _KV_NOT_SECRET_VALUES or value.startswith(_TEMPLATE_OPENERS)
+
+
+# How a template or a shell expansion starts (GitHub Actions, Jinja, Helm, shell, ERB,
+# Ruby, Python's %-format).
+_TEMPLATE_OPENERS = ("${", "{{", "$(", "<%", "#{", "%(", "{%")
+# Type names after "name:" (an annotation, not a value): Python, TypeScript, Go, Rust,
+# Java, C#, Pydantic. Compared lower-cased, after '&', '*' and a lifetime.
+_TYPE_NAMES = _words(
+    "str string bytes bytearray int integer number bigint float double decimal bool boolean"
+    " char any unknown object none void never null undefined dict list tuple set mapping"
+    " sequence iterable optional union literal callable option result vec box arc rc"
+    " secretstr secretbytes securestring buffer uint8array array"
+    " i8 i16 i32 i64 u8 u16 u32 u64 usize isize rune byte interface type struct"
+)
+# Words of code that start an expression rather than being a value.
+_CODE_WORDS = _words(
+    "await new yield async function lambda typeof require import return not this self cls"
+    " const let var await! try"
+)
+# A plain identifier, a dotted reference (self.token, os.environ, config.api_key) and
+# what follows it: a call's or a subscript's opening, or nothing.
+_REFERENCE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]{0,200}((?:\.[A-Za-z_$][A-Za-z0-9_$]{0,200}){0,20})([(\[]?)")
+_ENV_REFERENCE = re.compile(r"\$[A-Z_][A-Z0-9_]{0,200}")
+# After a type annotation, a default value: "password: str = 'x'".
+_DEFAULT_AFTER_TYPE = re.compile(r"[^\S\r\n]{0,8}=[^\S\r\n]{0,8}(?=[\"'])")
+
+
+def _is_code(text: str, start: int, end: int, name: str) -> bool:
+    """Whether the unquoted value at ``start`` is code rather than a secret: a type
+    (``password: str``), a call (``get_token()``), a subscript or an attribute
+    (``os.environ["KEY"]``, ``self.token``), a variable named like the secret
+    (``token = token``, ``api_key=api_key``), a keyword (``await getToken()``), an
+    environment variable (``$GITHUB_TOKEN``), structure (``{``, ``[``, ``<your-key>``), a
+    YAML block or tag (``|``, ``!vault``), or a mask (``********``)."""
+    value = text[start:end].split(None, 1)[0] if start < end else ""
+    if not value or value[0] in "{[(<|>!`":
+        return True
+    if value.lower() in ("bearer", "basic", "token", "digest"):  # "Bearer $TOKEN"
+        rest = text[start + len(value) : start + len(value) + 200].lstrip(" \t")
+        if _is_placeholder(rest) or rest.startswith("`"):
+            return True
+    if value.strip("*•xX") == "" and len(value) >= 3:
+        return True
+    bare = value.lstrip("&*").removeprefix("'static").lstrip()
+    base = re.split(r"[\[<|,;)=?]", bare, maxsplit=1)[0]
+    if base.lower().rsplit(".", 1)[-1] in _TYPE_NAMES or value.lower() in _CODE_WORDS:
+        return True
+    if _ENV_REFERENCE.fullmatch(value):
+        return True
+    reference = _REFERENCE.match(value)
+    if reference is None:
+        return False
+    dotted, opening = reference.group(1), reference.group(2)
+    if opening:  # get_token(, os.environ[, bcrypt.hashpw(password.encode(
+        return True
+    if reference.end() != len(value):
+        return False
+    if (dotted and text[end : end + 1] in ("(", "[")) or text[end : end + 1] == "(":
+        return True
+    if dotted:
+        # A dotted value followed by code punctuation, or naming a secret (config.api_key).
+        return is_secret_key(value.rsplit(".", 1)[-1]) or text[end : end + 1] in (")", ";", ",")
+    # A variable named like the secret: the name itself, one of its words, or an
+    # identifier of several words that names a secret (api_key=OPENAI_API_KEY); a single
+    # word ("password: secret") is a value.
+    lowered = value.lower()
+    if lowered == name.lower() or lowered in key_words(name):
+        return True
+    return len(key_words(value)) > 1 and is_secret_key(value)
 
 
 def _replace_spans(text: str, spans: list[tuple[int, int]], marker: str) -> tuple[str, int]:
@@ -499,7 +687,7 @@ class KeyValueRule(_PairRule):
         return self.wants(text, text)
 
     def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
-        lowered = text.lower()
+        lowered = _lowered(text)
         # A few characters change length when lower-cased; search those texts case-blind.
         if len(lowered) == len(text):
             candidates = _KV_CANDIDATE.finditer(lowered)
@@ -517,14 +705,25 @@ class KeyValueRule(_PairRule):
             if start > 0 and text[start - 1] in _IDENT:
                 continue  # a name longer than we judge, or inside a replaced value
             name = text[start : match.end(1)]
-            if not is_secret_key(name, extra_keys):
-                continue
+            if not is_secret_key(name, extra_keys) or text[start - 2 : start] == "${":
+                continue  # ${DB_PASSWORD:-default} is the shell's, not a pair
             separator = match.group("sep")
             loose = separator.lstrip("\\") in _LOOSE_SEPARATORS
             whole = loose and name[:1] != "-" and _takes_the_line(text, start, name, match.span("sep"))
             span = _value_span(text, match.end(), unquoted=loose, to_line_end=whole)
             if span is None or _is_kept_value(text, *span):
                 continue
+            if span[2] and text[span[0] - 2 : span[0] - 1] in ("f", "F") and "{" in text[span[0] : span[1]]:
+                continue  # an f-string: code that formats a value, not the value
+            if not span[2] and _is_code(text, span[0], span[1], name):
+                # An annotation may be followed by a default: "password: str = 'x'".
+                after = span[0] + len(text[span[0] : span[1]].split(None, 1)[0])
+                default = _DEFAULT_AFTER_TYPE.match(text, after)
+                if default is None or separator.lstrip("\\") not in (":", "："):
+                    continue
+                span = _value_span(text, default.end(), unquoted=False)
+                if span is None or _is_kept_value(text, *span):
+                    continue
             spans.append(span[:2])
             done = span[1]
         if not spans:
@@ -641,11 +840,18 @@ class HeaderRule(_PairRule):
             pos = header.end()
             if pos < done:
                 continue
+            prefix = _STRING_PREFIX.match(text, pos)  # f"Bearer {token}" is code's string
+            if prefix is not None:
+                pos = prefix.end()
+            if text.startswith("`", pos):  # a JavaScript template: `Bearer ${token}`
+                pos += 1
             # Authorization values start with a scheme; cookies do not.
             scheme = None if header.group("name").lower() == "cookie" else _AUTH_SCHEME.match(text, pos)
             if scheme is not None:
                 if text.startswith(_MARKER_START, scheme.end()):
                     continue  # a shape rule replaced the credential already
+                if _is_placeholder(text[scheme.end() : scheme.end() + 200]):
+                    continue
                 if _CREDENTIAL_TOKEN.match(text, scheme.end()) or _CREDENTIAL_PARAMS.match(
                     text, scheme.end()
                 ):
@@ -655,6 +861,7 @@ class HeaderRule(_PairRule):
                 value is None
                 or text.startswith(_MARKER_START, pos)
                 or value.group().lower() in _KV_NOT_SECRET_VALUES
+                or _is_placeholder(text[pos : pos + 200])
             ):
                 continue
             counts[self.name] += 1
@@ -669,10 +876,20 @@ class HeaderRule(_PairRule):
 def _haystack(text: str, exact: re.Pattern[str], any_case: re.Pattern[str]) -> tuple[str, re.Pattern[str]]:
     """The lower-cased text and ``exact``, or, when lower-casing changes the length (a few
     characters do), the text itself and the case-blind ``any_case``."""
-    lowered = text.lower()
+    lowered = _lowered(text)
     if len(lowered) == len(text):
         return lowered, exact
     return text, any_case
+
+
+def _lowered(text: str) -> str:
+    """``text`` lower-cased, its look-alike letters written as the ASCII ones they
+    imitate (one character for one), so that "pаssword" (a Cyrillic "а") or "ＰＡＳＳ" is
+    found where "password" would be; only names are judged on it, the text stays."""
+    lowered = text.lower()
+    if lowered.isascii() or not _HAS_LOOKALIKE.search(lowered):
+        return lowered
+    return lowered.translate(_LOOKALIKE_TABLE)
 
 
 def _both_cases(pattern: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
@@ -871,14 +1088,15 @@ _ARG_SECRET_FLAGS = _words(
 _ARG_PROSE_WORDS = _words(
     "a an and are as at be but by can does flag for from has here if in instead is it"
     " may must not of on only option or parameter argument should so that the then"
-    " this to too was when which will with you"
+    " this to too was when which will with you first now later again before after up"
+    " please properly correctly yourself"
 )
 _ARG_BEFORE_FLAG = frozenset(" \t\"'`([{,=")
 _ARG_NOT_A_VALUE = frozenset("-|<>&;\\`(")
 # Every pair rule needs one of these in its text: a separator, a flag's dash, a tag, a
 # quote, a full-width separator, or "set NAME VALUE" (Redactor._redact_shapes spells them
 # out, and these lists out for tests).
-_PAIR_GATES = (":", "=", "-", "'", '"', "<", "&", "set", "\\", "：", "＝")
+_PAIR_GATES = (":", "=", "-", "'", '"', "<", "&", "set", "\\", "：", "＝", "\n")
 _TOOL_TRIGGERS = ("curl", "mysql", "mariadb", "sshpass", "login", "redis-cli", "mongo")
 _BOUNDED = r"(?<![a-z0-9_\-]){}(?![a-z0-9_\-])"
 # (trigger, the tool in lower-cased text, its secret flag, what follows the flag)
@@ -1038,6 +1256,227 @@ class ArgumentRule(_PairRule):
                     spans.append((start, value_end))
 
 
+# A JSON Web Key's private members: RSA's d, p, q, dp, dq, qi (and oth), EC's and OKP's
+# d, a symmetric key's k; in an object that has "kty" (the public members stay).
+JWK_PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "k", "oth"})
+_JWK_MEMBER = re.compile(
+    r"(?<=[{,\s])(\\{0,7}[\"'])(?:d|p|q|dp|dq|qi|k)\1[ \t]*:[ \t]*\\{0,7}[\"']([A-Za-z0-9_+/=\-]{1,20000})"
+)
+# How far from its "kty" a member of the same key may stand (an RSA key of 4096 bits
+# is about 3 KB of JSON).
+_JWK_WINDOW = 16_384
+
+
+class JwkRule:
+    """The private members of JSON Web Keys written as text (also escaped inside a
+    string, or as a Python repr). Each key's members are looked for between the braces
+    around its "kty", and never past the previous or the next "kty", so every stretch of
+    text is searched once however many keys it holds."""
+
+    name = "jwk-private-key"
+    literal = "kty"
+    marker = MARKER.format(rule="jwk-private-key")
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        places = []
+        pos = text.find("kty")
+        while pos >= 0:
+            places.append(pos)
+            pos = text.find("kty", pos + 3)
+        spans: list[tuple[int, int]] = []
+        for i, pos in enumerate(places):
+            floor = max(places[i - 1] + 3 if i else 0, pos - _JWK_WINDOW)
+            ceiling = min(places[i + 1] if i + 1 < len(places) else len(text), pos + _JWK_WINDOW)
+            opening = text.rfind("{", floor, pos)
+            closing = text.find("}", pos, ceiling)
+            start = opening if opening >= 0 else floor
+            end = closing if closing >= 0 else ceiling
+            spans += [member.span(2) for member in _JWK_MEMBER.finditer(text, start, end)]
+        if not spans:
+            return text
+        text, replaced = _replace_spans(spans=spans, text=text, marker=self.marker)
+        counts[self.name] += replaced
+        return text
+
+
+# A Markdown table's or a CSV's header row: cells that are names (short, a few words).
+_TABLE_HINT = re.compile(_KV_HINTS)
+_HEADER_CELL_MAX = 40
+MAX_TABLE_ROWS = 10_000
+
+
+class TableRule(_PairRule):
+    """The cells under a secret-named column of a Markdown table or a CSV (comma,
+    semicolon or tab separated): ``| user | password |`` then ``|---|---|`` then rows, or
+    ``user,password`` then rows with as many cells. Cells that describe a secret
+    (``required``, ``n/a``, empty) stay."""
+
+    name = "table-cell"
+    order = 5
+    marker = MARKER.format(rule="table-cell")
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return ("\n" in text or "\\n" in text) and (
+            "|" in text or "," in text or "\t" in text or ";" in text or "\\t" in text
+        )
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        # Lines end at a newline, or at "\n" inside a string; there a line also ends at
+        # the string's closing quote (a CSV's own quotes are escaped: \").
+        escaped = "\n" not in text
+        eol = "\\n" if escaped else "\n"
+        hay = _lowered(text)
+        if len(hay) != len(text):
+            hay = text
+        spans: list[tuple[int, int]] = []
+        done = 0
+        for hint in _TABLE_HINT.finditer(hay):
+            if hint.start() < done:
+                continue
+            line_start, line_end = _line_around(text, hint.start(), done, eol, escaped)
+            done = line_end
+            header = _cells(text, line_start, line_end, quote='\\"' if escaped else '"')
+            if header is None:
+                continue
+            delimiter, cells = header
+            names = [text[a:b] for a, b in cells]
+            if len(cells) < 2 or not all(_HEADER_NAME_CELL.fullmatch(n.strip("*_`")) for n in names):
+                continue
+            columns = [i for i, n in enumerate(names) if _is_secret_column(n, extra_keys)]
+            if not columns:
+                continue
+            pos = line_end + len(eol)
+            if delimiter == "|":  # a Markdown table needs its |---| line
+                rule_end = _line_around(text, pos, pos, eol, escaped)[1] if pos < len(text) else pos
+                if pos >= len(text) or not _TABLE_RULE.fullmatch(text, pos, rule_end):
+                    continue
+                # Words before the header's first pipe ("see | user | password |") are no
+                # column when the table's lines start with a pipe.
+                if text[line_start:line_end].strip()[:1] != "|" and text[pos:rule_end].strip()[:1] == "|":
+                    columns = [i - 1 for i in columns if i > 0]
+                    cells = cells[1:]
+                pos = rule_end + len(eol)
+            for _ in range(MAX_TABLE_ROWS):
+                if pos >= len(text) or not text.startswith(eol, pos - len(eol)):
+                    break
+                row_end = _line_around(text, pos, pos, eol, escaped)[1]
+                row = _cells(text, pos, row_end, delimiter, quote='\\"' if escaped else '"')
+                if row is None or len(row[1]) != len(cells):
+                    break
+                for column in columns:
+                    a, b = row[1][column]
+                    if b > a and not _is_kept_cell(text, a, b):
+                        spans.append((a, b))
+                done = row_end
+                pos = row_end + len(eol)
+        if not spans:
+            return text
+        text, replaced = _replace_spans(text, spans, self.marker)
+        counts[self.name] += replaced
+        return text
+
+
+# A header cell: a name of a few words ("password", "API Key", "db.password").
+_HEADER_NAME_CELL = re.compile(r"[A-Za-z][A-Za-z0-9 _.\-]{0,39}")
+
+
+def _line_around(text: str, pos: int, floor: int, eol: str, escaped: bool) -> tuple[int, int]:
+    """The line of ``text`` that holds ``pos`` (not starting before ``floor``)."""
+    start = text.rfind(eol, floor, pos)
+    start = floor if start < 0 else start + len(eol)
+    end = text.find(eol, pos)
+    end = len(text) if end < 0 else end
+    if escaped:
+        quote = _unescaped_quote(text, start, pos, last=True)
+        if quote >= 0:
+            start = quote + 1
+        quote = _unescaped_quote(text, pos, end)
+        if quote >= 0:
+            end = quote
+    return start, end
+
+
+def _unescaped_quote(text: str, start: int, end: int, last: bool = False) -> int:
+    """The first (or last) '"' in ``text[start:end]`` that no backslash escapes, or -1."""
+    find = text.rfind if last else text.find
+    pos = find('"', start, end)
+    while pos >= 0 and pos > 0 and text[pos - 1] == "\\":
+        pos = text.rfind('"', start, pos) if last else text.find('"', pos + 1, end)
+    return pos
+
+
+def _is_kept_cell(text: str, start: int, end: int) -> bool:
+    """A cell that holds a marker, says no value is there ("n/a", "(not set)", "—"), or a
+    word that describes a secret."""
+    if text.find(_MARKER_START, start, end) >= 0:
+        return True
+    cell = text[start:end].strip("()[]*_` ").lower()
+    return (
+        cell in _KV_NOT_SECRET_VALUES
+        or cell.startswith("not ")
+        or cell in ("", "-", "—", "–", "...", "…", "?")
+    )
+
+
+_TABLE_RULE = re.compile(
+    r"[ \t]{0,3}\|?(?:[ \t]{0,8}:?-{1,200}:?[ \t]{0,8}\|){1,100}(?:[ \t]{0,8}:?-{1,200}:?[ \t]{0,8})?"
+)
+
+
+def _cells(
+    text: str, start: int, end: int, delimiter: str | None = None, quote: str = '"'
+) -> tuple[str, list[tuple[int, int]]] | None:
+    """The cells of the line ``text[start:end]`` as spans (without their spaces and
+    quotes), split at ``delimiter`` or at the first of | , ; and tab the line holds."""
+    line = text[start:end]
+    if delimiter is None:
+        stripped = line.strip()
+        if stripped.startswith("|"):
+            delimiter = "|"
+        else:
+            found = [d for d in (",", "\t", "\\t", ";", "|") if d in line]
+            if not found:
+                return None
+            delimiter = found[0]
+    cells = []
+    pos = start
+    if delimiter == "|":
+        first = text.find("|", start, end)
+        if first < 0:
+            return None
+        if not text[start:first].strip():
+            pos = first + 1
+    while pos <= end:
+        a = pos
+        while a < end and text[a] in " \t":
+            a += 1
+        if delimiter != "|" and text.startswith(quote, a):  # a quoted CSV cell
+            close = text.find(quote, a + len(quote), end)
+            while close >= 0 and text.startswith(quote + quote, close):
+                close = text.find(quote, close + 2 * len(quote), end)
+            if close < 0:
+                return None
+            cells.append((a + len(quote), close))
+            following = text.find(delimiter, close, end)
+            pos = (following if following >= 0 else end) + len(delimiter)
+            continue
+        following = text.find(delimiter, pos, end)
+        b = following if following >= 0 else end
+        c = b
+        while c > a and text[c - 1] in " \t\r":
+            c -= 1
+        cells.append((a, c))
+        pos = b + len(delimiter)
+    if delimiter == "|" and cells and cells[-1][0] >= cells[-1][1]:
+        cells.pop()  # the closing pipe
+    return delimiter, cells
+
+
+def _is_secret_column(cell: str, extra_keys: frozenset[str]) -> bool:
+    name = cell.strip("*_`'\" ")
+    return 0 < len(name) <= _HEADER_CELL_MAX and len(name.split()) <= 3 and is_secret_key(name, extra_keys)
+
+
 _B = r"(?<![A-Za-z0-9_\-])"  # a left boundary that also treats '-' and '_' as word parts
 
 DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
@@ -1105,7 +1544,11 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ValueRule("pypi", "pypi-AgE", re.compile(_B + r"pypi-AgE[A-Za-z0-9_\-]{50,2000}")),
     ValueRule("docker", "dckr_", re.compile(_B + r"dckr_(?:pat|oat)_[A-Za-z0-9_\-]{20,200}")),
     ValueRule("digitalocean", "_v1_", re.compile(_B + r"do[opr]_v1_[a-f0-9]{64}(?![a-f0-9])")),
-    ValueRule("vault", "hvs.", re.compile(_B + r"hvs\.[A-Za-z0-9_\-]{24,500}")),
+    # Service, batch and recovery tokens.
+    ValueRule("vault", ("hvs.", "hvb.", "hvr."), re.compile(_B + r"hv[sbr]\.[A-Za-z0-9_\-]{24,500}")),
+    ValueRule(
+        "databricks", "dapi", re.compile(_B + r"dapi[a-f0-9]{32}(?:-[0-9]{1,2})?(?![A-Za-z0-9])"), long=True
+    ),
     ValueRule("sendgrid", "SG.", re.compile(_B + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{30,64}")),
     # Incoming-webhook URLs carry their secret in the path (JSON may escape the '/').
     ValueRule(
@@ -1169,6 +1612,95 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ValueRule("replicate", "r8_", re.compile(_B + r"r8_[A-Za-z0-9]{30,60}")),
     ValueRule("langsmith", "lsv2_", re.compile(_B + r"lsv2_(?:pt|sk)_[A-Za-z0-9_]{30,120}")),
     ValueRule("pinecone", "pcsk_", re.compile(_B + r"pcsk_[A-Za-z0-9_]{40,200}")),
+    # Shapes of gitleaks' and trufflehog's rule sets with a prefix of their own (the
+    # prefix is what keeps them cheap and free of false positives).
+    *(
+        ValueRule(name, literal, re.compile(_B + pattern), long=True)
+        for name, literal, pattern in (
+            ("linear", "lin_api_", r"lin_api_[A-Za-z0-9]{40}(?![A-Za-z0-9])"),
+            ("postman", "PMAK-", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
+            ("shopify", "shp", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
+            ("sentry", "sntry", r"sntry[su]_[A-Za-z0-9+/=_]{40,400}"),
+            ("planetscale", "pscale_", r"pscale_(?:tkn|pw|oauth)_[A-Za-z0-9=_.\-]{32,64}"),
+            ("doppler", "dp.", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}"),
+            ("new-relic", "NR", r"NR(?:AK|AA|II|JS)-[A-Za-z0-9]{19,32}"),
+            ("heroku", "HRKU-", r"HRKU-[A-Za-z0-9_\-]{50,80}"),
+            ("atlassian", "ATATT3", r"ATATT3[A-Za-z0-9_\-=]{150,250}"),
+            ("brevo", "xkeysib-", r"xkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}"),
+            ("prefect", "pnu_", r"pnu_[A-Za-z0-9]{36}"),
+            ("pulumi", "pul-", r"pul-[a-f0-9]{40}"),
+            ("readme", "rdme_", r"rdme_[a-z0-9]{70}"),
+            ("rubygems", "rubygems_", r"rubygems_[a-f0-9]{48}"),
+            ("typeform", "tfp_", r"tfp_[A-Za-z0-9_.=\-]{40,80}"),
+            ("dynatrace", "dt0c01.", r"dt0c01\.[A-Z0-9]{24}\.[A-Z0-9]{64}"),
+            ("easypost", "EZ", r"EZ[AT]K[A-Za-z0-9]{54}"),
+            ("flutterwave", "FLWSECK", r"FLWSECK(?:_TEST)?-[a-h0-9]{32}-X"),
+            ("duffel", "duffel_", r"duffel_(?:test|live)_[A-Za-z0-9_=\-]{43}"),
+            ("frameio", "fio-u-", r"fio-u-[A-Za-z0-9_=\-]{64}"),
+            ("terraform-cloud", ".atlasv1.", r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,70}"),
+            ("alibaba", "LTAI", r"LTAI[A-Za-z0-9]{20}(?![A-Za-z0-9])"),
+            ("azure-ad-client-secret", "Q~", r"[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.\-]{31,34}"),
+            ("square", "sq0", r"sq0(?:atp|csp)-[0-9A-Za-z_\-]{22,43}"),
+            ("mapbox", "sk.eyJ", r"sk\.eyJ[A-Za-z0-9_\-]{20,400}\.[A-Za-z0-9_\-]{20,100}"),
+            ("openshift", "sha256~", r"sha256~[A-Za-z0-9_\-]{43}"),
+            ("onepassword", "ops_eyJ", r"ops_eyJ[A-Za-z0-9+/=]{100,2000}"),
+            ("facebook", "EAA", r"EAA[A-Za-z0-9]{100,500}"),
+            ("flyio", "fo1_", r"fo1_[A-Za-z0-9_\-]{43}"),
+            ("netlify", "nfp_", r"nfp_[A-Za-z0-9]{36}"),
+            ("render", "rnd_", r"rnd_[A-Za-z0-9]{32}"),
+            ("supabase", "sbp_", r"sbp_[a-f0-9]{40}"),
+            ("notion", ("ntn_", "secret_"), r"(?:ntn_[A-Za-z0-9]{46}|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))"),
+            ("airtable", "pat", r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"),
+        )
+    ),
+    # A private key in base64 (a kubeconfig's client-key-data, a Kubernetes Secret's
+    # tls.key): "LS0tLS1CRUdJTi" is "-----BEGIN" encoded. Certificates encode alike, so
+    # the start is decoded: only a PRIVATE KEY goes.
+    ValueRule(
+        "base64-private-key",
+        "LS0tLS1CRUdJTi",
+        re.compile(r"(?<![A-Za-z0-9+/=])LS0tLS1CRUdJTi[A-Za-z0-9+/]{0,20000}={0,2}"),
+        check=_is_encoded_private_key,
+        long=True,
+    ),
+    # A Netscape cookies.txt line (curl, wget, yt-dlp, browser exports): domain, flag,
+    # path, secure, expiry, name, value; tab-separated, or "\t" inside a JSON string.
+    ValueRule(
+        "cookie-file",
+        ("\tTRUE\t", "\tFALSE\t", "\\tTRUE\\t", "\\tFALSE\\t"),
+        re.compile(
+            r"(?:(?<![^\s\"'])|(?<=\\n))(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253}(\t|\\t)(?:TRUE|FALSE)\1"
+            r"[^\t\r\n\\]{1,1000}\1(?:TRUE|FALSE)\1[0-9]{1,20}\1[^\t\r\n\\]{0,1000}\1"
+            r"\"?([^\t\r\n\\\"]{1,4000})"
+        ),
+        group=2,
+    ),
+    # .netrc: "machine host login user password secret" (one line or several), and
+    # "default login … password …". The fields before "password" are up to eight words.
+    ValueRule(
+        "netrc",
+        "passw",  # every match holds password or passwd
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])(?:machine|default)(?=[ \t])"
+            r"(?:(?:[ \t\r\n]|\\[nrt]){1,64}(?!password(?![^\s\\]))[^\s\\]{1,256}){0,8}"
+            r"(?:[ \t\r\n]|\\[nrt]){1,64}(?:password|passwd)(?:[ \t]|\\t){1,64}([^\s\\]{1,1000})"
+        ),
+        group=1,
+    ),
+    # The same "password <value>" anywhere, when the value is shaped like one: letters and
+    # digits in one word ("password hunter2"); "password reset" or "password manager" is
+    # prose and stays, as does a flag's "--password x" (the argument rule's).
+    ValueRule(
+        "netrc",
+        "passw",
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])(?:password|passwd)[ \t]{1,8}"
+            r"(?=[^\s\"'`,;)\]}\\]{0,256}[0-9])(?=[^\s\"'`,;)\]}\\]{0,256}[A-Za-z])"
+            r"(?![A-Za-z_][A-Za-z0-9_]{0,200}[(.\[])"
+            r"([^\s\"'`,;)\]}\\<>(\[{$]{4,256})(?![^\s\"'`,;)\]}\\])"
+        ),
+        group=1,
+    ),
     ValueRule(
         "jwt",
         "eyJ",
@@ -1192,15 +1724,25 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     # short sk- key, any ya29. token, a three-part eyJ… token), glued to what precedes
     # them too: nothing it redacts passes through ours. One exception, its false
     # positive: "sk-" after a letter ("task-abcdefg", "desk-…") is a word, not a key.
+    # Each unbounded run is possessive and nothing after it could take back what it ran
+    # over, so a failed match ends at the first character that is not the run's.
     *(
         FoldedValueRule("autourgos-shape", literal, re.compile("(?i)" + pattern))
         for literal, pattern in (
-            ("sk-", r"(?<![a-z])sk-[a-z0-9]{6,}"),
-            ("akia", r"akia[a-z0-9]{12,}"),
-            ("ghp_", r"ghp_[a-z0-9]{6,}"),
-            ("ya29.", r"ya29\.[a-z0-9_\-]+"),
-            ("xox", r"xox[baprs]-[a-z0-9\-]{6,}"),
-            ("eyj", r"eyj[a-z0-9_\-]+\.[a-z0-9_\-]+\.[a-z0-9_\-]+"),
+            ("sk-", r"(?<![a-z])sk-[a-z0-9]{6}[a-z0-9]*+"),
+            ("akia", r"akia[a-z0-9]{12}[a-z0-9]*+"),
+            ("ghp_", r"ghp_[a-z0-9]{6}[a-z0-9]*+"),
+            ("ya29.", r"ya29\.[a-z0-9_\-]++"),
+            ("xox", r"xox[baprs]-[a-z0-9\-]{6}[a-z0-9\-]*+"),
+            # The package's eyj[...]+\.[...]+\.[...]+ tried every "eyJ" of a run and ran
+            # to the run's end each time (quadratic on "eyJ" * 20000). Here a run is tried
+            # once, from its start, when it holds "eyj": the whole token goes, including
+            # what was glued before "eyj".
+            (
+                "eyj",
+                r"(?<![a-z0-9_\-])(?=[a-z0-9_\-]*?eyj[a-z0-9_\-])"
+                r"[a-z0-9_\-]++\.[a-z0-9_\-]++\.[a-z0-9_\-]++",
+            ),
         )
     ),
     ValueRule(
@@ -1221,11 +1763,12 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         ("%3A%2F%2F", "%3a%2f%2f"),
         # A whole URL percent-encoded inside another (?next=postgres%3A%2F%2Fu%3Apw%40host):
         # the password runs from the encoded ':' after the user to the first encoded '@'
-        # (a port followed by a path is no password here either).
+        # (a port followed by a path is no password here either). Neither part runs over
+        # the next encoded "://", so each is scanned up to the next URL at most.
         re.compile(
             r"(?i)%3A%2F%2F(?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!3A|40|2F)[0-9A-F]{2}){0,256}%3A"
             r"(?![0-9]{1,5}(?:%2F|%3F|%23|[&\s\"]|\Z))"
-            r"((?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!40)[0-9A-F]{2}){1,256})%40(?=[A-Za-z0-9\-]|%5B)"
+            r"((?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!40|3A%2F%2F)[0-9A-F]{2}){1,256})%40(?=[A-Za-z0-9\-]|%5B)"
         ),
         group=1,
         gate="%",
@@ -1233,20 +1776,26 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
 )
 
 
-Rule = ValueRule | BlockRule | _PairRule
+Rule = ValueRule | BlockRule | JwkRule | _PairRule
 DEFAULT_RULES: tuple[Rule, ...] = (
     *PRIVATE_KEY_BLOCKS,
     *DEFAULT_VALUE_RULES,
+    JwkRule(),
     HeaderRule(),
     KeyValueRule(),
     NameValueRule(),
     XmlRule(),
     ArgumentRule(),
+    TableRule(),
 )
 
 
+# A run of 20 token characters, tried once from each run's start.
+_LONG_RUN = re.compile(r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{20}")
+
+
 def _gate(literal: str) -> str:
-    for gate in ("://", "-", "_", ".", "=", ":", "/"):
+    for gate in ("://", "-", "_", ".", "=", ":", "/", "\t", "\\"):
         if gate in literal:
             return gate
     if literal[:1] == "A" and literal.isupper():
@@ -1289,6 +1838,7 @@ class Redactor:
         # Literals are grouped behind a shorter "gate" substring they all contain (a rule
         # may name its own), so ordinary text pays for fifteen substring tests, not fifty.
         gates: dict[str, dict[str, list[Rule]]] = {}
+        long_gates: dict[str, dict[str, list[Rule]]] = {}
         for rule in self.rules:
             literals = (rule.literal,) if isinstance(rule.literal, str) else rule.literal
             if not all(literals) or isinstance(rule, FoldedValueRule):
@@ -1296,8 +1846,10 @@ class Redactor:
                 continue
             for literal in literals:
                 gate = getattr(rule, "gate", None) or _gate(literal)
-                gates.setdefault(gate, {}).setdefault(literal, []).append(rule)
+                into = long_gates if getattr(rule, "long", False) else gates
+                into.setdefault(gate, {}).setdefault(literal, []).append(rule)
         self._gates = [(gate, list(items.items())) for gate, items in gates.items()]
+        self._long_gates = [(gate, list(items.items())) for gate, items in long_gates.items()]
         # The rules matched in any case run only where one of their literals is in the
         # lowercased text: a substring test of each literal, in C (``map``), not a test per
         # rule (a regex alternation of them scanned 30% slower: its first letters, "b",
@@ -1364,8 +1916,14 @@ class Redactor:
         if isinstance(obj, dict):
             out: dict[Any, Any] = {}
             named_secret = self._names_a_secret(obj)
+            jwk = _is_jwk(obj)
             for key, value in obj.items():
                 new_key, key_counts, secret = self._key(key) if isinstance(key, str) else (key, (), False)
+                if jwk and key in JWK_PRIVATE_MEMBERS and _has_content(value):
+                    counts[_JWK_RULE] += 1
+                    fields.append({"path": f"{path}.{new_key}", "rules": {_JWK_RULE: 1}})
+                    out[new_key] = _JWK_MARKER
+                    continue
                 if new_key in out:
                     new_key = _distinct(out, new_key)
                 if key_counts or secret or named_secret:
@@ -1374,11 +1932,13 @@ class Redactor:
                         counts.update(dict(key_counts))
                         fields.append({"path": child, "rules": dict(key_counts), "part": "key"})
                     if secret and _has_content(value):
-                        counts[_SECRET_KEY_RULE] += 1
-                        fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
-                        out[new_key] = _SECRET_KEY_MARKER
+                        hidden, replaced = self._hidden(value)
+                        if replaced:
+                            counts[_SECRET_KEY_RULE] += 1
+                            fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
+                        out[new_key] = hidden
                         continue
-                    if named_secret and key in _VALUE_FIELDS and _has_content(value):
+                    if named_secret and key in _VALUE_FIELDS and _has_content(value) and _has_text(value):
                         counts[_NAME_VALUE_RULE] += 1
                         fields.append({"path": child, "rules": {_NAME_VALUE_RULE: 1}})
                         out[new_key] = _NAME_VALUE_MARKER
@@ -1415,7 +1975,7 @@ class Redactor:
 
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
         counts = counts if counts is not None else Counter()
-        text = self._redact_shapes(text, counts)
+        text = self._redact_visible(text, counts)
         if self.max_length is not None and len(text) > self.max_length and not self._already_cut(text):
             removed = len(text) - self.max_length
             text = text[: self.max_length] + self.truncation_marker.format(removed=removed)
@@ -1437,11 +1997,41 @@ class Redactor:
         """A key redacted like a value (every shape and key-value rule, never cut), the
         counts, and whether the key names a secret (which replaces its value)."""
         counts: Counter[str] = Counter()
-        cleaned = self._redact_shapes(key, counts)
+        cleaned = self._redact_visible(key, counts)
         # Judged without the markers, so a second pass judges the key as the first did
         # ("[REDACTED:jwt]" is not a key named "jwt").
         named = _MARKER.sub(" ", cleaned) if _MARKER_START in cleaned else cleaned
         return cleaned, tuple(counts.items()), self.is_secret_key(named)
+
+    def _redact_visible(self, text: str, counts: Counter[str]) -> str:
+        """``_redact_shapes``, and again on the text as it reads when what hides a secret
+        from a search is taken out: invisible characters inside a word (a zero-width
+        space in ``sk-proj-…`` or in ``password``) and Markdown's escaped underscores
+        (``ghp\\_…`` renders as ``ghp_…``). When that finds a secret the first pass could
+        not see, the string is stored as the second pass left it (without those
+        characters); otherwise as the first pass left it, unchanged but for what it
+        replaced."""
+        hidden = (
+            ((not text.isascii() or "\\u" in text) and _INVISIBLE_IN_WORD.search(text) is not None)
+            or ("\\_" in text and _ESCAPED_UNDERSCORE.search(text) is not None)
+            or ("\\u" in text and _ESCAPED_LOOKALIKE.search(text) is not None)
+        )
+        if not hidden:
+            return self._redact_shapes(text, counts)
+        first: Counter[str] = Counter()
+        cleaned = self._redact_shapes(text, first)
+        visible = _ESCAPED_UNDERSCORE.sub("", _INVISIBLE_IN_WORD.sub("", text))
+        if "\\u" in visible:
+            visible = _ESCAPED_LOOKALIKE.sub(_unescape_lookalike, visible)
+        second: Counter[str] = Counter()
+        again = self._redact_shapes(visible, second)
+        # The second pass is kept when it left less of the text unreplaced than the first
+        # (beyond the characters it took out): it saw a secret, or more of one.
+        if _unreplaced(again) < _unreplaced(cleaned) - (len(text) - len(visible)):
+            counts.update(second)
+            return again
+        counts.update(first)
+        return cleaned
 
     def _redact_shapes(self, text: str, counts: Counter[str]) -> str:
         # The cheap prefilter: plain substring tests (no call, no regex) decide which
@@ -1454,6 +2044,14 @@ class Redactor:
                         if wanted is None:
                             wanted = set()
                         wanted.update(rules)
+        if self._long_gates and _LONG_RUN.search(text) is not None:
+            for gate, items in self._long_gates:
+                if gate in text:
+                    for literal, rules in items:
+                        if literal in text:
+                            if wanted is None:
+                                wanted = set()
+                            wanted.update(rules)
         if (
             wanted is not None
             or self._unfolded_always
@@ -1488,8 +2086,9 @@ class Redactor:
             or "\\" in text
             or "：" in text
             or "＝" in text
+            or "\n" in text
         ):
-            lowered = text.lower()
+            lowered = _lowered(text)
             hinted = (
                 "pass" in lowered
                 or "pwd" in lowered
@@ -1551,6 +2150,28 @@ class Redactor:
 
     # -- internals ---------------------------------------------------------------
 
+    def _hidden(self, value: Any) -> tuple[Any, bool]:
+        """The value under a secret's key: a string becomes the marker; an object or a
+        list keeps its shape, numbers, booleans and nulls ("input_token_details":
+        {"cache_read": 0} is a count, not a secret) and loses every string in it. Also
+        whether anything was replaced."""
+        if isinstance(value, str):
+            if value and not value.startswith(_MARKER_START):
+                return _SECRET_KEY_MARKER, True
+            return value, False
+        if isinstance(value, dict):
+            out: dict[Any, Any] = {}
+            replaced = False
+            for key, item in value.items():
+                new_key = self._key(key)[0] if isinstance(key, str) else key
+                out[_distinct(out, new_key)], changed = self._hidden(item)
+                replaced = replaced or changed
+            return out, replaced
+        if isinstance(value, list | tuple):
+            items = [self._hidden(item) for item in value]
+            return [item for item, _ in items], any(changed for _, changed in items)
+        return value, False
+
     def _walk(self, obj: Any, counts: Counter[str], memo: dict[str, tuple[str, Counter[str]]]) -> Any:
         # Exact type checks first: this runs once per value of a large transcript.
         kind = type(obj)
@@ -1562,8 +2183,13 @@ class Redactor:
         if kind is dict or isinstance(obj, dict):
             out: dict[Any, Any] = {}
             named_secret = not obj.keys().isdisjoint(_VALUE_FIELDS) and self._names_a_secret(obj)
+            jwk = "kty" in obj and _is_jwk(obj)
             for key, value in obj.items():
                 new_key = key
+                if jwk and key in JWK_PRIVATE_MEMBERS and _has_content(value):
+                    counts[_JWK_RULE] += 1
+                    out[key] = _JWK_MARKER
+                    continue
                 if type(key) is str:
                     new_key, key_counts, secret = self._key(key)
                     if key_counts:
@@ -1571,10 +2197,12 @@ class Redactor:
                     if new_key in out:
                         new_key = _distinct(out, new_key)
                     if secret and _has_content(value):
-                        counts[_SECRET_KEY_RULE] += 1
-                        out[new_key] = _SECRET_KEY_MARKER
+                        hidden, replaced = self._hidden(value)
+                        if replaced:
+                            counts[_SECRET_KEY_RULE] += 1
+                        out[new_key] = hidden
                         continue
-                    if named_secret and key in _VALUE_FIELDS and _has_content(value):
+                    if named_secret and key in _VALUE_FIELDS and _has_content(value) and _has_text(value):
                         counts[_NAME_VALUE_RULE] += 1
                         out[new_key] = _NAME_VALUE_MARKER
                         continue
@@ -1585,6 +2213,20 @@ class Redactor:
         if isinstance(obj, str):
             return self.redact_text(str(obj), counts)
         return obj
+
+
+def _unreplaced(text: str) -> int:
+    """How many characters of ``text`` are not redaction markers."""
+    return len(text) - sum(len(m) for m in _MARKER.findall(text)) if _MARKER_START in text else len(text)
+
+
+def _is_jwk(obj: dict[Any, Any]) -> bool:
+    """A JSON Web Key: an object with a "kty" (key type) string."""
+    return isinstance(obj.get("kty"), str)
+
+
+_JWK_RULE = JwkRule.name
+_JWK_MARKER = JwkRule.marker
 
 
 def _child_path(path: str, key: Any, index: bool) -> str:
@@ -1599,6 +2241,17 @@ def _has_content(value: Any) -> bool:
     if isinstance(value, str):
         return bool(value) and not value.startswith("[REDACTED")
     return not (isinstance(value, dict | list) and not value)
+
+
+def _has_text(value: Any) -> bool:
+    """Whether a value holds a string anywhere (an object of counts holds none)."""
+    if isinstance(value, str):
+        return True
+    if isinstance(value, dict):
+        return any(_has_text(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_text(v) for v in value)
+    return False
 
 
 def _distinct(out: dict[Any, Any], key: Any) -> Any:
