@@ -154,5 +154,7 @@ def test_a_block_with_no_source_runs_cannot_be_rebuilt(alice_client, ingest):
     assert ingest(run).status_code == 200
     lines, answer = verdict(alice_client, "lonely")
     assert answer == "cannot_rebuild"
+    rebuild = alice_client.get("/api/v1/runs/lonely/contexts/1").json()["rebuild"]
+    assert rebuild["matches"] is None and rebuild["diff"] is None
     assert lines[0].startswith("Cannot rebuild: no source runs.")
     assert not any("differs" in line or "Identical" in line for line in lines[:1])
