@@ -199,18 +199,41 @@ _BLOCKS = {
 
 def splice(sent: str, block: str, kind: str) -> str:
     """``sent`` with its history block replaced by ``block``: a context often wraps the block
-    in other text (instructions, the task), which a re-render leaves as it was."""
+    in other text (instructions, the task), which a re-render leaves as it was.
+
+    The block's end is where the rebuilt block's closing tag falls, else where the block
+    finder's layout reading ends it; never simply the last closing tag, which may belong to
+    a block that content quotes (a task asking about another prompt)."""
     if kind not in _BLOCKS:
         return block
     header, footer = _BLOCKS[kind]
     start = sent.find(header)
-    end = sent.rfind(footer)
-    if start == -1 or end < start:
+    if start == -1:
         return block
-    end += len(footer)
+    end = _block_end(sent, start, block, kind, footer)
+    if end is None:
+        return block
     if block.endswith(footer + "\n") and sent[end : end + 1] == "\n":
         end += 1
     return sent[:start] + block + sent[end:]
+
+
+def _block_end(sent: str, start: int, block: str, kind: str, footer: str) -> int | None:
+    """Where the closing tag of the ``kind`` block opened at ``start`` ends (one past it)."""
+    # The rebuilt block lands on a closing tag of the sent text: that is the block's end.
+    for end in (start + len(block), start + len(block) - 1):
+        if sent.startswith(footer, end - len(footer)) and sent.startswith(block[: end - start], start):
+            return end
+    rest = sent[start:]
+    if kind == "workflow_history":
+        located = [blocks.locate_workflow_block(rest)]
+    else:
+        located = blocks.locate_member_blocks(rest)
+    for found in located:
+        if found is not None and found.kind == kind and found.start == 0:
+            return start + found.end - (1 if found.text.endswith("\n") else 0)
+    last = sent.rfind(footer)
+    return last + len(footer) if last >= start else None
 
 
 def _render(

@@ -158,3 +158,22 @@ def test_a_block_with_no_source_runs_cannot_be_rebuilt(alice_client, ingest):
     assert rebuild["matches"] is None and rebuild["diff"] is None
     assert lines[0].startswith("Cannot rebuild: no source runs.")
     assert not any("differs" in line or "Identical" in line for line in lines[:1])
+
+
+@pytest.mark.parametrize("quoted", list(QUOTED), ids=list(QUOTED))
+def test_a_context_holding_the_block_and_a_task_that_quotes_another_rebuilds_identical(
+    alice_client, ingest, quoted
+):
+    # The agent reported the member's whole message: the block, then a task quoting a block
+    # of the same kind; the quoted closing tag is not the end of the real block.
+    runs = json.loads((DEMO / "team_research.json").read_text())
+    block = runs[2]["injected_contexts"][0]["text"]
+    message = renderers.compose_member_task(
+        f"Is this prompt right?\n{QUOTED[quoted]}Answer yes or no", interactions=block
+    )
+    runs[2]["injected_contexts"][0]["text"] = message
+    runs[2]["input"] = message
+    assert ingest(runs).status_code == 200
+    lines, answer = verdict(alice_client, "demo-team-member-2")
+    assert answer == "identical"
+    assert lines[0].startswith("✓ Identical")
