@@ -399,6 +399,7 @@ def _inspection_summary(i: inspector.Inspection) -> dict[str, Any]:
         "entries": entries,
         "rebuild": {
             "matches": None if i.rebuilt is None else i.rebuilt == context.text,
+            "verdict": i.verdict,
             "text": i.rebuilt,
             "diff": _diff(i.rebuilt_diff),
             "diff_fallback": _fallback(i.rebuilt_diff),

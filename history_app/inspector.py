@@ -29,6 +29,8 @@ _RUN_MARK = re.compile(r"\[(run-|Workflow Run-)([0-9]{1,9})\]")
 _MEMBER_MARK = re.compile(r"^Member: .*$", re.MULTILINE)
 
 RERENDERABLE = ("workflow_history", "team_history", "member_interactions", "cot_history")
+# What the rebuild check concludes (``Inspection.verdict``, the JSON's ``rebuild.verdict``).
+IDENTICAL, DIFFERS, CANNOT_REBUILD = "identical", "differs", "cannot_rebuild"
 
 
 @dataclass
@@ -60,6 +62,9 @@ class Inspection:
     settings: Settings
     rebuilt: str | None = None  # from the linked source runs, under the context's own settings
     rebuilt_diff: LineDiff | None = None
+    # identical, differs or cannot_rebuild (no source run or entry to render from); None
+    # for free text, which is never re-rendered.
+    verdict: str | None = None
     rerendered: str | None = None  # under the settings asked for
     rerendered_diff: LineDiff | None = None
     previous: models.InjectedContext | None = None
@@ -101,12 +106,24 @@ def inspect(project: models.Project, run_id: str, position: int, params: Any) ->
     if context.kind in RERENDERABLE:
         pool = _pool(run, context)
         if source_ids and context.kind != "cot_history":
-            linked = [stored[s] for s in source_ids if s in stored]
-            inspection.rebuilt = _render(context, linked, defaults, layout_of=context.text)
+            drawn = [stored[s] for s in source_ids if s in stored]
         else:
-            inspection.rebuilt = _render(context, pool, defaults, layout_of=context.text)
-        if inspection.rebuilt is not None and inspection.rebuilt != context.text:
-            inspection.rebuilt_diff = diff_lines(context.text, inspection.rebuilt, "sent", "rebuilt", budget)
+            drawn = pool
+        if not drawn:
+            # Nothing to render from: an empty rebuild would only "differ" by the whole block.
+            inspection.verdict = CANNOT_REBUILD
+        else:
+            rebuilt = _render(context, drawn, defaults, layout_of=context.text)
+            if rebuilt != context.text and context.kind in _BLOCKS:
+                # agno escapes nothing: content holding a closing tag (a task quoting another
+                # block) is sent verbatim, which our default renderers neutralise.
+                verbatim = _render(context, drawn, defaults, layout_of=context.text, verbatim=True)
+                if verbatim == context.text:
+                    rebuilt = verbatim
+            inspection.rebuilt = rebuilt
+            inspection.verdict = IDENTICAL if rebuilt == context.text else DIFFERS
+            if rebuilt != context.text:
+                inspection.rebuilt_diff = diff_lines(context.text, rebuilt, "sent", "rebuilt", budget)
         inspection.rerendered = _render(context, pool, settings, layout_of=context.text)
         if inspection.rerendered is not None:
             inspection.rerendered_diff = diff_lines(
@@ -182,26 +199,62 @@ _BLOCKS = {
 
 def splice(sent: str, block: str, kind: str) -> str:
     """``sent`` with its history block replaced by ``block``: a context often wraps the block
-    in other text (instructions, the task), which a re-render leaves as it was."""
+    in other text (instructions, the task), which a re-render leaves as it was.
+
+    The block's end is where the rebuilt block's closing tag falls, else where the block
+    finder's layout reading ends it; never simply the last closing tag, which may belong to
+    a block that content quotes (a task asking about another prompt)."""
     if kind not in _BLOCKS:
         return block
     header, footer = _BLOCKS[kind]
     start = sent.find(header)
-    end = sent.rfind(footer)
-    if start == -1 or end < start:
+    if start == -1:
         return block
-    end += len(footer)
+    end = _block_end(sent, start, block, kind, footer)
+    if end is None:
+        return block
     if block.endswith(footer + "\n") and sent[end : end + 1] == "\n":
         end += 1
     return sent[:start] + block + sent[end:]
 
 
-def _render(context: models.InjectedContext, pool: list[Any], settings: Settings, *, layout_of: str) -> str:
-    return splice(context.text, _render_block(context, pool, settings, layout_of=layout_of), context.kind)
+def _block_end(sent: str, start: int, block: str, kind: str, footer: str) -> int | None:
+    """Where the closing tag of the ``kind`` block opened at ``start`` ends (one past it)."""
+    # The rebuilt block lands on a closing tag of the sent text: that is the block's end.
+    for end in (start + len(block), start + len(block) - 1):
+        if sent.startswith(footer, end - len(footer)) and sent.startswith(block[: end - start], start):
+            return end
+    rest = sent[start:]
+    if kind == "workflow_history":
+        located = [blocks.locate_workflow_block(rest)]
+    else:
+        located = blocks.locate_member_blocks(rest)
+    for found in located:
+        if found is not None and found.kind == kind and found.start == 0:
+            return start + found.end - (1 if found.text.endswith("\n") else 0)
+    last = sent.rfind(footer)
+    return last + len(footer) if last >= start else None
+
+
+def _render(
+    context: models.InjectedContext,
+    pool: list[Any],
+    settings: Settings,
+    *,
+    layout_of: str,
+    verbatim: bool = False,
+) -> str:
+    block = _render_block(context, pool, settings, layout_of=layout_of, verbatim=verbatim)
+    return splice(context.text, block, context.kind)
 
 
 def _render_block(
-    context: models.InjectedContext, pool: list[Any], settings: Settings, *, layout_of: str
+    context: models.InjectedContext,
+    pool: list[Any],
+    settings: Settings,
+    *,
+    layout_of: str,
+    verbatim: bool = False,
 ) -> str:
     if context.kind == "cot_history":
         max_chars = (context.settings or {}).get(
@@ -213,10 +266,11 @@ def _render_block(
     entries = pool[-settings.history_runs :] if settings.history_runs else []
     if context.kind == "member_interactions":
         return renderers.render_member_interactions(
-            [{"member": r.agent_name, "task": r.input, "response": r.output} for r in entries]
+            [{"member": r.agent_name, "task": r.input, "response": r.output} for r in entries],
+            verbatim=verbatim,
         )
     if context.kind == "team_history":
-        return renderers.render_team_history(entries)
+        return renderers.render_team_history(entries, verbatim=verbatim)
     if "[Workflow Run-" in layout_of:
         return renderers.render_workflow_history(
             entries,
@@ -224,8 +278,11 @@ def _render_block(
             input_label="User input",
             output_label="Workflow output",
             include_timestamp=settings.timestamps,
+            verbatim=verbatim,
         )
-    return renderers.render_workflow_history(entries, include_timestamp=settings.timestamps)
+    return renderers.render_workflow_history(
+        entries, include_timestamp=settings.timestamps, verbatim=verbatim
+    )
 
 
 def _previous(run: models.Run, context: models.InjectedContext) -> models.InjectedContext | None:

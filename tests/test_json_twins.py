@@ -437,7 +437,13 @@ def test_context_twin_gives_the_text_sent_its_sources_and_the_rebuild_check(alic
         ("[run-1]", "[run-1]", "demo-wf-run-1"),
         ("[run-2]", "[run-2]", "demo-wf-run-2"),
     ]
-    assert body["rebuild"] == {"matches": True, "text": sent.text, "diff": None, "diff_fallback": None}
+    assert body["rebuild"] == {
+        "matches": True,
+        "verdict": "identical",
+        "text": sent.text,
+        "diff": None,
+        "diff_fallback": None,
+    }
     assert (
         body["rerender"]["settings"]
         == body["rerender"]["defaults"]

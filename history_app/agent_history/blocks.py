@@ -9,7 +9,8 @@ the layout the renderers write (``context.py`` holds the same constants):
   each block ending with its closing tag and ``"\\n"``, and every entry ending with a
   blank line, so a real end is ``"\\n\\n" + closing tag + "\\n"`` followed by ``"\\n\\n"``;
 - a workflow step's message is ``workflow history + message``, the block ending with its
-  closing tag and ``"\\n"``.
+  closing tag and ``"\\n"``; agno-go's block ends with the closing tag alone and ends the
+  system message it is appended to.
 
 Where the text after the blocks is known (the member's task from the leader's delegation,
 the step's message from the workflow input or the previous step), only one split can be
@@ -215,6 +216,10 @@ def locate_workflow_block(message: str, step_messages: Iterable[str] = ()) -> Lo
     if not message.startswith(OPENERS[kind]):
         return None
     ends = list(_ends(message, kind, 0, len(message)))
+    if message.endswith(CLOSERS[kind][:-1]):
+        # agno-go appends its block (no newline after the closing tag) to the system
+        # message, which it then ends: the end of the message is the end of the block.
+        ends.append(len(message))
     if not ends:
         return None
     known = set(step_messages)

@@ -266,24 +266,28 @@ def entry_body(kind: str, entry: Any, *, layout: str | None = None, verbatim: bo
     return _workflow_body(value_in, value_out, f"{input_label}: ", f"{output_label}: ", footer)
 
 
-def render_team_history(runs: Sequence[Any]) -> str:
-    """agno's team history for members: like the workflow block, ``response:``, ends with ``\\n``."""
+def render_team_history(runs: Sequence[Any], *, verbatim: bool = False) -> str:
+    """agno's team history for members: like the workflow block, ``response:``, ends with ``\\n``.
+    ``verbatim`` leaves a closing tag in content as agno does (to rebuild what it sent)."""
     if not runs:
         return ""
+    footer = None if verbatim else TEAM_FOOTER
     parts = [TEAM_HEADER, "\n"]
     for n, run in enumerate(runs, start=1):
-        parts.append(f"[run-{n}]\n{_team_body(run, TEAM_FOOTER)}\n")
+        parts.append(f"[run-{n}]\n{_team_body(run, footer)}\n")
     parts.append(TEAM_FOOTER + "\n")
     return "".join(parts)
 
 
-def render_member_interactions(interactions: Sequence[Any]) -> str:
-    """agno's shared member interactions; the name falls back to the id, then ``Unknown``."""
+def render_member_interactions(interactions: Sequence[Any], *, verbatim: bool = False) -> str:
+    """agno's shared member interactions; the name falls back to the id, then ``Unknown``.
+    ``verbatim`` leaves a closing tag in content as agno does (to rebuild what it sent)."""
     if not interactions:
         return ""
+    footer = None if verbatim else INTERACTIONS_FOOTER
     parts = [INTERACTIONS_HEADER, "\n", INTERACTIONS_INTRO, "\n"]
     for item in interactions:
-        parts.append(f"{_member_body(item, INTERACTIONS_FOOTER)}\n")
+        parts.append(f"{_member_body(item, footer)}\n")
     parts.append(INTERACTIONS_FOOTER + "\n")
     return "".join(parts)
 
