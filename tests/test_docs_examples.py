@@ -47,6 +47,7 @@ NOT_RUN = {
     ): "makes a virtual environment and installs: .ci/run does exactly this",
     ("README.md", ". .venv/bin/activate"): "activates the environment this test already runs in",
     ("testing.md", "python3 -m venv .venv"): "the README's test command: .ci/run runs it",
+    ("testing.md", "python -m pytest"): "runs the suite this test belongs to: .ci/run runs it",
     ("library.md", "pip install ./history_app/agent_history"): ".ci/run installs the library alone this way",
     ("library.md", "pip wheel"): "test_library_isolation builds the wheels",
     ("library.md", "pip install ~/wheels/"): "installs the wheel built above",
@@ -201,8 +202,16 @@ def test_the_readme_recipes_run_as_pasted(after_quickstart, monkeypatch, tmp_pat
             assert lang == "python"
             python.append(code)
     assert os.environ["TOKEN"].startswith("aht_")
-    # 1: the fixture the curl sends is stored.
-    lima = models.Run.objects.get(input__contains="Weather in Lima")
+    # 1: the fixture the curl sends is stored, as a run of its own (the demo holds a copy
+    # of that log, moved in time, under another run id).
+    from history_app.agent_history import formats
+
+    fixture = re.search(r"--data-binary @(\S+)", recipes).group(1)
+    (parsed,) = formats.parse_body((ROOT / fixture).read_bytes())
+    (sent,) = parsed.runs
+    lima = models.Run.objects.get(run_id=sent.run_id)
+    assert "Weather in Lima" in lima.input
+    assert models.Run.objects.filter(input__contains="Weather in Lima").count() == 2
     assert lima.tool_calls.count() >= 1
     page = exec_as_page(url, lima)
     assert "Lima" in page

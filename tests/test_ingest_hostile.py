@@ -421,7 +421,13 @@ def test_a_wrong_method_on_the_api_answers_json_405(client, auth_headers):
     response = client.get("/api/v1/ingest", **auth_headers)
     assert response.status_code == 405
     assert response["Allow"] == "POST"
-    assert response.json() == {"ok": False, "error": "GET is not allowed here; use POST", "status": 405}
+    message = "GET is not allowed here; send runs with POST"
+    assert response.json() == {
+        "ok": False,
+        "error": message,
+        "status": 405,
+        "errors": [{"path": "$", "message": message}],
+    }
     assert client.post("/api/v1/sessions", **auth_headers).json()["status"] == 405
 
 

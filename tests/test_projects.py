@@ -194,6 +194,7 @@ ACCESS = {
     "api/v1/runs/<id:run_id>/annotations": "api",
     "api/v1/runs/<id:run_id>/annotations/<int:pk>": "api",
     "api/v1/runs/<id:run_id>/contexts/<int:number>": "api",
+    "api/v1/runs/<id:run_id>/model-calls/<int:number>": "api",
 }
 
 ROLES = {

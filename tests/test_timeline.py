@@ -47,7 +47,7 @@ def test_workflow_runs_show_steps_counts_idle_gaps_and_tokens(alice_client, inge
     # Runs ten minutes apart: each pause over the 5-minute threshold is shown.
     assert page.count('<tr class="idle">') == 3 and "idle 9 min 46 s" in page
     assert ">812 / 240<" in page  # per-run tokens, input / output
-    assert "3516 total" in page  # the session's sum
+    assert "3,516 total" in page  # the session's sum
 
 
 def test_idle_threshold_is_a_setting(alice_client, ingest, settings):

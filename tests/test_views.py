@@ -388,8 +388,10 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
     # The list with a search: sessions, their titles, their matching runs, the framework
     # menu (a search that fits one page is counted from it); on PostgreSQL the sample
     # that picks the plan; on SQLite the candidate sessions in list order, their runs and
-    # the index's range of them (issue #13).
-    with django_assert_num_queries(9 + 2 * (connection.vendor == "sqlite")):
+    # the index's range of them; then the passages of the hits whose input, answer, error
+    # and agent do not show the word: their thoughts, then their tool calls (2, whatever
+    # the number of hits).
+    with django_assert_num_queries(11 + 2 * (connection.vendor == "sqlite")):
         alice_client.get("/p/default/?q=t0")
     with django_assert_num_queries(5):
         alice_client.get("/p/default/receipts/")
