@@ -1803,6 +1803,19 @@ def _gate(literal: str) -> str:
     return literal
 
 
+def _long_gate(literal: str) -> str:
+    """The gate of a long token's literal: a single character where it can (a character is
+    found by ``memchr``, a word by a slower search), preferring the ones prose rarely
+    holds: a punctuation mark, then a capital letter or a digit."""
+    for gate in ("_", "-", ".", "~"):
+        if gate in literal:
+            return gate
+    for char in literal:
+        if char.isupper() or char.isdigit():
+            return char
+    return literal
+
+
 class Redactor:
     """Replaces secrets in any JSON-like value; counts what each rule replaced.
 
@@ -1845,8 +1858,9 @@ class Redactor:
                 self._always.add(rule)
                 continue
             for literal in literals:
-                gate = getattr(rule, "gate", None) or _gate(literal)
-                into = long_gates if getattr(rule, "long", False) else gates
+                long = getattr(rule, "long", False)
+                gate = getattr(rule, "gate", None) or (_long_gate if long else _gate)(literal)
+                into = long_gates if long else gates
                 into.setdefault(gate, {}).setdefault(literal, []).append(rule)
         self._gates = [(gate, list(items.items())) for gate, items in gates.items()]
         self._long_gates = [(gate, list(items.items())) for gate, items in long_gates.items()]
@@ -1862,6 +1876,19 @@ class Redactor:
         ]
         self._unfolded_always = self._always.difference(folded)
         self._folded_gate = tuple(folded_literals) if folded and all(folded_literals) else None
+        # Rules run in list order, but only those a string calls for: a string walks the
+        # few rules its gates named, not all eighty (the walk itself cost more than the
+        # substring tests once the rule list doubled).
+        self._position = {rule: i for i, rule in enumerate(self.rules)}
+        self._folded_by_literal = (
+            tuple(
+                (lit, rule)
+                for rule in folded
+                for lit in ((rule.literal,) if isinstance(rule.literal, str) else rule.literal)
+            )
+            if self._folded_gate is not None
+            else None
+        )
         self.rule_names = frozenset(
             {rule.name for rule in self.rule_set}
             | {_SECRET_KEY_RULE, _NAME_VALUE_RULE, "truncated", LONE_SURROGATE}
@@ -2044,24 +2071,37 @@ class Redactor:
                         if wanted is None:
                             wanted = set()
                         wanted.update(rules)
-        if self._long_gates and _LONG_RUN.search(text) is not None:
+        # A long token's literals are looked for first (substring tests), and the run of
+        # 20 token characters (a regex scan) only when one is there: most strings are
+        # short or hold none of them.
+        if self._long_gates and len(text) >= 20:
+            long_wanted = None
             for gate, items in self._long_gates:
                 if gate in text:
                     for literal, rules in items:
                         if literal in text:
-                            if wanted is None:
-                                wanted = set()
-                            wanted.update(rules)
-        if (
-            wanted is not None
-            or self._unfolded_always
-            or (
-                self._always
-                and (self._folded_gate is None or any(map(text.lower().__contains__, self._folded_gate)))
-            )
-        ):
+                            if long_wanted is None:
+                                long_wanted = []
+                            long_wanted.extend(rules)
+            if long_wanted is not None and _LONG_RUN.search(text) is not None:
+                if wanted is None:
+                    wanted = set()
+                wanted.update(long_wanted)
+        if self._folded_by_literal is None:
+            run: Iterable[Rule] = self.rules  # a folded rule without a literal: every rule is tried
+        else:
+            lowered = text.lower()
+            for literal, rule in self._folded_by_literal:
+                if literal in lowered:
+                    if wanted is None:
+                        wanted = set()
+                    wanted.add(rule)
+            if self._unfolded_always:
+                wanted = self._unfolded_always.union(wanted or ())
+            run = sorted(wanted, key=self._position.__getitem__) if wanted else ()
+        if run:
             lowered = None  # for the rules matched in any case: lowercased once, not per rule
-            for rule in self.rules:
+            for rule in run:
                 if isinstance(rule, FoldedValueRule):
                     if lowered is None:
                         lowered = text.lower()
