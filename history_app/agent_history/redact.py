@@ -1275,6 +1275,7 @@ class JwkRule:
 
     name = "jwk-private-key"
     literal = "kty"
+    gate = ":"  # every member it replaces follows a ':' (one memchr before the word's search)
     marker = MARKER.format(rule="jwk-private-key")
 
     def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
@@ -2038,7 +2039,8 @@ class Redactor:
         not see, the string is stored as the second pass left it (without those
         characters); otherwise as the first pass left it, unchanged but for what it
         replaced."""
-        hidden = (
+        # Plain ASCII without a backslash (most text) hides nothing: two tests in C.
+        hidden = (not text.isascii() or "\\" in text) and (
             ((not text.isascii() or "\\u" in text) and _INVISIBLE_IN_WORD.search(text) is not None)
             or ("\\_" in text and _ESCAPED_UNDERSCORE.search(text) is not None)
             or ("\\u" in text and _ESCAPED_LOOKALIKE.search(text) is not None)
@@ -2087,6 +2089,8 @@ class Redactor:
                 if wanted is None:
                     wanted = set()
                 wanted.update(long_wanted)
+        unchanged = text  # the pair stage reuses ``lowered`` while the text is this one
+        lowered = None
         if self._folded_by_literal is None:
             run: Iterable[Rule] = self.rules  # a folded rule without a literal: every rule is tried
         else:
@@ -2100,17 +2104,19 @@ class Redactor:
                 wanted = self._unfolded_always.union(wanted or ())
             run = sorted(wanted, key=self._position.__getitem__) if wanted else ()
         if run:
-            lowered = None  # for the rules matched in any case: lowercased once, not per rule
+            folded = lowered  # for the rules matched in any case: lowercased once, not per rule
             for rule in run:
                 if isinstance(rule, FoldedValueRule):
-                    if lowered is None:
-                        lowered = text.lower()
-                    if rule.present(text, lowered):
+                    if folded is None:
+                        folded = text.lower()
+                    if rule.present(text, folded):
                         cleaned = ValueRule.apply(rule, text, counts, self.extra_keys)
                         if cleaned != text:
-                            text, lowered = cleaned, None
+                            text, folded = cleaned, None
                 elif rule in self._always or (wanted is not None and rule in wanted):
-                    text = rule.apply(text, counts, self.extra_keys)
+                    cleaned = rule.apply(text, counts, self.extra_keys)
+                    if cleaned != text:
+                        text, folded = cleaned, None
         # Every pair rule needs a separator, a flag's dash, a quote, a tag or "set NAME
         # VALUE" in its text, and a name hint or a tool's name (written out rather than
         # looped over: this runs for every string; a test keeps the lists in step).
@@ -2128,7 +2134,8 @@ class Redactor:
             or "＝" in text
             or "\n" in text
         ):
-            lowered = _lowered(text)
+            if lowered is None or text is not unchanged or not lowered.isascii():
+                lowered = _lowered(text)
             hinted = (
                 "pass" in lowered
                 or "pwd" in lowered
