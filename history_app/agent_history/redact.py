@@ -1620,8 +1620,8 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         for name, literal, pattern in (
             ("linear", "lin_api_", r"lin_api_[A-Za-z0-9]{40}(?![A-Za-z0-9])"),
             ("postman", "PMAK-", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
-            ("shopify", "shp", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
-            ("sentry", "sntry", r"sntry[su]_[A-Za-z0-9+/=_]{40,400}"),
+            ("shopify", ("shpat_", "shpca_", "shppa_", "shpss_"), r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
+            ("sentry", ("sntrys_", "sntryu_"), r"sntry[su]_[A-Za-z0-9+/=_]{40,400}"),
             ("planetscale", "pscale_", r"pscale_(?:tkn|pw|oauth)_[A-Za-z0-9=_.\-]{32,64}"),
             ("doppler", "dp.", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}"),
             ("new-relic", "NR", r"NR(?:AK|AA|II|JS)-[A-Za-z0-9]{19,32}"),
@@ -1651,9 +1651,10 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             ("render", "rnd_", r"rnd_[A-Za-z0-9]{32}"),
             ("supabase", "sbp_", r"sbp_[a-f0-9]{40}"),
             ("notion", ("ntn_", "secret_"), r"(?:ntn_[A-Za-z0-9]{46}|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))"),
-            ("airtable", "pat", r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"),
         )
     ),
+    # Its literal holds no punctuation to test first; every match holds a '.'.
+    ValueRule("airtable", "pat", re.compile(_B + r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"), long=True, gate="."),
     # A private key in base64 (a kubeconfig's client-key-data, a Kubernetes Secret's
     # tls.key): "LS0tLS1CRUdJTi" is "-----BEGIN" encoded. Certificates encode alike, so
     # the start is decoded: only a PRIVATE KEY goes.
