@@ -2004,7 +2004,11 @@ class Redactor:
 
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
         counts = counts if counts is not None else Counter()
-        text = self._redact_visible(text, counts)
+        # Plain ASCII without a backslash (most strings) hides nothing: straight to the rules.
+        if text.isascii() and "\\" not in text:
+            text = self._redact_shapes(text, counts)
+        else:
+            text = self._redact_visible(text, counts)
         if self.max_length is not None and len(text) > self.max_length and not self._already_cut(text):
             removed = len(text) - self.max_length
             text = text[: self.max_length] + self.truncation_marker.format(removed=removed)
