@@ -666,8 +666,13 @@ def assert_linear(unit: str, size: int = 16_000) -> float:
         size *= 4
         small = _cost(_text(unit, size), 1)
     large = _cost(_text(unit, 2 * size), 1)
-    if large / max(small, 1e-6) >= 2.5:  # measured again, the least of a few, before judging
-        small, large = _cost(_text(unit, size), 5), _cost(_text(unit, 2 * size), 5)
+    # Measured again before judging, the least of a few, twice if need be: on a machine
+    # shared with other test processes a busy second can hide in five samples.
+    for _ in range(2):
+        if large / max(small, 1e-6) < 2.5:
+            break
+        small = min(small, _cost(_text(unit, size), 5))
+        large = min(large, _cost(_text(unit, 2 * size), 5))
     assert large / max(small, 1e-6) < 3, (unit, size, large / max(small, 1e-6))
     return large / (2 * size)
 
