@@ -1275,6 +1275,7 @@ class JwkRule:
 
     name = "jwk-private-key"
     literal = "kty"
+    gate = ":"  # every member it replaces follows a ':' (one memchr before the word's search)
     marker = MARKER.format(rule="jwk-private-key")
 
     def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
@@ -1619,8 +1620,8 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         for name, literal, pattern in (
             ("linear", "lin_api_", r"lin_api_[A-Za-z0-9]{40}(?![A-Za-z0-9])"),
             ("postman", "PMAK-", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
-            ("shopify", "shp", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
-            ("sentry", "sntry", r"sntry[su]_[A-Za-z0-9+/=_]{40,400}"),
+            ("shopify", ("shpat_", "shpca_", "shppa_", "shpss_"), r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),
+            ("sentry", ("sntrys_", "sntryu_"), r"sntry[su]_[A-Za-z0-9+/=_]{40,400}"),
             ("planetscale", "pscale_", r"pscale_(?:tkn|pw|oauth)_[A-Za-z0-9=_.\-]{32,64}"),
             ("doppler", "dp.", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}"),
             ("new-relic", "NR", r"NR(?:AK|AA|II|JS)-[A-Za-z0-9]{19,32}"),
@@ -1650,9 +1651,10 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             ("render", "rnd_", r"rnd_[A-Za-z0-9]{32}"),
             ("supabase", "sbp_", r"sbp_[a-f0-9]{40}"),
             ("notion", ("ntn_", "secret_"), r"(?:ntn_[A-Za-z0-9]{46}|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))"),
-            ("airtable", "pat", r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"),
         )
     ),
+    # Its literal holds no punctuation to test first; every match holds a '.'.
+    ValueRule("airtable", "pat", re.compile(_B + r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"), long=True, gate="."),
     # A private key in base64 (a kubeconfig's client-key-data, a Kubernetes Secret's
     # tls.key): "LS0tLS1CRUdJTi" is "-----BEGIN" encoded. Certificates encode alike, so
     # the start is decoded: only a PRIVATE KEY goes.
@@ -1803,6 +1805,19 @@ def _gate(literal: str) -> str:
     return literal
 
 
+def _long_gate(literal: str) -> str:
+    """The gate of a long token's literal: a single character where it can (a character is
+    found by ``memchr``, a word by a slower search), preferring the ones prose rarely
+    holds: a punctuation mark, then a capital letter or a digit."""
+    for gate in ("_", "-", ".", "~"):
+        if gate in literal:
+            return gate
+    for char in literal:
+        if char.isupper() or char.isdigit():
+            return char
+    return literal
+
+
 class Redactor:
     """Replaces secrets in any JSON-like value; counts what each rule replaced.
 
@@ -1845,8 +1860,9 @@ class Redactor:
                 self._always.add(rule)
                 continue
             for literal in literals:
-                gate = getattr(rule, "gate", None) or _gate(literal)
-                into = long_gates if getattr(rule, "long", False) else gates
+                long = getattr(rule, "long", False)
+                gate = getattr(rule, "gate", None) or (_long_gate if long else _gate)(literal)
+                into = long_gates if long else gates
                 into.setdefault(gate, {}).setdefault(literal, []).append(rule)
         self._gates = [(gate, list(items.items())) for gate, items in gates.items()]
         self._long_gates = [(gate, list(items.items())) for gate, items in long_gates.items()]
@@ -1862,6 +1878,19 @@ class Redactor:
         ]
         self._unfolded_always = self._always.difference(folded)
         self._folded_gate = tuple(folded_literals) if folded and all(folded_literals) else None
+        # Rules run in list order, but only those a string calls for: a string walks the
+        # few rules its gates named, not all eighty (the walk itself cost more than the
+        # substring tests once the rule list doubled).
+        self._position = {rule: i for i, rule in enumerate(self.rules)}
+        self._folded_by_literal = (
+            tuple(
+                (lit, rule)
+                for rule in folded
+                for lit in ((rule.literal,) if isinstance(rule.literal, str) else rule.literal)
+            )
+            if self._folded_gate is not None
+            else None
+        )
         self.rule_names = frozenset(
             {rule.name for rule in self.rule_set}
             | {_SECRET_KEY_RULE, _NAME_VALUE_RULE, "truncated", LONE_SURROGATE}
@@ -1975,7 +2004,11 @@ class Redactor:
 
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
         counts = counts if counts is not None else Counter()
-        text = self._redact_visible(text, counts)
+        # Plain ASCII without a backslash (most strings) hides nothing: straight to the rules.
+        if text.isascii() and "\\" not in text:
+            text = self._redact_shapes(text, counts)
+        else:
+            text = self._redact_visible(text, counts)
         if self.max_length is not None and len(text) > self.max_length and not self._already_cut(text):
             removed = len(text) - self.max_length
             text = text[: self.max_length] + self.truncation_marker.format(removed=removed)
@@ -2011,7 +2044,8 @@ class Redactor:
         not see, the string is stored as the second pass left it (without those
         characters); otherwise as the first pass left it, unchanged but for what it
         replaced."""
-        hidden = (
+        # Plain ASCII without a backslash (most text) hides nothing: two tests in C.
+        hidden = (not text.isascii() or "\\" in text) and (
             ((not text.isascii() or "\\u" in text) and _INVISIBLE_IN_WORD.search(text) is not None)
             or ("\\_" in text and _ESCAPED_UNDERSCORE.search(text) is not None)
             or ("\\u" in text and _ESCAPED_LOOKALIKE.search(text) is not None)
@@ -2044,33 +2078,50 @@ class Redactor:
                         if wanted is None:
                             wanted = set()
                         wanted.update(rules)
-        if self._long_gates and _LONG_RUN.search(text) is not None:
+        # A long token's literals are looked for first (substring tests), and the run of
+        # 20 token characters (a regex scan) only when one is there: most strings are
+        # short or hold none of them.
+        if self._long_gates and len(text) >= 20:
+            long_wanted = None
             for gate, items in self._long_gates:
                 if gate in text:
                     for literal, rules in items:
                         if literal in text:
-                            if wanted is None:
-                                wanted = set()
-                            wanted.update(rules)
-        if (
-            wanted is not None
-            or self._unfolded_always
-            or (
-                self._always
-                and (self._folded_gate is None or any(map(text.lower().__contains__, self._folded_gate)))
-            )
-        ):
-            lowered = None  # for the rules matched in any case: lowercased once, not per rule
-            for rule in self.rules:
+                            if long_wanted is None:
+                                long_wanted = []
+                            long_wanted.extend(rules)
+            if long_wanted is not None and _LONG_RUN.search(text) is not None:
+                if wanted is None:
+                    wanted = set()
+                wanted.update(long_wanted)
+        unchanged = text  # the pair stage reuses ``lowered`` while the text is this one
+        lowered = None
+        if self._folded_by_literal is None:
+            run: Iterable[Rule] = self.rules  # a folded rule without a literal: every rule is tried
+        else:
+            lowered = text.lower()
+            for literal, rule in self._folded_by_literal:
+                if literal in lowered:
+                    if wanted is None:
+                        wanted = set()
+                    wanted.add(rule)
+            if self._unfolded_always:
+                wanted = self._unfolded_always.union(wanted or ())
+            run = sorted(wanted, key=self._position.__getitem__) if wanted else ()
+        if run:
+            folded = lowered  # for the rules matched in any case: lowercased once, not per rule
+            for rule in run:
                 if isinstance(rule, FoldedValueRule):
-                    if lowered is None:
-                        lowered = text.lower()
-                    if rule.present(text, lowered):
+                    if folded is None:
+                        folded = text.lower()
+                    if rule.present(text, folded):
                         cleaned = ValueRule.apply(rule, text, counts, self.extra_keys)
                         if cleaned != text:
-                            text, lowered = cleaned, None
+                            text, folded = cleaned, None
                 elif rule in self._always or (wanted is not None and rule in wanted):
-                    text = rule.apply(text, counts, self.extra_keys)
+                    cleaned = rule.apply(text, counts, self.extra_keys)
+                    if cleaned != text:
+                        text, folded = cleaned, None
         # Every pair rule needs a separator, a flag's dash, a quote, a tag or "set NAME
         # VALUE" in its text, and a name hint or a tool's name (written out rather than
         # looped over: this runs for every string; a test keeps the lists in step).
@@ -2088,7 +2139,8 @@ class Redactor:
             or "＝" in text
             or "\n" in text
         ):
-            lowered = _lowered(text)
+            if lowered is None or text is not unchanged or not lowered.isascii():
+                lowered = _lowered(text)
             hinted = (
                 "pass" in lowered
                 or "pwd" in lowered
