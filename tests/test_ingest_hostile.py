@@ -405,6 +405,16 @@ def test_nesting_too_deep_for_the_json_parser_names_the_limit(ingest):
     response = ingest(body(native(metrics="DEEP-5000")))
     assert response.status_code == 400
     assert "nested deeper than 64 levels" in response.json()["error"]
+    # Too deep for the parser wherever it is called from, the answer still names the field.
+    assert first_error(response)["path"] == "$.metrics" + "[0]" * 63
+
+
+def test_a_body_too_deep_to_parse_names_the_deep_field_under_keys_and_indexes(ingest):
+    deep = '{"z": ' * 3000 + "1" + "}" * 3000
+    text = body(native(metadata={"a b": [1, {'k"x': "DEEP"}]})).replace('"DEEP"', deep)
+    response = ingest(text)
+    assert response.status_code == 400
+    assert first_error(response)["path"] == '$.metadata.a b[1].k"x' + ".z" * 60
 
 
 def test_an_unknown_api_url_answers_json_404(client, auth_headers):

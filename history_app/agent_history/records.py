@@ -367,6 +367,50 @@ def json_text_depth(text: str, *, balanced: bool = False) -> int:
     return deepest
 
 
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
+
+
+def json_text_deep_path(text: str, path: str = "$", *, max_depth: int = MAX_DEPTH) -> str | None:
+    """The path of the first object or array nested deeper than ``max_depth`` levels in
+    JSON ``text`` (the outermost value is the first level), named as ``structure_errors``
+    names it, found in one pass over the tokens without parsing or recursion: for a text
+    too deep for Python's parser, whose limit depends on its caller's stack, the answer
+    still names the field. None when nothing is that deep."""
+    stack: list[list] = []  # [bracket, path of the container, key or index, expecting a key]
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        top = stack[-1] if stack else None
+        if token in "[{":
+            if top is None:
+                where = path
+            elif top[0] == "[":
+                where = f"{top[1]}[{top[2]}]"
+            else:
+                where = f"{top[1]}.{top[2]}"
+            if len(stack) + 1 > max_depth:
+                return where
+            stack.append([token, where, 0 if token == "[" else "", token == "{"])
+        elif token in "]}":
+            if stack:
+                stack.pop()
+        elif token == ",":
+            if top is not None:
+                if top[0] == "[":
+                    top[2] += 1
+                else:
+                    top[3] = True
+        elif token == ":":
+            if top is not None:
+                top[3] = False
+        elif top is not None and top[0] == "{" and top[3]:
+            try:
+                key = json.loads(token)
+            except ValueError:
+                key = token[1:-1]
+            top[2] = _UNSTORABLE.sub(chr(0xFFFD), str(key))
+    return None
+
+
 def structure_errors(value: Any, path: str = "$", *, max_depth: int = MAX_DEPTH) -> list[tuple[str, str]]:
     """``(path, message)`` for the first value nested deeper than ``max_depth`` levels of
     objects and arrays (``value`` itself is the first level) and for every number that is

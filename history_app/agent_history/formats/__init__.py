@@ -11,7 +11,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import MAX_DEPTH, RecordError, Run, checked_payload, count_lone_surrogates, structure_errors
+from ..records import (
+    MAX_DEPTH,
+    RecordError,
+    Run,
+    checked_payload,
+    count_lone_surrogates,
+    json_text_deep_path,
+    structure_errors,
+)
 from . import agno, agno_go, autourgos, cot, native
 
 # name -> (detector, parser); detection tries them in this order.
@@ -84,8 +92,11 @@ def _loads(text: str, path: str, max_depth: int) -> Any:
     except json.JSONDecodeError as exc:
         raise BodyError(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path) from None
     except RecursionError:
+        # Too deep for the parser from here (how deep it can go depends on the caller's
+        # stack): name the field that is too deep, as the depth check of a parsed body does.
+        deep = json_text_deep_path(text, path, max_depth=max_depth)
         raise BodyError(
-            f"invalid JSON: nested deeper than {max_depth} levels of objects and arrays", path
+            f"invalid JSON: nested deeper than {max_depth} levels of objects and arrays", deep or path
         ) from None
     except ValueError as exc:
         raise BodyError(f"invalid JSON: {exc}", path) from None
