@@ -18,9 +18,12 @@ from django.urls import path
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from . import annotations as annotation_store
-from . import audit, ingestion, models, retention
-from .templatetags.history_tags import money
+from history_app import models
+from history_app.access import audit
+from history_app.intake import ingestion
+from history_app.templatetags.history_tags import money
+from history_app.upkeep import annotations as annotation_store
+from history_app.upkeep import retention
 
 COUNT_CAP = 10_000
 

@@ -21,8 +21,8 @@ from django.template import loader
 from django.urls import Resolver404
 from django.views import defaults
 
-from .auth import error_response
-from .ingestion import is_transient
+from history_app.access.auth import error_response
+from history_app.intake.ingestion import is_transient
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def unavailable_json(message: str = "temporary database failure; send the reques
 def database_unavailable(request: HttpRequest) -> HttpResponseBase:
     """503 with ``Retry-After`` in the shape of the endpoint ``request`` went to."""
     if request.path == OTLP_PATH:
-        from . import traces  # it imports the API's helpers, which import this module
+        from history_app.intake import traces
 
         return traces.unavailable(request)
     if _is_api(request):

@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
-from .agent_history.records import CONTEXT_KINDS, CONTEXT_TARGETS, RUN_KINDS, RUN_STATUSES
+from history_app.agent_history.records import CONTEXT_KINDS, CONTEXT_TARGETS, RUN_KINDS, RUN_STATUSES
 
 
 def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -159,7 +159,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "csp.context_processors.nonce",
-                "history_app.access.context",
+                "history_app.access.roles.context",
             ],
         },
     },
@@ -251,7 +251,7 @@ AXES_FAILURE_LIMIT = env_int("HISTORY_LOGIN_FAILURE_LIMIT", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("HISTORY_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "history_app.lockout.locked_out"
+AXES_LOCKOUT_CALLABLE = "history_app.access.lockout.locked_out"
 AXES_VERBOSE = False
 
 LOGIN_URL = "/accounts/login/"
@@ -329,7 +329,7 @@ HISTORY_OTLP_MAX_ELEMENTS = env_int("HISTORY_OTLP_MAX_ELEMENTS", 500_000, minimu
 # a trace that never ends would make every request slower than the one before.
 HISTORY_OTLP_MAX_TRACE_SPANS = env_int("HISTORY_OTLP_MAX_TRACE_SPANS", 20_000, minimum=1)
 # Rendering one text as Markdown may take this long; a text that would take longer is
-# shown escaped, as preformatted text under a note (history_app/rendering.py).
+# shown escaped, as preformatted text under a note (history_app/reading/rendering.py).
 HISTORY_MARKDOWN_BUDGET_MS = env_int("HISTORY_MARKDOWN_BUDGET_MS", 500, minimum=0)
 # Levels of objects/arrays in an ingested item (400 above). Capped well below Python's
 # recursion limit, which the code that copies, redacts and shows values relies on.

@@ -3,7 +3,9 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path, register_converter
 
-from . import api, project_pages, traces, views
+from history_app.access import project_pages
+from history_app.intake import api, traces
+from history_app.reading import views
 
 
 class IdConverter:

@@ -88,7 +88,7 @@ def chromium():
 
 @pytest.fixture
 def token(db):
-    from history_app.auth import register_token
+    from history_app.access.auth import register_token
 
     register_token(name="suite", token=TOKEN, scopes=["ingest", "read"])
     return TOKEN

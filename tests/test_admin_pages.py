@@ -9,9 +9,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from history_app import annotations as annotation_store
-from history_app import audit, ingestion, models, retention
-from history_app.auth import register_token
+from history_app import models
+from history_app.access import audit
+from history_app.access.auth import register_token
+from history_app.intake import ingestion
+from history_app.upkeep import annotations as annotation_store
+from history_app.upkeep import retention
 
 from .conftest import native
 

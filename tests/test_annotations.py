@@ -12,8 +12,10 @@ import pytest
 from django.db import connection
 from django.test import Client, override_settings
 
-from history_app import ingestion, models, retention
-from history_app.auth import register_token
+from history_app import models
+from history_app.access.auth import register_token
+from history_app.intake import ingestion
+from history_app.upkeep import retention
 
 from .conftest import native
 
@@ -444,7 +446,7 @@ def test_deleting_in_the_admin_keeps_the_counts(run, evaluator, admin_client):
 
 
 def test_scores_leave_the_rollup_with_their_pruned_runs_and_follow_redaction(run, evaluator, ingest):
-    from history_app import reredact
+    from history_app.upkeep import reredact
 
     post(Client(), [{"kind": "score", "name": "correct", "value": 1}], evaluator)
     # A score stored under older rules: its category and its run's agent held a secret.
@@ -458,7 +460,7 @@ def test_scores_leave_the_rollup_with_their_pruned_runs_and_follow_redaction(run
         day=models.Annotation.objects.get().day,
         author="old",
     )
-    from history_app import rollups
+    from history_app.store import rollups
 
     rollups.count_scores(models.Annotation.objects.filter(name="leak"), 1)
     assert reredact.redact_stored().changed["annotations"] == 1
@@ -622,7 +624,7 @@ def test_deleting_audits_what_the_annotation_said_under_the_current_rules(run, a
 
 
 def test_a_run_moved_while_it_is_scored_is_counted_in_its_new_session(ingest, evaluator):
-    from history_app import annotations as annotation_store
+    from history_app.upkeep import annotations as annotation_store
 
     ingest(native("r", "s1"))
     ingest(native("other", "s2"))
@@ -672,8 +674,8 @@ def test_writing_and_taking_back_at_once_never_deadlocks_nor_counts_twice(ingest
     """PostgreSQL: the same annotation taken back twice at once is counted off once (and
     audited once); a score written while another of the session is taken back, and a run
     pruned while it is scored, each leave the counts equal to a recount."""
-    from history_app import annotations as annotation_store
-    from history_app import rollups
+    from history_app.store import rollups
+    from history_app.upkeep import annotations as annotation_store
 
     for n in range(3):
         ingest(native(f"r{n}", "s"))

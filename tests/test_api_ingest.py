@@ -8,7 +8,8 @@ import pytest
 from django.db import DatabaseError
 from django.test import override_settings
 
-from history_app import bulk, ingestion, models
+from history_app import models
+from history_app.intake import bulk, ingestion
 from history_app.models import IngestToken
 
 from .conftest import autourgos_logs, database_dump, load_jsonl, native

@@ -9,7 +9,8 @@ import json
 import pytest
 from django.core.management import call_command
 
-from history_app import models, retention
+from history_app import models
+from history_app.upkeep import retention
 
 from .conftest import native
 

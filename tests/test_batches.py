@@ -21,7 +21,8 @@ import pytest
 from django.db import OperationalError, close_old_connections, connection
 from django.utils import timezone
 
-from history_app import ingestion, models
+from history_app import models
+from history_app.intake import ingestion
 
 from .conftest import TOKEN, native
 
@@ -228,7 +229,7 @@ def gunicorn(tmp_path_factory):
         "HISTORY_MAX_BODY_BYTES": str(2**21),
         "HISTORY_INGEST_TOKEN": TOKEN,
     }
-    setup = "import django; django.setup(); from history_app.auth import register_token; "
+    setup = "import django; django.setup(); from history_app.access.auth import register_token; "
     setup += f"register_token(name='suite', token={TOKEN!r})"
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     subprocess.run([sys.executable, "-c", setup], cwd=ROOT, env=env, check=True)

@@ -601,7 +601,7 @@ def test_team_and_members_posted_at_once_are_all_settled(live_server, token, tmp
 SETTLE_WRITER = """
 import json, sys, time, django
 django.setup()
-from history_app import ingestion
+from history_app.intake import ingestion
 worker, folder = int(sys.argv[1]), sys.argv[2]
 rounds = json.load(open(folder + "/rounds.json"))
 for payloads in rounds:

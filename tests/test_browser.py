@@ -13,8 +13,9 @@ from urllib.parse import urlencode, urlparse
 
 import pytest
 
-from history_app import ingestion, models
+from history_app import models
 from history_app.agent_history import parse
+from history_app.intake import ingestion
 
 from .conftest import AUTOURGOS, load_jsonl, native
 

@@ -11,7 +11,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from history_app import ingestion, models
+from history_app import models
+from history_app.intake import ingestion
 
 from .conftest import native
 from .test_browser import load_demo, log_in, open_page

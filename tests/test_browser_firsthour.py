@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from history_app import ingestion, models
+from history_app import models
+from history_app.intake import ingestion
 
 from .conftest import native
 from .test_browser import launch, load_demo, log_in, open_page, sync_api
@@ -204,7 +205,7 @@ def test_no_word_breaks_in_the_middle_at_desktop_width(page, live_server, django
 def test_stats_scores_numbers_and_charts_at_each_width(page, live_server, django_user_model):
     from django.core.management import call_command
 
-    from history_app import annotations as annotation_store
+    from history_app.upkeep import annotations as annotation_store
 
     call_command("quickstart", "--no-serve", stdout=__import__("io").StringIO())
     run = models.Run.objects.get(run_id="demo-wf-run-3")

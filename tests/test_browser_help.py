@@ -8,7 +8,7 @@ from urllib.parse import urldefrag, urlparse
 
 import pytest
 
-from history_app import help
+from history_app.reading import help
 
 from .test_browser import launch, open_page, shot, sync_api
 

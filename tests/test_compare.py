@@ -12,8 +12,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from history_app import ingestion, models
-from history_app.auth import register_token
+from history_app import models
+from history_app.access.auth import register_token
+from history_app.intake import ingestion
 
 from .conftest import native
 

@@ -15,8 +15,9 @@ import os
 
 import pytest
 
-from history_app import mapper, models
+from history_app import models
 from history_app.agent_history import messages as wire
+from history_app.store import mapper
 
 from . import conformance, fake_openai
 from .test_otlp_live import provider

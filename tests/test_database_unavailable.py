@@ -17,7 +17,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test import Client
 
-from history_app import ingestion
+from history_app.intake import ingestion
 
 from .conftest import TOKEN, native
 from .otlp_spans import request, span

@@ -17,7 +17,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
 
-from history_app import models, retention
+from history_app import models
+from history_app.upkeep import retention
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""Bounded line diffs: the inspector's and the compare page's (``history_app.diffs``)."""
+"""Bounded line diffs: the inspector's and the compare page's (``history_app.reading.diffs``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from history_app import diffs
+from history_app.reading import diffs
 
 from .conftest import native
 

@@ -329,7 +329,7 @@ def test_the_opentelemetry_set_ups_run_against_a_live_server(after_quickstart):
 
 
 def test_the_format_samples_are_accepted(client):
-    from history_app.auth import register_token
+    from history_app.access.auth import register_token
 
     register_token(name="samples", token="aht_samples-token-0001", scopes=["ingest"])
     text = (DOCS / "ingestion.md").read_text(encoding="utf-8")

@@ -14,7 +14,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from history_app import models, retention
+from history_app import models
+from history_app.upkeep import retention
 
 from .conftest import native
 
@@ -199,7 +200,7 @@ def test_the_readme_ingest_example_creates_a_run_after_a_fresh_quickstart(client
     shows, ``created``, on a fresh quickstart: the demo's copy of that sample, moved in
     time, is a run of its own, not the same run."""
     call_command("quickstart", "--no-serve", stdout=io.StringIO(), stderr=io.StringIO())
-    from history_app.auth import register_token
+    from history_app.access.auth import register_token
 
     register_token(name="readme", token="aht_readme-example-token-0123456789", scopes=["ingest"])
     text = (ROOT / "README.md").read_text()

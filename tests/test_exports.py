@@ -126,7 +126,8 @@ def test_exports_name_ids_outside_latin_1_with_rfc_6266_filename_star(alice_clie
 
 
 def test_the_offline_file_uses_the_kept_answers_and_bounds_new_rendering(alice_client, ingest, monkeypatch):
-    from history_app import models, transcripts, views
+    from history_app import models
+    from history_app.reading import transcripts, views
 
     assert (
         ingest([native(f"e{n}", "s-export", output=f"**answer {n}**") for n in range(5)]).status_code == 200

@@ -9,7 +9,8 @@ import re
 import pytest
 from django.db import connection
 
-from history_app import models, present
+from history_app import models
+from history_app.reading import present
 
 from .conftest import native
 

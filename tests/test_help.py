@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from history_app import help
+from history_app.reading import help
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,8 @@ import re
 import pytest
 from django.test import Client
 
-from history_app import ingestion, models
+from history_app import models
+from history_app.intake import ingestion
 
 from .conftest import native
 
@@ -460,7 +461,7 @@ def test_pages_outside_the_api_keep_their_html_errors(alice_client, monkeypatch)
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("history_app.views.listing.sessions_page", broken)
+    monkeypatch.setattr("history_app.reading.views.listing.sessions_page", broken)
     alice_client.raise_request_exception = False
     failed = alice_client.get("/p/default/")
     assert failed.status_code == 500

@@ -14,8 +14,9 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from history_app import models, paging, timeline
-from history_app.auth import register_token
+from history_app import models
+from history_app.access.auth import register_token
+from history_app.reading import paging, timeline
 
 from .conftest import native
 

@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from history_app import listing
+from history_app.reading import listing
 from history_app.templatetags.history_tags import ago
 
 from .conftest import native

@@ -1,5 +1,5 @@
 """Writers' locks do not grow with a request (issue #30, item 4): a request of thousands
-of new traces or sessions takes a fixed number of advisory locks (``history_app.locks``),
+of new traces or sessions takes a fixed number of advisory locks (``history_app.store.locks``),
 and concurrent requests writing the same new sessions and traces stay correct."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from django.db import close_old_connections, connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from history_app import ingestion, locks, models, traces
+from history_app import models
+from history_app.intake import ingestion, traces
+from history_app.store import locks
 
 from .conftest import TOKEN, native
 from .otlp_spans import genai_agent_trace, request, span
@@ -129,7 +131,7 @@ def test_concurrent_otlp_requests_with_spans_of_the_same_new_traces_assemble_all
     waits inside the transaction (as a slow one would): the second to lock the traces'
     slots sees the first's spans, so every run has both model calls. The traces are
     chosen to fall in the same slot and in different ones."""
-    from history_app.auth import register_token
+    from history_app.access.auth import register_token
 
     register_token(name="suite", token=TOKEN, scopes=["ingest", "read"])
     real_write = traces._write

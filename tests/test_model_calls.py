@@ -11,9 +11,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from history_app import models, pricing, rollups
+from history_app import models
 from history_app.agent_history import records, usage
 from history_app.agent_history.formats import agno
+from history_app.intake import pricing
+from history_app.store import rollups
 
 from .conftest import FIXTURES, native
 
@@ -325,7 +327,7 @@ def test_stats_show_cost_tokens_per_model_and_agent_and_latency(alice_client, in
 
 
 def test_usage_rollups_follow_rewrites_and_prunes(ingest):
-    from history_app import retention
+    from history_app.upkeep import retention
 
     assert ingest([_run()]).status_code == 200
     assert models.DailyUsage.objects.get().calls == 1

@@ -25,7 +25,7 @@ AGENT = "a0" * 8
 
 def kept() -> dict[str, dict]:
     """Every span kept, by span id (the latest copy)."""
-    from history_app import traces
+    from history_app.intake import traces
 
     found = {}
     for project_id in models.SpanBatch.objects.values_list("project_id", flat=True).distinct():
@@ -535,7 +535,7 @@ def test_deep_values_and_cycles_do_not_break_the_server(client, auth_headers):
 
 
 def test_retention_takes_a_trace_s_spans_with_its_session(client, auth_headers):
-    from history_app import retention
+    from history_app.upkeep import retention
 
     post(client, auth_headers, request(*genai_agent_trace(T1)))
     assert models.SpanBatch.objects.get(session__session_id="conv-1").span_count == 4
@@ -802,7 +802,7 @@ def test_a_tiny_protobuf_of_many_empty_spans_is_refused_before_it_is_read(client
 def test_spans_another_request_kept_meanwhile_are_assembled_too(client, auth_headers, monkeypatch):
     """The request plans outside its transaction; spans of the same trace another request
     stored since it read them are found under the lock, and the trace planned again."""
-    from history_app import traces
+    from history_app.intake import traces
 
     chat1, tool, chat2, root = genai_agent_trace(T1)
     real_plan, calls = traces._plan, []
@@ -980,7 +980,7 @@ def _field(tag: int, payload: bytes) -> bytes:
 
 def _refused_before_decoding(monkeypatch):
     """Decoding fails the test: what is refused must be refused by counting alone."""
-    from history_app import traces
+    from history_app.intake import traces
 
     def no_decoding(body):
         raise AssertionError("the body was decoded")
@@ -1062,7 +1062,7 @@ def test_a_large_trace_is_not_assembled_again_for_each_few_spans(client, auth_he
     """Assembling a trace costs all its spans: a request adding a few to a large trace
     keeps them, and the trace is assembled again once an eighth of it is new, or its root
     arrives; a request changing nothing assembles nothing."""
-    from history_app import traces
+    from history_app.intake import traces
 
     monkeypatch.setattr(traces, "ASSEMBLE_ALWAYS", 10)
     assembled = []

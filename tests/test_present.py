@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from history_app import present
+from history_app.reading import present
 
 pytestmark = pytest.mark.django_db
 

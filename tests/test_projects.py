@@ -21,7 +21,7 @@ from django.contrib import admin
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from history_app import models
-from history_app.auth import register_token
+from history_app.access.auth import register_token
 
 from .conftest import native
 

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from history_app import ingestion, models, retention
+from history_app import models
 from history_app.agent_history import blocks
 from history_app.agent_history.context import (
     TEAM_FOOTER,
@@ -25,6 +25,8 @@ from history_app.agent_history.context import (
     render_team_history,
     render_workflow_history,
 )
+from history_app.intake import ingestion
+from history_app.upkeep import retention
 
 from .conftest import examples, native
 

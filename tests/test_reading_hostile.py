@@ -15,8 +15,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test.utils import CaptureQueriesContext
 
-from history_app import listing, mapper, models
+from history_app import models
 from history_app.agent_history.formats.autourgos import render_autourgos_markdown
+from history_app.reading import listing
+from history_app.store import mapper
 
 from .conftest import autourgos_logs, native
 

@@ -8,10 +8,13 @@ import json
 import pytest
 from django.core.management import call_command
 
-from history_app import ingestion, models, reredact, search
+from history_app import models
 from history_app.agent_history import formats
 from history_app.agent_history.records import RecordError
-from history_app.rendering import render_markdown
+from history_app.intake import ingestion
+from history_app.reading.rendering import render_markdown
+from history_app.store import search
+from history_app.upkeep import reredact
 
 from .conftest import database_dump, load_jsonl, native
 

@@ -10,7 +10,8 @@ import sys
 import pytest
 from django.db import connection
 
-from history_app import models, rendering, transcripts
+from history_app import models
+from history_app.reading import rendering, transcripts
 
 from .conftest import native
 

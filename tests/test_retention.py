@@ -9,7 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from history_app import models, retention
+from history_app import models
+from history_app.upkeep import retention
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from history_app import models, retention
+from history_app import models
+from history_app.upkeep import retention
 
 pytestmark = pytest.mark.django_db
 
@@ -254,7 +255,7 @@ def test_the_previews_make_the_same_queries_however_many_sessions_would_go(
 
 
 def test_the_admin_preview_merges_the_projects_oldest_first(sessions, client, admin_client):
-    from history_app.auth import register_token
+    from history_app.access.auth import register_token
 
     beta = models.Project.objects.create(slug="beta", name="Beta")
     token = "aht_beta-ingest-0123456789abcdefgh"

@@ -22,10 +22,13 @@ from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from history_app import ingestion, mapper, models, retention, rollups, search
+from history_app import models
 from history_app.agent_history import formats
 from history_app.agent_history.records import RecordError
 from history_app.benchmarks import shape
+from history_app.intake import ingestion
+from history_app.store import mapper, rollups, search
+from history_app.upkeep import retention
 
 from .conftest import examples, load_jsonl, native
 from .test_ingest_property import SAMPLES, SURROGATES
@@ -341,7 +344,7 @@ def test_a_broad_search_lists_what_gathering_every_match_lists(ingest, monkeypat
     """The broad plan (SQLite: candidates in list order, a range read of the index) gives
     the same pages, cursor after cursor, as filtering by every match; also after growing
     its candidates several times, after giving up on them, and for a narrow word."""
-    from history_app import listing
+    from history_app.reading import listing
 
     rng = random.Random(sort)
     body = []
@@ -451,7 +454,7 @@ def test_an_empty_tool_error_is_counted_the_same_when_added_and_taken_off(ingest
 
     from django.utils import timezone
 
-    from history_app import stats
+    from history_app.reading import stats
 
     def run(run_id, session, days_ago, tool_error, **fields):
         started = (timezone.now() - timedelta(days=days_ago)).isoformat()

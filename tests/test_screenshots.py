@@ -11,8 +11,8 @@ import re
 import pytest
 from django.core.management import call_command
 
-from history_app import annotations as annotation_store
 from history_app import models
+from history_app.upkeep import annotations as annotation_store
 
 from .test_browser import OUTPUT, launch, open_page, sync_api
 

@@ -8,7 +8,9 @@ import re
 import pytest
 from django.db import connection
 
-from history_app import models, retention, search
+from history_app import models
+from history_app.store import search
+from history_app.upkeep import retention
 
 from .conftest import native
 

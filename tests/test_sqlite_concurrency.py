@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WRITER = """
 import os, sys, django
 django.setup()
-from history_app import ingestion
+from history_app.intake import ingestion
 worker = int(sys.argv[1])
 errors = 0
 for i in range(40):

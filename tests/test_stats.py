@@ -116,7 +116,7 @@ def test_a_large_window_reads_its_percentiles_from_the_rollup(
 ):
     """Past EXACT_DURATIONS timed runs the durations are not read: p50 and p95 come from the
     latency buckets, within 5 % of the exact figures, and the page marks them."""
-    from history_app import stats as stats_module
+    from history_app.reading import stats as stats_module
 
     runs = [run(f"w{i}", i % 3, duration_s=1 + i) for i in range(40)]
     assert ingest(runs).status_code == 200

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from history_app import models
-from history_app.auth import register_token
+from history_app.access.auth import register_token
 
 from .conftest import native
 from .otlp_spans import genai_agent_trace, request

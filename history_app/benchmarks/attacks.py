@@ -324,7 +324,7 @@ def run_one(name: str) -> dict:
     django.setup()
     from django.test import Client
 
-    from history_app.auth import register_token
+    from history_app.access.auth import register_token
 
     register_token(name="bench", token=TOKEN, scopes=["ingest", "read"])
     client = Client()

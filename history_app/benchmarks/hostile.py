@@ -52,7 +52,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .shape import run_dict
+from history_app.benchmarks.shape import run_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {
@@ -650,7 +650,7 @@ def run_config(name: str, port: int, workdir: Path, args) -> None:
 def db_task(task: str, prefix: str) -> None:
     """Run inside a child process with a server's environment."""
     if task == "empty":
-        from .prune import empty_history_tables, setup_django
+        from history_app.benchmarks.prune import empty_history_tables, setup_django
 
         setup_django()
         empty_history_tables()
@@ -694,7 +694,7 @@ def chosen_configs(text: str) -> list[str]:
 def main() -> None:
     if "--attacks" in sys.argv[1:]:
         # The cost of each small hostile request, one process each (``attacks.py``).
-        from . import attacks
+        from history_app.benchmarks import attacks
 
         attacks.main([arg for arg in sys.argv[1:] if arg != "--attacks"])
         return

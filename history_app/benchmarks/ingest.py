@@ -31,8 +31,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import raw_sqlite, shape
-from .hostile import Server, _servers, stop_all
+from history_app.benchmarks import raw_sqlite, shape
+from history_app.benchmarks.hostile import Server, _servers, stop_all
 
 CONFIGS = {"sqlite": "gunicorn-sqlite-url", "pg": "gunicorn-pg"}
 

@@ -39,9 +39,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from . import shape
-from .hostile import Server, _servers, stop_all
-from .ingest import CONFIGS, runs_for
+from history_app.benchmarks import shape
+from history_app.benchmarks.hostile import Server, _servers, stop_all
+from history_app.benchmarks.ingest import CONFIGS, runs_for
 
 SPANS_PER_RUN = 16
 
@@ -313,7 +313,8 @@ def db_task(prefix: str) -> None:
     import django
 
     django.setup()
-    from history_app import models, traces
+    from history_app import models
+    from history_app.intake import traces
 
     trace_ids = list(
         models.SpanBatch.objects.filter(trace_id__startswith=prefix)

@@ -49,7 +49,7 @@ def _fast_text() -> object:
     random word boundary (drawing every word anew took half the fill's time)."""
     import random
 
-    from . import shape
+    from history_app.benchmarks import shape
 
     pool = shape._text(random.Random(7), 4_000_000)
 
@@ -63,10 +63,10 @@ def _fast_text() -> object:
 def _batch(args: tuple[int, int, object, int]) -> tuple[list, dict, object, list]:
     """A batch's rows, built in the producer process: (new runs, sessions' rows by id,
     daily counts, (session id, tool) pairs)."""
-    from history_app import bulk, mapper, pricing, rollups
     from history_app.agent_history.records import Run
-
-    from . import shape
+    from history_app.benchmarks import shape
+    from history_app.intake import bulk, pricing
+    from history_app.store import mapper, rollups
 
     start, end, t0, _project = args
     records = []
@@ -101,8 +101,7 @@ def fill(runs: int, *, batch: int = 2000, workers: int = 0) -> float:
     from django.utils import timezone
 
     from history_app import models
-
-    from . import shape
+    from history_app.benchmarks import shape
 
     shape._text = _fast_text()
     project_id = models.Project.default().pk  # the pages measured are the default project's
@@ -163,7 +162,8 @@ def annotate() -> int:
     as ``annotations.add`` does. How many were written (none when the fill has them)."""
     from django.db import transaction
 
-    from history_app import models, rollups
+    from history_app import models
+    from history_app.store import rollups
 
     if models.SessionScore.objects.exists():
         return 0
@@ -217,7 +217,8 @@ def _annotated_sessions() -> None:
     runs on PostgreSQL)."""
     from django.db import connection, transaction
 
-    from history_app import models, rollups
+    from history_app import models
+    from history_app.store import rollups
 
     facets = rollups.ANNOTATION_FACETS_SQL.format(where="1 = 1")
     session, annotation, run = (m._meta.db_table for m in (models.Session, models.Annotation, models.Run))
@@ -284,7 +285,9 @@ def _write(new: list, sessions: dict, deltas: object, pairs: list, project_id: i
     from django.db import transaction
     from django.utils import timezone
 
-    from history_app import bulk, models, rollups
+    from history_app import models
+    from history_app.intake import bulk
+    from history_app.store import rollups
 
     with transaction.atomic():
         existing = set(
@@ -332,14 +335,14 @@ def _session(session_id: str, runs: list):
 
 
 def _empty() -> None:
-    from .prune import empty_history_tables
+    from history_app.benchmarks.prune import empty_history_tables
 
     empty_history_tables()
 
 
 def pages(runs: int) -> list[tuple[str, str]]:
     """(label, URL) of every page and JSON twin measured."""
-    from . import shape
+    from history_app.benchmarks import shape
 
     last = runs - 1
     session = f"sess-{last // 10:06d}"
@@ -468,7 +471,7 @@ def main() -> None:
     _setup(url)
     from django.db import connection
 
-    from . import raw_sqlite, shape
+    from history_app.benchmarks import raw_sqlite, shape
 
     print(f"{args.runs:,} runs of the standard shape on {connection.vendor}, {os.cpu_count()} cores")
     rate = fill(args.runs, workers=args.workers)

@@ -60,10 +60,10 @@ def session_runs(session: str, n: int) -> list[dict]:
 def ingest_timed(runs: list[dict]) -> tuple[list[float], list[float]]:
     """Each run's ingest time, and the part of it spent linking (``provenance.link_run``;
     zeros with a version without it)."""
-    from history_app import ingestion
+    from history_app.intake import ingestion
 
     try:
-        from history_app import provenance
+        from history_app.store import provenance
     except ImportError:  # the version before fingerprints, for comparison
         provenance = None
     linking = [0.0]

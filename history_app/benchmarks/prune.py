@@ -44,7 +44,8 @@ def setup_django() -> None:
 
 def empty_history_tables() -> None:
     """Delete every stored session and everything it holds, children first."""
-    from history_app import models, search
+    from history_app import models
+    from history_app.store import search
 
     search.clear_index()
     for model in (
@@ -74,7 +75,8 @@ def populate(sessions: int) -> int:
     from django.db import transaction
     from django.utils import timezone
 
-    from history_app import models, search
+    from history_app import models
+    from history_app.store import search
 
     empty_history_tables()
     project_id = models.Project.default().pk
@@ -238,8 +240,8 @@ def main() -> None:
     setup_django()
     from django.conf import settings
 
-    from history_app.auth import register_token
-    from history_app.retention import prune_sessions
+    from history_app.access.auth import register_token
+    from history_app.upkeep.retention import prune_sessions
 
     print(f"database: {settings.DATABASES['default']['ENGINE']}", file=sys.stderr)
     rows = populate(args.sessions)

@@ -127,7 +127,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from history_app.rendering import FALLBACK_CLASS, render_markdown
+    from history_app.reading.rendering import FALLBACK_CLASS, render_markdown
 
     signal.signal(signal.SIGALRM, _alarm)
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -17,7 +17,7 @@ import json
 import statistics
 import time
 
-from .prune import empty_history_tables, setup_django
+from history_app.benchmarks.prune import empty_history_tables, setup_django
 
 SHAPES = {"r-100k-calls": (1, 100_000), "r-1000-iterations": (1_000, 100)}
 # Run id -> (steps: iterations named step-0, step-1…, of one call each; injected contexts,

@@ -9,7 +9,7 @@ traces of one span each (each a new run in a new session) goes through Django's 
 client; printed: the status, the wall time, the app process's CPU time, the time per
 trace, the runs stored, and on PostgreSQL the advisory locks and all locks its
 transaction holds just before it commits (``pg_locks``). The locks must not grow with the
-traces (``history_app.locks``); the time grows linearly.
+traces (``history_app.store.locks``); the time grows linearly.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ def main() -> None:
     from django.db import connection
     from django.test import Client
 
-    from history_app import models, traces
-    from history_app.auth import register_token
+    from history_app import models
+    from history_app.access.auth import register_token
+    from history_app.intake import traces
 
     call_command("migrate", verbosity=0)
     token = "aht_benchmark-wide-otlp-0123456789"

@@ -40,7 +40,7 @@ def _fill(apps, schema_editor):
     document is now built from the values as stored, which is what a delete rebuilds)."""
     if schema_editor.connection.vendor != "sqlite":
         return
-    from history_app import search
+    from history_app.store import search
 
     class Models:
         Run = apps.get_model("history_app", "Run")
@@ -59,7 +59,7 @@ def _fill(apps, schema_editor):
 
 def _render_all(apps, schema_editor):
     """Backwards: the versions before this one show ``output_html`` as it is stored."""
-    from history_app.rendering import render_markdown
+    from history_app.reading.rendering import render_markdown
 
     Run = apps.get_model("history_app", "Run")
     for run in Run.objects.filter(output_html__isnull=True).only("id", "output").iterator():

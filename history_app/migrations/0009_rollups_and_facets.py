@@ -10,7 +10,7 @@ def _fill(apps, schema_editor):
     from now on)."""
     from collections import defaultdict
 
-    from history_app import rollups
+    from history_app.store import rollups
 
     Run = apps.get_model("history_app", "Run")
     ToolCall = apps.get_model("history_app", "ToolCall")

@@ -13,7 +13,9 @@ def _fill(apps, schema_editor):
     from django.db.models import Count, OuterRef, Subquery, Sum, Value
     from django.db.models.functions import Coalesce
 
-    from history_app import mapper, pricing, rollups
+    from history_app.store import mapper, rollups
+
+    from history_app.intake import pricing
     from history_app.agent_history import records, usage
 
     Run = apps.get_model("history_app", "Run")

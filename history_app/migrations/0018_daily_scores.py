@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 def count_existing(apps, schema_editor):
     """Note each annotation's run day and agent, and count the scores (issue #18)."""
-    from history_app import rollups
+    from history_app.store import rollups
 
     Annotation = apps.get_model("history_app", "Annotation")
     rows = Annotation.objects.select_related("run").order_by("pk")

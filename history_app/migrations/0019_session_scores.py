@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 def count_existing(apps, schema_editor):
     """Each session's numeric scores per name, from the annotations already stored."""
-    from history_app import rollups
+    from history_app.store import rollups
 
     schema_editor.execute(
         "INSERT INTO history_app_sessionscore (session_id, name, count, total, mean) "

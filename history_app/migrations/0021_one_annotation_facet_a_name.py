@@ -6,7 +6,7 @@ from django.db import migrations
 
 
 def rebuild(apps, schema_editor):
-    from history_app import rollups
+    from history_app.store import rollups
 
     schema_editor.execute("DELETE FROM history_app_sessionfacet WHERE facet = 'annotation'")
     schema_editor.execute(

@@ -9,8 +9,8 @@ from django.utils.dateformat import format as format_date
 from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
-from history_app import present
 from history_app.agent_history import jsonstream
+from history_app.reading import present
 
 register = template.Library()
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app.access import RoleError, set_role
+from history_app.access.roles import RoleError, set_role
 from history_app.management.projects import project_named
 from history_app.models import Membership
 

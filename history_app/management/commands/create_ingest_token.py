@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from history_app.auth import register_token
+from history_app.access.auth import register_token
 from history_app.management.projects import add_project_argument, project_named
 from history_app.models import IngestToken
 

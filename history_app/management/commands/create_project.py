@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.text import slugify
 
-from history_app import audit
+from history_app.access import audit
 from history_app.models import Project
 
 

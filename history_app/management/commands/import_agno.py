@@ -8,10 +8,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app import ingestion
 from history_app.agent_history import redact
 from history_app.agent_history.formats import agno
 from history_app.agent_history.records import RecordError
+from history_app.intake import ingestion
 from history_app.management.progress import show_progress
 from history_app.management.projects import add_project_argument, project_named
 

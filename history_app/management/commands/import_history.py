@@ -5,8 +5,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app import ingestion
 from history_app.agent_history import formats
+from history_app.intake import ingestion
 from history_app.management.progress import show_progress
 from history_app.management.projects import add_project_argument, project_named
 

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from history_app.management.projects import project_named
 from history_app.models import Project
-from history_app.retention import (
+from history_app.upkeep.retention import (
     MAX_PRUNE_DAYS,
     OPTIONAL_COUNT_KEYS,
     PREVIEW_SIZE,

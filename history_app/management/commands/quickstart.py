@@ -9,9 +9,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from history_app.auth import register_token
+from history_app.access.auth import register_token
 from history_app.demo.generate import anchor_for, demo_batches
-from history_app.ingestion import ingest_items, record_receipt
+from history_app.intake.ingestion import ingest_items, record_receipt
 from history_app.models import IngestToken, Project
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app.reredact import CHANGED_KEYS, RedactResult, redact_stored
+from history_app.upkeep.reredact import CHANGED_KEYS, RedactResult, redact_stored
 
 
 class Command(BaseCommand):

@@ -6,7 +6,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from history_app import models, search
+from history_app import models
+from history_app.store import search
 
 
 class Command(BaseCommand):

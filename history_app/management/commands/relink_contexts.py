@@ -7,7 +7,8 @@ from collections import Counter
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from history_app import models, provenance
+from history_app import models
+from history_app.store import provenance
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from history_app import audit
-from history_app.auth import PREFIX_LENGTH
+from history_app.access import audit
+from history_app.access.auth import PREFIX_LENGTH
 from history_app.models import IngestToken
 
 

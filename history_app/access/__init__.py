@@ -1,0 +1,1 @@
+"""People and access: projects, roles, bearer tokens, the audit trail, login lockout."""

@@ -1,0 +1,367 @@
+"""A run page in slices: the first iterations of a run, the first tool calls of each and
+the first injected contexts, the rest a slice at a time, so a page stays the same size
+whatever the run holds.
+
+Each slice is one query per table, whatever the run's size (contexts: one more, their
+count). Positions are the ones ingest gave (0, 1, 2… in each run and each iteration), so a
+slice is a range of positions read through the (run, position) and (iteration, position)
+order.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.db.models import Count, F, Q, QuerySet, Window
+from django.db.models.fields.json import KT
+from django.db.models.functions import Length, RowNumber
+from django.http import Http404
+
+from history_app import models
+from history_app.agent_history.records import DELEGATION_TOOLS, is_delegation
+from history_app.reading.rendering import plain_text, render, render_markdown
+
+logger = logging.getLogger(__name__)
+
+MAX_START = 2**31 - 1
+
+
+@dataclass
+class CallSlice:
+    iteration: models.Iteration
+    calls: list[models.ToolCall]
+    more_from: int | None  # position of the first call not shown, if any
+
+
+@dataclass
+class StepContexts:
+    """The contexts sent at one step (an iteration's name): the first few, and how many."""
+
+    contexts: list[models.InjectedContext]
+    total: int
+
+    @property
+    def hidden(self) -> int:
+        return self.total - len(self.contexts)
+
+
+@dataclass
+class IterationSlice:
+    parts: list[CallSlice]
+    more_from: int | None  # position of the first iteration not shown, if any
+    # Iteration name -> the contexts sent at that step (only names in this slice).
+    step_contexts: dict[str, StepContexts] = field(default_factory=dict)
+    # Iteration key -> its model calls (without their messages), the first few of each.
+    model_calls: dict[int, list[models.ModelCall]] = field(default_factory=dict)
+
+
+@dataclass
+class ModelCallSlice:
+    calls: list[models.ModelCall]  # without their messages, output and metadata
+    more_from: int | None
+    total: int
+
+
+@dataclass
+class ContextSlice:
+    contexts: list[models.InjectedContext]  # without their text: ``text_length`` instead
+    more_from: int | None  # position of the first context not shown, if any
+    total: int  # the run's injected contexts
+
+
+def get_run(project: models.Project, run_id: str) -> models.Run:
+    try:
+        return models.Run.objects.select_related("session").get(project=project, run_id=run_id)
+    except models.Run.DoesNotExist:
+        raise Http404("No such run") from None
+
+
+def answer_html(run: models.Run) -> str:
+    """The run's answer as sanitised HTML: rendered (within the renderer's bounds) the
+    first time the run is shown, then kept, so ingestion never pays for Markdown."""
+    if run.output_html is None:
+        run.output_html = render_markdown(run.output)
+        try:
+            models.Run.objects.filter(pk=run.pk, output_html__isnull=True).update(output_html=run.output_html)
+        except DatabaseError:  # a busy database only costs the next view a render
+            logger.warning("the answer of run %s was rendered but not kept", run.run_id)
+    return run.output_html
+
+
+def answer_html_within(run: models.Run, budget_ms: int) -> tuple[str, bool]:
+    """The run's answer as HTML for a caller rendering many (an export), which has
+    ``budget_ms`` left, and whether the HTML is new and to be kept (``keep_answers``).
+
+    The HTML kept is used whatever the time. Below the renderer's own budget, an answer
+    it cuts short is shown as plain text and not kept, so that the run's page later
+    renders it whole."""
+    if run.output_html is not None:
+        return run.output_html, False
+    if not run.output:
+        return "", False
+    if budget_ms <= 0:
+        return plain_text(run.output, "the time this export may spend rendering answers is spent").html, False
+    if budget_ms >= settings.HISTORY_MARKDOWN_BUDGET_MS:
+        run.output_html = render_markdown(run.output)
+        return run.output_html, True
+    rendering = render(run.output, budget_ms=budget_ms)
+    if rendering.fallback:
+        return rendering.html, False
+    run.output_html = rendering.html
+    return run.output_html, True
+
+
+def keep_answers(runs: list[models.Run]) -> None:
+    """Keep the answers ``answer_html_within`` rendered (one query a hundred runs)."""
+    try:
+        models.Run.objects.bulk_update(runs, ["output_html"], batch_size=100)
+    except DatabaseError:  # a busy database only costs the next view a render
+        logger.warning("%s rendered answers were not kept", len(runs))
+
+
+def get_iteration(project: models.Project, run_id: str, position: int) -> models.Iteration:
+    try:
+        return models.Iteration.objects.select_related("run__session").get(
+            run__project=project, run__run_id=run_id, position=position
+        )
+    except models.Iteration.DoesNotExist:
+        raise Http404("No such iteration") from None
+
+
+def _split(rows: list, limit: int) -> tuple[list, int | None]:
+    """The first ``limit`` rows, and the position of the next one when there is one."""
+    return (rows[:limit], rows[limit].position) if len(rows) > limit else (rows, None)
+
+
+def iteration_slice(*, run: models.Run, start: int = 0) -> IterationSlice:
+    """Iterations from position ``start``, each with its first tool calls (two queries)."""
+    limit, call_limit = settings.HISTORY_RUN_PAGE_ITERATIONS, settings.HISTORY_RUN_PAGE_TOOL_CALLS
+    rows = models.Iteration.objects.filter(run=run, position__gte=start).order_by("position")
+    iterations, more_from = _split(list(rows[: limit + 1]), limit)
+    calls: dict[int, list[models.ToolCall]] = {}
+    # One more call than shown per iteration says whether a "show more" link is due.
+    first_calls = models.ToolCall.objects.filter(iteration__in=iterations, position__lte=call_limit)
+    for call in first_calls.order_by("iteration_id", "position"):
+        calls.setdefault(call.iteration_id, []).append(call)
+    parts = [CallSlice(it, *_split(calls.get(it.pk, []), call_limit)) for it in iterations]
+    link_delegations(run, [call for part in parts for call in part.calls])
+    names = {it.name for it in iterations if it.name}
+    model_calls: dict[int, list[models.ModelCall]] = {}
+    if run.model_call_count:
+        rows = _listed_calls(models.ModelCall.objects.filter(iteration__in=iterations))
+        for call in rows.order_by("position")[: call_limit * len(iterations)]:
+            model_calls.setdefault(call.iteration_id, []).append(call)
+    return IterationSlice(parts, more_from, _step_contexts(run, names), model_calls)
+
+
+def _listed_calls(queryset: QuerySet) -> QuerySet:
+    """Model calls as lists show them: not their messages, answer or metadata."""
+    return queryset.defer("messages_json", "answer_json", "output", "metadata").annotate(
+        is_total=KT("metadata__aggregate")
+    )
+
+
+def model_call_slice(*, run: models.Run, start: int = 0) -> ModelCallSlice:
+    """The run's model calls from position ``start`` (one query; none when it has none)."""
+    if not run.model_call_count:
+        return ModelCallSlice([], None, 0)
+    limit = settings.HISTORY_RUN_PAGE_MODEL_CALLS
+    rows = _listed_calls(models.ModelCall.objects.filter(run=run, position__gte=start))
+    rows = rows.select_related("iteration").defer("iteration__thought", "iteration__metadata")
+    rows = rows.order_by("position")
+    calls, more_from = _split(list(rows[: limit + 1]), limit)
+    return ModelCallSlice(calls, more_from, run.model_call_count)
+
+
+def get_model_call(run: models.Run, number: int) -> models.ModelCall:
+    """The run's ``number``-th model call (counted from 1), with its iteration."""
+    call = (
+        models.ModelCall.objects.select_related("iteration").filter(run=run, position=number - 1).first()
+        if 1 <= number <= MAX_START
+        else None
+    )
+    if call is None:
+        raise Http404("No such model call")
+    return call
+
+
+def _step_contexts(run: models.Run, names: set[str]) -> dict[str, StepContexts]:
+    """The first contexts sent at each of these steps, with each step's total (one query,
+    none without names): a step may have been sent thousands."""
+    if not names:
+        return {}
+    limit = settings.HISTORY_RUN_PAGE_CONTEXTS
+    rows = (
+        models.InjectedContext.objects.filter(run=run, step__in=names)
+        .only("run_id", "position", "step", "kind", "reported")
+        .annotate(
+            rank=Window(RowNumber(), partition_by=[F("step")], order_by=[F("position").asc()]),
+            step_total=Window(Count("id"), partition_by=[F("step")]),
+        )
+        .filter(rank__lte=limit)
+        .order_by("step", "rank")
+    )
+    steps: dict[str, StepContexts] = {}
+    for context in rows:
+        steps.setdefault(context.step, StepContexts([], context.step_total)).contexts.append(context)
+    return steps
+
+
+def _listed(queryset: QuerySet) -> QuerySet:
+    """Contexts as the run page lists them: the text's length, not the text (up to
+    ``HISTORY_MAX_FIELD_CHARS`` each), and of their settings only how sure the block's
+    boundary is."""
+    return queryset.defer("text", "settings").annotate(
+        text_length=Length("text"), boundary=KT("settings__boundary")
+    )
+
+
+def context_slice(*, run: models.Run, start: int = 0) -> ContextSlice:
+    """The run's injected contexts from position ``start``, and how many it has (two
+    queries; one when it has none)."""
+    limit = settings.HISTORY_RUN_PAGE_CONTEXTS
+    contexts = models.InjectedContext.objects.filter(run=run)
+    total = contexts.count()
+    if not total:
+        return ContextSlice([], None, 0)
+    rows = _listed(contexts.filter(position__gte=start)).order_by("position")
+    return ContextSlice(*_split(list(rows[: limit + 1]), limit), total)
+
+
+def call_slice(*, iteration: models.Iteration, start: int) -> CallSlice:
+    """An iteration's tool calls from position ``start`` (one query)."""
+    limit = settings.HISTORY_RUN_PAGE_TOOL_CALLS
+    rows = models.ToolCall.objects.filter(iteration=iteration, position__gte=start).order_by("position")
+    part = CallSlice(iteration, *_split(list(rows[: limit + 1]), limit))
+    link_delegations(iteration.run, part.calls, skip=_delegations_before(iteration, start))
+    return part
+
+
+def cost_sources(run: models.Run) -> list[dict[str, str]]:
+    """Where the run's costs came from: each (provider, reported or estimated, price list)
+    once, at most five (one query; none without a cost)."""
+    if run.cost is None:
+        return []
+    rows = (
+        models.ModelCall.objects.filter(run=run, cost__isnull=False)
+        .order_by()
+        .values("provider", "cost_source", "price_source")
+        .distinct()
+    )
+    return list(rows[:5])
+
+
+# A run page links at most this many of a team run's member interactions to its calls.
+MAX_DELEGATIONS = 500
+
+
+def _is_delegation(call: models.ToolCall) -> bool:
+    """``records.is_delegation`` of a stored call. Its parameters are parsed only when their
+    text names the key: the page shows up to 400 calls, and their parameters are parsed
+    once already, to be drawn."""
+    if call.tool in DELEGATION_TOOLS:
+        return True
+    return '"member_id"' in call.params_json and is_delegation(call.tool, call.params)
+
+
+def _delegations_before(iteration: models.Iteration, start: int) -> int:
+    """How many delegation calls come before tool call ``start`` of ``iteration`` (in
+    earlier iterations or earlier in this one): where a "show more" slice picks up the
+    order-wise matching. Counted in Python over at most ``MAX_DELEGATIONS`` calls; no
+    query when the run is no team's."""
+    if not models.MemberInteraction.objects.filter(run_id=iteration.run_id).exists():
+        return 0
+    earlier = models.ToolCall.objects.filter(iteration__run_id=iteration.run_id).filter(
+        Q(iteration__position__lt=iteration.position) | Q(iteration=iteration, position__lt=start)
+    )
+    rows = earlier.only("tool", "params_json").order_by("iteration__position", "position")[:MAX_DELEGATIONS]
+    return sum(1 for call in rows if _is_delegation(call))
+
+
+def link_delegations(run: models.Run, calls: list[models.ToolCall], skip: int = 0) -> None:
+    """Give each delegation call among ``calls`` the member run it started
+    (``call.member_run``: the interaction, with the member's name and run id), from the
+    run's member interactions: first each call whose task is an interaction's task takes
+    that interaction; then the others take the interactions left, in order (``skip``
+    delegations came before these calls, on earlier slices). A call is linked only when
+    its interaction's run is stored in the project: an interaction whose run is not
+    stored still takes its place in the order. Two queries when any call delegates, none
+    otherwise."""
+    delegations = [call for call in calls if _is_delegation(call)]
+    if not delegations:
+        return
+    interactions = list(
+        models.MemberInteraction.objects.filter(run=run)
+        .only("position", "member", "task", "member_run_id")
+        .order_by("position")[:MAX_DELEGATIONS]
+    )
+    ids = [i.member_run_id for i in interactions if i.member_run_id]
+    stored = set(
+        models.Run.objects.filter(project_id=run.project_id, run_id__in=ids).values_list("run_id", flat=True)
+    )
+    matched: dict[int, models.MemberInteraction] = {}
+    taken: set[int] = set()
+    for call in delegations:
+        params = call.params if isinstance(call.params, dict) else {}
+        task = params.get("task")
+        found = next((i for i in interactions if task and i.task == task and i.pk not in taken), None)
+        if found is not None:
+            matched[call.pk] = found
+            taken.add(found.pk)
+    rest = [i for i in interactions if i.pk not in taken][skip:]
+    for call in delegations:
+        if call.pk not in matched and rest:
+            matched[call.pk] = rest.pop(0)
+    for call in delegations:
+        found = matched.get(call.pk)
+        if found is not None and found.member_run_id in stored:
+            call.member_run = found
+
+
+def neighbours(run: models.Run) -> tuple[models.Run | None, models.Run | None]:
+    """The runs before and after ``run`` in its session, in the session timeline's order:
+    by start time, then key; runs with no start time by key, before the timed ones on
+    SQLite and after them on PostgreSQL, as each database sorts a missing value. Three
+    queries, each an index range read (``run_session_order_idx``) that stops at its first
+    row: the neighbour on each side within the run's own group (timed or not), and the
+    nearest run of the other group, which is a neighbour when the run is at its group's
+    edge."""
+    fields = ("run_id", "agent_name", "status", "started_at", "project_id")
+    runs = models.Run.objects.filter(session_id=run.session_id).only(*fields)
+    timed, untimed = runs.filter(started_at__isnull=False), runs.filter(started_at__isnull=True)
+    untimed_first = not connection.features.nulls_order_largest  # SQLite: NULL sorts first
+    if run.started_at is None:
+        before = untimed.filter(pk__lt=run.pk).order_by("-pk").first()
+        after = untimed.filter(pk__gt=run.pk).order_by("pk").first()
+        # The nearest timed run: after the last untimed one on SQLite, before the first on
+        # PostgreSQL.
+        edge = timed.order_by(*(("started_at", "pk") if untimed_first else ("-started_at", "-pk"))).first()
+        if untimed_first:
+            after = after or edge
+        else:
+            before = before or edge
+        return before, after
+    at = run.started_at
+    before = (
+        timed.filter(started_at__lte=at)  # the index range; the next line breaks the tie
+        .filter(Q(started_at__lt=at) | Q(pk__lt=run.pk))
+        .order_by("-started_at", "-pk")
+        .first()
+    )
+    after = (
+        timed.filter(started_at__gte=at)
+        .filter(Q(started_at__gt=at) | Q(pk__gt=run.pk))
+        .order_by("started_at", "pk")
+        .first()
+    )
+    # The nearest untimed run: before the first timed run on SQLite, after the last on
+    # PostgreSQL (read always, so the page's query count does not depend on the data).
+    edge = untimed.order_by("-pk" if untimed_first else "pk").first()
+    if untimed_first:
+        before = before or edge
+    else:
+        after = after or edge
+    return before, after

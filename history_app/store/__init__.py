@@ -1,0 +1,1 @@
+"""What reads and writes share: rows <-> records, kept counts, search, provenance, locks."""

@@ -1,0 +1,1 @@
+"""Upkeep of stored data: retention, re-redaction, annotations."""
