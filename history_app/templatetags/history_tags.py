@@ -56,20 +56,22 @@ def get_item(mapping: dict | None, key: Any) -> Any:
     return (mapping or {}).get(key)
 
 
-@register.filter
-def json_text_tree(text: str) -> str:
-    """Stored JSON text as collapsible, highlighted JSON (escaped inside ``present``)."""
-    return present.highlight_json_text(text)
+@register.inclusion_tag("history_app/includes/json.html")
+def json_text_tree(text: str) -> dict[str, Any]:
+    """Stored JSON text as collapsible, highlighted JSON: ``{% json_text_tree text %}``."""
+    return {"view": present.json_text_view(text)}
 
 
-@register.filter
-def observation(text: str | None) -> str:
-    return present.highlight_observation(text)
+@register.inclusion_tag("history_app/includes/json.html")
+def observation(text: str | None) -> dict[str, Any]:
+    """An observation, as a JSON tree when it is an object or array, else folded text."""
+    return {"view": present.observation_view(text)}
 
 
-@register.filter
-def folded(text: str | None) -> str:
-    return present.fold_text(text)
+@register.inclusion_tag("history_app/includes/fold.html")
+def folded(text: str | None) -> dict[str, Any]:
+    """Text escaped, its rest past ``present.FOLD_TEXT_CHARS`` behind "show all"."""
+    return {"fold": present.fold_text(text)}
 
 
 @register.filter
