@@ -40,6 +40,9 @@ class Fold:
     def total(self) -> int:
         return len(self.head) + len(self.rest)
 
+    def __getitem__(self, name: str) -> Any:
+        return getattr(self, name)  # see JsonLine.__getitem__
+
 
 def fold_text(text: str | None, limit: int = FOLD_TEXT_CHARS) -> Fold:
     """``text``; past ``limit`` characters the rest hides behind "show all"."""
@@ -56,15 +59,20 @@ class JsonLine:
     ``text`` its bracket, ``size``), "close" (``text`` its bracket), "leaf" (a scalar:
     ``css`` its colour class, empty for ``{}`` and ``[]``; ``fold`` the text), "deep" (a
     container past ``MAX_JSON_DEPTH``: ``fold`` its pretty-printed text). ``key`` is the
-    JSON text of the key (with its quotes) in an object, else None."""
+    JSON text of the key (with its quotes) in an object, else empty."""
 
     kind: str
-    key: str | None = None
+    key: str = ""
     text: str = ""
     css: str = ""
     fold: Fold | None = None
     comma: str = ""
     size: str = ""
+
+    def __getitem__(self, name: str) -> Any:
+        # A template looks a name up by subscript first: answering it here spares the
+        # exception it raises on an object without one (the tree has thousands of lines).
+        return getattr(self, name)
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ class _JsonLines:
         self.lines: list[JsonLine] = []
         self.nodes = 0
 
-    def value(self, value: Any, key: str | None, comma: str, depth: int = 0) -> None:
+    def value(self, value: Any, key: str, comma: str, depth: int = 0) -> None:
         self.nodes += 1
         if self.nodes > MAX_JSON_NODES:
             raise _TooBig
@@ -106,7 +114,7 @@ class _JsonLines:
         items: Any,
         open_: str,
         close: str,
-        key: str | None,
+        key: str,
         comma: str,
         size: str,
         keyed: bool,
@@ -116,7 +124,7 @@ class _JsonLines:
         items = list(items)
         last = len(items) - 1
         for n, (child_key, child) in enumerate(items):
-            shown_key = json.dumps(child_key, ensure_ascii=False) if keyed else None
+            shown_key = json.dumps(child_key, ensure_ascii=False) if keyed else ""
             self.value(child, shown_key, "," if n < last else "", depth + 1)
         self.lines.append(JsonLine("close", text=close, comma=comma))
 
@@ -140,7 +148,7 @@ def json_view(value: Any) -> JsonView:
     past ``MAX_JSON_NODES`` values, pretty-printed text."""
     lines = _JsonLines()
     try:
-        lines.value(value, None, "")
+        lines.value(value, "", "")
     except _TooBig:
         return JsonView(pretty=_pretty_text(value))
     return JsonView(lines=lines.lines)
