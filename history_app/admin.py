@@ -14,9 +14,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.defaultfilters import pluralize
+from django.template.loader import render_to_string
 from django.urls import path
 from django.utils.functional import cached_property
-from django.utils.html import format_html
 
 from history_app import models
 from history_app.access import audit
@@ -59,6 +59,11 @@ class BigTableAdmin(admin.ModelAdmin):
 CLIP_AT = 28
 
 
+def _titled(text: str, *, title: str) -> str:
+    """``text`` in a cell with ``title`` on hover (``admin/history_app/titled.html``)."""
+    return render_to_string("admin/history_app/titled.html", {"text": text, "title": title})
+
+
 def clipped(value: object, length: int = CLIP_AT) -> str | None:
     """``value``, or, when longer than ``length``, its start and end around an ellipsis:
     the ends are what tell ids apart ("…-attempt-2" from "…-attempt-3"), and both are
@@ -68,7 +73,7 @@ def clipped(value: object, length: int = CLIP_AT) -> str | None:
     if len(text) <= length:
         return text or None
     tail = length // 3
-    return format_html('<span title="{}">{}…{}</span>', text, text[: length - tail - 1], text[-tail:])
+    return _titled(f"{text[: length - tail - 1]}…{text[-tail:]}", title=text)
 
 
 def clipped_column(path: str, description: str, *, ordering: str, length: int = CLIP_AT) -> Any:
@@ -105,9 +110,7 @@ def prune_counts_summary(counts: dict[str, int]) -> str:
     total = sum(counts.values())
     shown = ", ".join(_counted(counts.get(key, 0), key) for key in ("sessions", "runs"))
     every = ", ".join(_counted(count, key) for key, count in _nonzero(counts, retention.PRUNE_COUNT_KEYS))
-    return format_html(
-        '<span title="{}">{} ({})</span>', every or "nothing", shown, _counted(total, "rows") + " in all"
-    )
+    return _titled(f"{shown} ({_counted(total, 'rows')} in all)", title=every or "nothing")
 
 
 class ReadOnlyAdmin(BigTableAdmin):

@@ -5,14 +5,32 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.template import engines
 
 from history_app.reading import present
 
 pytestmark = pytest.mark.django_db
 
 
+def _render(source: str, **context) -> str:
+    return engines["django"].from_string("{% load history_tags %}" + source).render(context)
+
+
+def tree(value) -> str:
+    """``value`` drawn as the run page draws a JSON tree."""
+    return _render('{% include "history_app/includes/json.html" %}', view=present.json_view(value))
+
+
+def observation(text: str | None) -> str:
+    return _render("{% observation text %}", text=text)
+
+
+def folded(text: str | None) -> str:
+    return _render("{% folded text %}", text=text)
+
+
 def test_json_tree_escapes_every_key_and_value():
-    html = present.highlight_json({"<script>": "<img src=x onerror=alert(1)>", "n": [1, True, None]})
+    html = tree({"<script>": "<img src=x onerror=alert(1)>", "n": [1, True, None]})
     assert "<script>" not in html and "<img" not in html
     assert "&lt;script&gt;" in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     assert '<span class="jt">true</span>' in html and '<span class="jz">null</span>' in html
@@ -20,27 +38,24 @@ def test_json_tree_escapes_every_key_and_value():
 
 
 def test_long_strings_fold_behind_show_all():
-    html = present.highlight_json({"text": "x" * 1000})
+    html = tree({"text": "x" * 1000})
     assert '<details class="more"><summary>… show all (1,002 characters)</summary>' in html
-    folded = present.fold_text("y" * 5000)
-    assert folded.startswith("y" * present.FOLD_TEXT_CHARS + '<details class="more">')
+    long = folded("y" * 5000)
+    assert long.startswith("y" * present.FOLD_TEXT_CHARS + '<details class="more">')
     # Nothing is lost, only hidden.
-    assert re.sub(r"<[^>]+>|… show all \([\d,]+ characters\)", "", folded) == "y" * 5000
-    assert present.fold_text("short <b>") == "short &lt;b&gt;"
+    assert re.sub(r"<[^>]+>|… show all \([\d,]+ characters\)", "", long) == "y" * 5000
+    assert folded("short <b>") == "short &lt;b&gt;"
 
 
 def test_huge_json_falls_back_to_folded_text():
-    html = present.highlight_json(list(range(present.MAX_JSON_NODES + 10)))
+    html = tree(list(range(present.MAX_JSON_NODES + 10)))
     assert html.startswith('<pre class="json">') and "show all" in html
 
 
 def test_observations_are_highlighted_only_when_they_are_json():
-    assert 'class="json tree"' in present.highlight_observation('{"a": 1}')
-    assert (
-        present.highlight_observation("plain <b>text</b>")
-        == '<pre class="text">plain &lt;b&gt;text&lt;/b&gt;</pre>'
-    )
-    assert present.highlight_observation("{not json") == '<pre class="text">{not json</pre>'
+    assert 'class="json tree"' in observation('{"a": 1}')
+    assert observation("plain <b>text</b>") == '<pre class="text">plain &lt;b&gt;text&lt;/b&gt;</pre>'
+    assert observation("{not json") == '<pre class="text">{not json</pre>'
 
 
 def test_run_page_draws_a_waterfall_of_timed_iterations_and_tools(alice_client, ingest):

@@ -37,11 +37,13 @@ def populate() -> None:
 
     empty_history_tables()
     now = timezone.now()
-    session = models.Session.objects.create(session_id="bench", last_activity_at=now)
+    project = models.Project.default()
+    session = models.Session.objects.create(project=project, session_id="bench", last_activity_at=now)
     for run_id, (iterations, calls) in SHAPES.items():
         with transaction.atomic():
             run = models.Run.objects.create(
                 run_id=run_id,
+                project=project,
                 session=session,
                 input="benchmark",
                 output="done",
@@ -75,6 +77,7 @@ def populate() -> None:
         with transaction.atomic():
             run = models.Run.objects.create(
                 run_id=run_id,
+                project=project,
                 session=session,
                 kind="workflow",
                 input="benchmark",
@@ -146,7 +149,9 @@ def main() -> None:
     from history_app import models
 
     user, _ = get_user_model().objects.get_or_create(username="bench")
-    models.Membership.objects.get_or_create(project=models.Project.default(), user=user)
+    models.Membership.objects.update_or_create(
+        project=models.Project.default(), user=user, defaults={"role": models.Membership.EDITOR}
+    )
     client = Client()
     client.force_login(user)
     print(

@@ -46,10 +46,21 @@ class Heading:
 
 
 @dataclass(frozen=True)
+class Section:
+    """A stretch of a page: sanitised HTML (``html``), then the heading that ends it, if
+    any, as its sanitised inner HTML (``heading_html``). The template writes the heading's
+    element, its id and its anchor link."""
+
+    html: str
+    heading: Heading | None = None
+    heading_html: str = ""
+
+
+@dataclass(frozen=True)
 class Page:
     name: str  # "" for the index (the README)
     title: str
-    html: str
+    body: tuple[Section, ...]
     headings: tuple[Heading, ...]
 
 
@@ -140,27 +151,26 @@ def rewrite_links(markdown: str, *, in_readme: bool) -> str:
     return _LINK_TARGET.sub(target, markdown)
 
 
-def _with_anchors(rendered: str) -> tuple[str, tuple[Heading, ...]]:
-    """Gives every heading of the sanitised HTML its anchor (after nh3, which keeps no
-    ``id``: the id is ours, made of letters, digits, ``-`` and ``_`` only)."""
-    slugs, found = _Slugs(), []
-
-    def anchor(match: re.Match) -> str:
-        level, inner = match.group(1), match.group(2)
+def _sections(rendered: str) -> tuple[Section, ...]:
+    """The sanitised HTML cut at its headings, each heading named by its anchor (given
+    after nh3, which keeps no ``id``: the slug is ours, made of letters, digits, ``-`` and
+    ``_`` only)."""
+    slugs, sections, start = _Slugs(), [], 0
+    for match in _HTML_HEADING.finditer(rendered):
+        level, inner = int(match.group(1)), match.group(2)
         text = html.unescape(_TAG.sub("", inner))
-        slug = slugs.next(text)
-        found.append(Heading(int(level), text, slug))
-        return (
-            f'<h{level} id="{html.escape(slug)}">{inner}'
-            f' <a class="anchor" href="#{html.escape(slug)}" aria-label="Link to this section">#</a></h{level}>'
+        sections.append(
+            Section(rendered[start : match.start()], Heading(level, text, slugs.next(text)), inner)
         )
-
-    return _HTML_HEADING.sub(anchor, rendered), tuple(found)
+        start = match.end()
+    sections.append(Section(rendered[start:]))
+    return tuple(sections)
 
 
 def _render(name: str, markdown: str, fallback_title: str) -> Page:
     rendering = render(rewrite_links(markdown, in_readme=not name), budget_ms=RENDER_BUDGET_MS)
-    body, found = _with_anchors(rendering.html)
+    body = _sections(rendering.html)
+    found = tuple(section.heading for section in body if section.heading)
     return Page(name, page_title(markdown, fallback_title), body, found)
 
 

@@ -1,10 +1,9 @@
-"""Server-side presentation: highlighted, collapsible JSON, folded long text, and SVG
-charts (the run waterfall, the stats bars). No JavaScript draws anything: each function
-returns escaped HTML or SVG that works with scripts off and under a strict CSP (classes,
-never inline styles).
-
-Every value from a run passes through ``escape`` before it is placed in markup; the only
-markup is ours.
+"""Server-side presentation, as data for the templates that draw it: collapsible JSON
+(a flat list of lines), folded long text, and the SVG charts' layout (the run waterfall,
+the stats bars and lines: coordinates and texts). No JavaScript draws anything, and no
+markup is written here: ``templates/history_app/includes/`` (``fold.html``, ``json.html``,
+``waterfall.html``, ``chart.html``) turn this data into HTML and SVG, escaping every value
+from a run as any template does, under a strict CSP (classes, never inline styles).
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from django.urls import reverse
-from django.utils.html import escape
-from django.utils.safestring import SafeString, mark_safe
 
 from history_app import models
 from history_app.agent_history import jsonstream
@@ -31,88 +28,133 @@ MAX_JSON_DEPTH = 32
 MAX_WATERFALL_BARS = 250  # the run page shows at most this many bars, whatever the run
 
 
-def _show_all(head: str, rest: str, unit: str) -> str:
-    total = len(head) + len(rest)
-    return (
-        f'{escape(head)}<details class="more"><summary>… show all ({total:,} {unit})</summary>'
-        f"{escape(rest)}</details>"
-    )
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """Text shown folded: its ``head``, and the ``rest`` that hides behind "show all"
+    (empty when the text is short enough to show whole). ``includes/fold.html`` draws it."""
+
+    head: str
+    rest: str = ""
+
+    @property
+    def total(self) -> int:
+        return len(self.head) + len(self.rest)
+
+    def __getitem__(self, name: str) -> Any:
+        return getattr(self, name)  # see JsonLine.__getitem__
 
 
-def fold_text(text: str | None, limit: int = FOLD_TEXT_CHARS) -> SafeString:
-    """Escaped text; past ``limit`` characters the rest hides behind "show all"."""
+def fold_text(text: str | None, limit: int = FOLD_TEXT_CHARS) -> Fold:
+    """``text``; past ``limit`` characters the rest hides behind "show all"."""
     text = text or ""
     if len(text) <= limit:
-        return mark_safe(escape(text))
-    return mark_safe(_show_all(text[:limit], text[limit:], "characters"))
+        return Fold(text)
+    return Fold(text[:limit], text[limit:])
+
+
+@dataclass(slots=True)
+class JsonLine:
+    """One line of a JSON tree, in document order (the template draws the tree from this
+    flat list, without recursion). ``kind``: "open" (a container's summary: ``key``,
+    ``text`` its bracket, ``size``), "close" (``text`` its bracket), "leaf" (a scalar:
+    ``css`` its colour class, empty for ``{}`` and ``[]``; ``fold`` the text), "deep" (a
+    container past ``MAX_JSON_DEPTH``: ``fold`` its pretty-printed text). ``key`` is the
+    JSON text of the key (with its quotes) in an object, else empty."""
+
+    kind: str
+    key: str = ""
+    text: str = ""
+    css: str = ""
+    fold: Fold | None = None
+    comma: str = ""
+    size: str = ""
+
+    def __getitem__(self, name: str) -> Any:
+        # A template looks a name up by subscript first: answering it here spares the
+        # exception it raises on an object without one (the tree has thousands of lines).
+        return getattr(self, name)
+
+
+@dataclass(frozen=True)
+class JsonView:
+    """How a JSON value (or text that may be one) is shown: a tree of ``lines``, or, when
+    too big for a tree, ``pretty`` text, or, when it is not JSON, plain ``text``
+    (``includes/json.html`` draws each)."""
+
+    lines: list[JsonLine] | None = None
+    pretty: Fold | None = None
+    text: Fold | None = None
 
 
 class _TooBig(Exception):
     pass
 
 
-class _JsonHtml:
+class _JsonLines:
     def __init__(self) -> None:
-        self.parts: list[str] = []
+        self.lines: list[JsonLine] = []
         self.nodes = 0
 
-    def value(self, value: Any, prefix: str, comma: str, depth: int = 0) -> None:
+    def value(self, value: Any, key: str, comma: str, depth: int = 0) -> None:
         self.nodes += 1
         if self.nodes > MAX_JSON_NODES:
             raise _TooBig
-        out = self.parts.append
         if isinstance(value, dict | list) and value and depth >= MAX_JSON_DEPTH:
-            out(f'<div class="jl">{prefix}<pre class="json">{_pretty_text(value)}</pre>{comma}</div>')
+            self.lines.append(JsonLine("deep", key, fold=_pretty_text(value), comma=comma))
         elif isinstance(value, dict) and value:
-            self.container(value.items(), "{", "}", prefix, comma, f"{len(value)} keys", True, depth)
+            self.container(value.items(), "{", "}", key, comma, f"{len(value)} keys", True, depth)
         elif isinstance(value, list) and value:
-            self.container(enumerate(value), "[", "]", prefix, comma, f"{len(value)} items", False, depth)
+            self.container(enumerate(value), "[", "]", key, comma, f"{len(value)} items", False, depth)
         else:
-            out(f'<div class="jl">{prefix}{self.scalar(value)}{comma}</div>')
+            css, fold = self.scalar(value)
+            self.lines.append(JsonLine("leaf", key, css=css, fold=fold, comma=comma))
 
     def container(
-        self, items: Any, open_: str, close: str, prefix: str, comma: str, size: str, keyed: bool, depth: int
+        self,
+        items: Any,
+        open_: str,
+        close: str,
+        key: str,
+        comma: str,
+        size: str,
+        keyed: bool,
+        depth: int,
     ) -> None:
-        out = self.parts.append
-        out(f'<details class="jc" open><summary>{prefix}{open_}<span class="jn"> {size} </span></summary>')
-        out('<div class="jb">')
+        self.lines.append(JsonLine("open", key, text=open_, size=size))
         items = list(items)
-        for n, (key, child) in enumerate(items):
-            child_prefix = (
-                f'<span class="jk">{escape(json.dumps(key, ensure_ascii=False))}</span>: ' if keyed else ""
-            )
-            self.value(child, child_prefix, "," if n < len(items) - 1 else "", depth + 1)
-        out(f"</div>{close}{comma}</details>")
+        last = len(items) - 1
+        for n, (child_key, child) in enumerate(items):
+            shown_key = json.dumps(child_key, ensure_ascii=False) if keyed else ""
+            self.value(child, shown_key, "," if n < last else "", depth + 1)
+        self.lines.append(JsonLine("close", text=close, comma=comma))
 
     @staticmethod
-    def scalar(value: Any) -> str:
+    def scalar(value: Any) -> tuple[str, Fold]:
         if value is None:
-            return '<span class="jz">null</span>'
+            return "jz", Fold("null")
         if value is True or value is False:
-            return f'<span class="jt">{"true" if value else "false"}</span>'
+            return "jt", Fold("true" if value else "false")
         if isinstance(value, int | float):
-            return f'<span class="jd">{escape(json.dumps(value))}</span>'
+            return "jd", Fold(json.dumps(value))
         if isinstance(value, dict):
-            return "{}"
+            return "", Fold("{}")
         if isinstance(value, list):
-            return "[]"
-        text = json.dumps(str(value), ensure_ascii=False)
-        if len(text) > FOLD_STRING_CHARS:
-            return f'<span class="js">{_show_all(text[:FOLD_STRING_CHARS], text[FOLD_STRING_CHARS:], "characters")}</span>'
-        return f'<span class="js">{escape(text)}</span>'
+            return "", Fold("[]")
+        return "js", fold_text(json.dumps(str(value), ensure_ascii=False), FOLD_STRING_CHARS)
 
 
-def highlight_json(value: Any) -> SafeString:
-    """A JSON value as collapsible, syntax-coloured HTML, keys in their original order."""
-    renderer = _JsonHtml()
+def json_view(value: Any) -> JsonView:
+    """A JSON value as a collapsible, syntax-coloured tree, keys in their original order;
+    past ``MAX_JSON_NODES`` values, pretty-printed text."""
+    lines = _JsonLines()
     try:
-        renderer.value(value, "", "")
+        lines.value(value, "", "")
     except _TooBig:
-        return mark_safe(f'<pre class="json">{_pretty_text(value)}</pre>')
-    return mark_safe('<div class="json tree">' + "".join(renderer.parts) + "</div>")
+        return JsonView(pretty=_pretty_text(value))
+    return JsonView(lines=lines.lines)
 
 
-def _pretty_text(value: Any) -> SafeString:
+def _pretty_text(value: Any) -> Fold:
     """A JSON value as indented text of any depth, folded."""
     return fold_text(jsonstream.dumps(value, indent=2, ensure_ascii=False, default=str), FOLD_TEXT_CHARS * 5)
 
@@ -126,23 +168,23 @@ def _parse(text: str) -> tuple[bool, Any]:
         return False, None
 
 
-def highlight_observation(text: str | None) -> SafeString:
-    """An observation: highlighted when it is a JSON object or array, else folded text."""
+def observation_view(text: str | None) -> JsonView:
+    """An observation: a tree when it is a JSON object or array, else folded text."""
     stripped = (text or "").strip()
     if stripped[:1] in {"{", "["}:
         parsed, value = _parse(stripped)
         if parsed and isinstance(value, dict | list):
-            return highlight_json(value)
-    return mark_safe(f'<pre class="text">{fold_text(text)}</pre>')
+            return json_view(value)
+    return JsonView(text=fold_text(text))
 
 
-def highlight_json_text(text: str) -> SafeString:
-    """Stored JSON text (a tool call's parameters) highlighted, or shown as text when it
-    cannot be parsed."""
+def json_text_view(text: str) -> JsonView:
+    """Stored JSON text (a tool call's parameters) as a tree, or as text when it cannot be
+    parsed."""
     parsed, value = _parse(text)
     if parsed:
-        return highlight_json(value)
-    return mark_safe(f'<pre class="text">{fold_text(text)}</pre>')
+        return json_view(value)
+    return JsonView(text=fold_text(text))
 
 
 # -- the waterfall ---------------------------------------------------------------------
@@ -218,11 +260,57 @@ def waterfall_bars(
     return bars[:MAX_WATERFALL_BARS]
 
 
-def waterfall_svg(
+@dataclass(frozen=True, slots=True)
+class AxisTick:
+    """A grid line at ``x`` (or ``y``) and the value written beside it."""
+
+    x: float
+    y: float
+    anchor: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class WaterfallRow:
+    """One bar of the waterfall: its rectangle, its label (cut to fit) and its tooltip."""
+
+    kind: str
+    label: str
+    tip: str
+    href: str
+    x: float
+    y: float  # the rectangle's top
+    width: float
+    label_x: int
+    label_y: int
+
+
+@dataclass(frozen=True)
+class Waterfall:
+    """The waterfall's frame and rows, in SVG user units (``includes/waterfall.html``)."""
+
+    width: int
+    height: int
+    top: int
+    row_height: int
+    span: str
+    ticks: list[AxisTick]
+    rows: list[WaterfallRow]
+
+    @property
+    def bar_height(self) -> int:
+        return self.row_height - 6
+
+    @property
+    def grid_top(self) -> int:
+        return self.top - 6
+
+
+def waterfall_chart(
     run: Any, parts: list[tuple[Any, list[Any]]], model_calls: dict[int, list[Any]] | None = None
-) -> SafeString | None:
-    """The timing of what the page shows as an SVG waterfall, or None when no iteration,
-    model call or tool call is timed."""
+) -> Waterfall | None:
+    """The timing of what the page shows, laid out for an SVG waterfall, or None when no
+    iteration, model call or tool call is timed."""
     bars = waterfall_bars(run, parts, model_calls)
     if all(bar.kind == "run" for bar in bars):
         return None
@@ -232,38 +320,35 @@ def waterfall_svg(
     label_w, width, row_h, top = 230, 1000, 20, 24
     plot_w = width - label_w - 10
     height = top + row_h * len(bars) + 6
-    out = [
-        f'<svg class="waterfall" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="Waterfall of iterations and tool calls over {_ms(span)}" '
-        f'preserveAspectRatio="xMinYMin meet">'
-    ]
-    for i in range(5):
-        x = label_w + plot_w * i / 4
-        out.append(f'<line class="wf-grid" x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height}"/>')
-        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
-        out.append(
-            f'<text class="wf-axis" x="{x:.1f}" y="{top - 10}" text-anchor="{anchor}">{_ms(span * i / 4)}</text>'
+    ticks = [
+        AxisTick(
+            round(label_w + plot_w * i / 4, 1),
+            top - 10,
+            "start" if i == 0 else "end" if i == 4 else "middle",
+            _ms(span * i / 4),
         )
+        for i in range(5)
+    ]
+    rows = []
     for n, bar in enumerate(bars):
         y = top + n * row_h
         start = (bar.start - t0).total_seconds()
         length = max(((bar.end or bar.start) - bar.start).total_seconds(), 0)
-        x = label_w + plot_w * start / span
-        w = max(plot_w * length / span, 2)
-        label = escape(bar.label if len(bar.label) <= 34 else bar.label[:33] + "…")
-        tip = escape(f"{bar.label}: starts at {_ms(start)}, lasts {_ms(length) if bar.end else 'unknown'}")
         indent = {"run": 0, "iteration": 8, "model": 20, "tool": 20, "error": 20}[bar.kind]
-        rect = (
-            f'<rect class="wf-{bar.kind}" x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" rx="2">'
-            f"<title>{tip}</title></rect>"
+        rows.append(
+            WaterfallRow(
+                kind=bar.kind,
+                label=bar.label if len(bar.label) <= 34 else bar.label[:33] + "…",
+                tip=f"{bar.label}: starts at {_ms(start)}, lasts {_ms(length) if bar.end else 'unknown'}",
+                href=bar.href,
+                x=round(label_w + plot_w * start / span, 1),
+                y=y + 3,
+                width=round(max(plot_w * length / span, 2.0), 1),
+                label_x=4 + indent,
+                label_y=y + row_h - 6,
+            )
         )
-        text = f'<text class="wf-label" x="{4 + indent}" y="{y + row_h - 6}">{label}</text>'
-        if bar.href:
-            out.append(f'<a href="{escape(bar.href)}">{text}{rect}</a>')
-        else:
-            out.append(text + rect)
-    out.append("</svg>")
-    return mark_safe("".join(out))
+    return Waterfall(width, height, top, row_h, _ms(span), ticks, rows)
 
 
 # -- bar charts for the stats page ---------------------------------------------------------
@@ -288,93 +373,154 @@ def _tick(value: float, step: float) -> str:
     return f"{value:,.{decimals}f}"
 
 
-def _chart_frame(label: str, peak: float, unit: str, prefix: str = "", shown: Any = None) -> list[str]:
-    """A chart's opening tag, its three grid lines and their values (``shown`` writes a
-    value, unit included; else ``peak`` is expected round, see ``_nice_peak``)."""
-    width, height, left, top, _, plot_h = _CHART
-    out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">']
+@dataclass(frozen=True, slots=True)
+class GridLine:
+    """A horizontal grid line at ``y``, its value written at ``text_y``."""
+
+    y: float
+    text_y: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChartBar:
+    """A bar (``x``, ``y``, ``width``, ``height``) with its tooltip, and the day written
+    under it when it is one of the labelled ones (``label_x``)."""
+
+    x: float
+    y: float
+    width: float
+    height: float
+    tip: str
+    label: str | None
+    label_x: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChartPoint:
+    x: float
+    y: float
+    tip: str
+
+
+@dataclass(frozen=True)
+class ChartSeries:
+    """One line: its dots and its stretches (``points`` attributes; a day without a value
+    breaks the line). ``number`` picks its colour class."""
+
+    number: int
+    dots: list[ChartPoint]
+    stretches: list[str]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A stats chart in SVG user units (``includes/chart.html``): the frame, its three
+    grid lines (``grid``: y and value), and bars or lines, with the days under them
+    (``days``)."""
+
+    label: str
+    grid: list[GridLine]
+    bars: list[ChartBar]
+    series: list[ChartSeries]
+    days: list[AxisTick]
+    width: int = _CHART[0]
+    height: int = _CHART[1]
+    left: int = _CHART[2]
+
+    @property
+    def right(self) -> int:
+        return self.width - 8
+
+    @property
+    def grid_x(self) -> int:
+        return self.left - 6
+
+    @property
+    def day_y(self) -> int:
+        return self.height - 8
+
+
+def _grid(peak: float, unit: str, prefix: str = "", shown: Any = None) -> list[GridLine]:
+    """A chart's three grid lines and their values (``shown`` writes a value, unit
+    included; else ``peak`` is expected round, see ``_nice_peak``)."""
+    _, _, _, top, _, plot_h = _CHART
+    grid = []
     for i in range(3):
         value = peak * i / 2
         y = top + plot_h - plot_h * i / 2
-        out.append(f'<line class="wf-grid" x1="{left}" y1="{y:.1f}" x2="{width - 8}" y2="{y:.1f}"/>')
         text = shown(value) if shown else f"{_tick(value, peak / 2)}{unit}"
-        out.append(
-            f'<text class="wf-axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
-            f"{escape(prefix)}{escape(text)}</text>"
-        )
-    return out
+        grid.append(GridLine(round(y, 1), round(y + 4, 1), f"{prefix}{text}"))
+    return grid
 
 
-def bar_chart_svg(
+def bar_chart(
     points: list[tuple[str, float]], *, label: str, unit: str = "", prefix: str = ""
-) -> SafeString:
-    """A vertical bar chart of (label, value) points; the accessible table sits beside it."""
+) -> Chart | None:
+    """A vertical bar chart of (label, value) points, or None without points; the
+    accessible table sits beside it."""
     if not points:
-        return mark_safe("")
+        return None
     peak = _nice_peak(max(value for _, value in points))
     width, height, left, top, plot_w, plot_h = _CHART
     step = plot_w / len(points)
-    out = _chart_frame(label, peak, unit, prefix)
     every = max(1, len(points) // 10)
+    bars = []
     for n, (name, value) in enumerate(points):
         h = plot_h * value / peak
         x = left + n * step + step * 0.15
-        y = top + plot_h - h
-        out.append(
-            f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{step * 0.7:.1f}" height="{max(h, 0):.1f}">'
-            f"<title>{escape(name)}: {escape(prefix)}{value:,g}{escape(unit)}</title></rect>"
-        )
-        if n % every == 0:
-            out.append(
-                f'<text class="wf-axis" x="{x + step * 0.35:.1f}" y="{height - 8}" text-anchor="middle">'
-                f"{escape(name[-5:])}</text>"
+        bars.append(
+            ChartBar(
+                x=round(x, 1),
+                y=round(top + plot_h - h, 1),
+                width=round(step * 0.7, 1),
+                height=round(max(h, 0.0), 1),
+                tip=f"{name}: {prefix}{value:,g}{unit}",
+                label=name[-5:] if n % every == 0 else None,
+                label_x=round(x + step * 0.35, 1),
             )
-    out.append("</svg>")
-    return mark_safe("".join(out))
+        )
+    return Chart(label, _grid(peak, unit, prefix), bars, [], [])
 
 
-def line_chart_svg(
+def line_chart(
     points: list[tuple[str, dict[str, float | None]]],
     *,
     series: list[str],
     label: str,
     milliseconds: bool = False,
-) -> SafeString:
+) -> Chart | None:
     """Lines, one per name in ``series``, over (label, {name: value or None}) points; a
-    day without a value breaks its line (values in milliseconds written as durations). The
-    accessible table sits beside it."""
+    day without a value breaks its line (values in milliseconds written as durations).
+    None when there is no value. The accessible table sits beside it."""
     values = [v for _, point in points for v in point.values() if v is not None]
     if not points or not values:
-        return mark_safe("")
+        return None
     peak = (max(values) or 1) if milliseconds else _nice_peak(max(values))
     width, height, left, top, plot_w, plot_h = _CHART
     step = plot_w / len(points)
     shown = (lambda ms: _ms(ms / 1000)) if milliseconds else None  # noqa: E731
-    out = _chart_frame(label, peak, "", shown=shown)
+    lines = []
     for k, name in enumerate(series):
-        runs: list[list[str]] = [[]]
+        dots, stretches = [], [[]]
         for n, (day, point) in enumerate(points):
             value = point.get(name)
             if value is None:
-                runs.append([])
+                stretches.append([])
                 continue
             x = left + n * step + step / 2
             y = top + plot_h - plot_h * value / peak
-            runs[-1].append(f"{x:.1f},{y:.1f}")
-            out.append(
-                f'<circle class="line-{k}" cx="{x:.1f}" cy="{y:.1f}" r="3">'
-                f"<title>{escape(day)} {escape(name)}: {escape(shown(value) if shown else f'{value:,g}')}"
-                "</title></circle>"
+            stretches[-1].append(f"{x:.1f},{y:.1f}")
+            dots.append(
+                ChartPoint(
+                    round(x, 1), round(y, 1), f"{day} {name}: {shown(value) if shown else f'{value:,g}'}"
+                )
             )
-        for run in runs:
-            if len(run) > 1:
-                out.append(f'<polyline class="line-{k}" fill="none" points="{" ".join(run)}"/>')
+        lines.append(ChartSeries(k, dots, [" ".join(s) for s in stretches if len(s) > 1]))
     every = max(1, len(points) // 10)
-    for n, (day, _) in enumerate(points):
-        if n % every == 0:
-            x = left + n * step + step / 2
-            out.append(
-                f'<text class="wf-axis" x="{x:.1f}" y="{height - 8}" text-anchor="middle">{escape(day[-5:])}</text>'
-            )
-    out.append("</svg>")
-    return mark_safe("".join(out))
+    days = [
+        AxisTick(round(left + n * step + step / 2, 1), height - 8, "middle", day[-5:])
+        for n, (day, _) in enumerate(points)
+        if n % every == 0
+    ]
+    return Chart(label, _grid(peak, "", shown=shown), [], lines, days)

@@ -15,6 +15,11 @@ Two parts of Python-Markdown are replaced because they are quadratic on runs of 
 ``[a](`` or ``<a href='``: the link patterns' bracket and parenthesis scans (by regular
 expressions that nest at most ``MAX_NESTING`` pairs), and the raw HTML block
 preprocessor (raw HTML is still passed through inline, then sanitised).
+
+This module is the only producer of HTML outside the templates: Markdown becomes HTML
+here (sanitised, or escaped under its note when it cannot be rendered), and the result
+may be stored (``Run.output_html``). Everything else the pages show is markup written in
+``templates/`` from data that Python gives them (``present``, ``help``, ``snippets``).
 """
 
 from __future__ import annotations

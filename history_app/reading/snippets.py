@@ -11,11 +11,10 @@ for all the hits of a page beyond the hits' own, whatever their number.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models.functions import Substr
-from django.utils.html import escape
-from django.utils.safestring import SafeString, mark_safe
 
 from history_app import models
 from history_app.store import search
@@ -51,9 +50,17 @@ def _pattern(query: str) -> re.Pattern[str] | None:
     return re.compile("|".join(words), re.IGNORECASE)
 
 
-def passage(text: str, pattern: re.Pattern[str]) -> SafeString | None:
-    """The passage around the first match in ``text``, escaped, its matches in <mark>;
-    None when nothing matches."""
+@dataclass(frozen=True)
+class Passage:
+    """A passage of a field: its ``pieces`` in order, each (text, marked), the marked ones
+    a searched word (the sessions list writes them in ``<mark>``)."""
+
+    pieces: tuple[tuple[str, bool], ...]
+
+
+def passage(text: str, pattern: re.Pattern[str]) -> Passage | None:
+    """The passage around the first match in ``text``, its matches marked; None when
+    nothing matches."""
     text = text[: search.MAX_FIELD_CHARS]
     first = pattern.search(text)
     if first is None:
@@ -68,22 +75,21 @@ def passage(text: str, pattern: re.Pattern[str]) -> SafeString | None:
         space = text.rfind(" ", first.end(), end)
         end = space if space != -1 else end
     window = " ".join(text[start:end].split())
-    out, at = [], 0
+    pieces, at = [("…" if start > 0 else "", False)], 0
     for match in pattern.finditer(window):
-        out.append(escape(window[at : match.start()]))
-        out.append(f"<mark>{escape(match.group())}</mark>")
+        pieces += [(window[at : match.start()], False), (match.group(), True)]
         at = match.end()
-    out.append(escape(window[at:]))
-    return mark_safe(("…" if start > 0 else "") + "".join(out) + ("…" if end < len(text) else ""))
+    pieces += [(window[at:], False), ("…" if end < len(text) else "", False)]
+    return Passage(tuple((text, marked) for text, marked in pieces if text))
 
 
 def attach(runs: list[Any], query: str) -> None:
-    """Give each hit run a ``snippet`` (passage) and ``snippet_field`` (where it is), or
-    an empty snippet when no field shows a searched word (the index's bigrams or a cut
+    """Give each hit run a ``snippet`` (``Passage``) and ``snippet_field`` (where it is),
+    or None and "" when no field shows a searched word (the index's bigrams or a cut
     field may match where the words are not side by side here)."""
     pattern = _pattern(query)
     for run in runs:
-        run.snippet, run.snippet_field = "", ""
+        run.snippet, run.snippet_field = None, ""
     if pattern is None or not runs:
         return
     by_pk = {run.pk: run for run in runs}

@@ -181,7 +181,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "slice": iterations,
         "model_calls": transcripts.model_call_slice(run=run),
         "cost_sources": transcripts.cost_sources(run),
-        "waterfall": present.waterfall_svg(
+        "waterfall": present.waterfall_chart(
             run, [(p.iteration, p.calls) for p in iterations.parts], iterations.model_calls
         ),
     }
@@ -487,16 +487,16 @@ def stats(request: HttpRequest) -> HttpResponse:
         tool["share"] = round(100 * tool["calls"] / top_calls, 1)
     context = {
         **data,
-        "runs_chart": present.bar_chart_svg(per_day, label=f"Runs per day, last {data['days']} days"),
-        "failure_chart": present.bar_chart_svg(
+        "runs_chart": present.bar_chart(per_day, label=f"Runs per day, last {data['days']} days"),
+        "failure_chart": present.bar_chart(
             rates, label=f"Failure rate per day, last {data['days']} days", unit="%"
         ),
-        "cost_chart": present.bar_chart_svg(
+        "cost_chart": present.bar_chart(
             [(p["day"].isoformat(), round(p["cost"], 6)) for p in data["usage_series"]],
             label=f"Model cost per day in US dollars, last {data['days']} days",
             prefix="$",
         ),
-        "tokens_chart": present.bar_chart_svg(
+        "tokens_chart": present.bar_chart(
             [(p["day"].isoformat(), p["input_tokens"] + p["output_tokens"]) for p in data["usage_series"]],
             label=f"Tokens per day (input and output), last {data['days']} days",
         ),
@@ -509,7 +509,7 @@ def stats(request: HttpRequest) -> HttpResponse:
 
 def _latency_chart(data: dict[str, Any], kind: str, title: str) -> Any:
     """p50 and p95 per day of run durations or model-call latency, as lines."""
-    return present.line_chart_svg(
+    return present.line_chart(
         [
             (p["day"].isoformat(), {"p50": p[f"{kind}_p50"], "p95": p[f"{kind}_p95"]})
             for p in data["usage_series"]

@@ -6,7 +6,7 @@ from typing import Any
 from django import template
 from django.utils import timezone
 from django.utils.dateformat import format as format_date
-from django.utils.html import escape, format_html
+from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from history_app.agent_history import jsonstream
@@ -56,20 +56,22 @@ def get_item(mapping: dict | None, key: Any) -> Any:
     return (mapping or {}).get(key)
 
 
-@register.filter
-def json_text_tree(text: str) -> str:
-    """Stored JSON text as collapsible, highlighted JSON (escaped inside ``present``)."""
-    return present.highlight_json_text(text)
+@register.inclusion_tag("history_app/includes/json.html")
+def json_text_tree(text: str) -> dict[str, Any]:
+    """Stored JSON text as collapsible, highlighted JSON: ``{% json_text_tree text %}``."""
+    return {"view": present.json_text_view(text)}
 
 
-@register.filter
-def observation(text: str | None) -> str:
-    return present.highlight_observation(text)
+@register.inclusion_tag("history_app/includes/json.html")
+def observation(text: str | None) -> dict[str, Any]:
+    """An observation, as a JSON tree when it is an object or array, else folded text."""
+    return {"view": present.observation_view(text)}
 
 
-@register.filter
-def folded(text: str | None) -> str:
-    return present.fold_text(text)
+@register.inclusion_tag("history_app/includes/fold.html")
+def folded(text: str | None) -> dict[str, Any]:
+    """Text escaped, its rest past ``present.FOLD_TEXT_CHARS`` behind "show all"."""
+    return {"fold": present.fold_text(text)}
 
 
 @register.filter
@@ -122,14 +124,14 @@ def ago(moment: datetime, now: datetime | None = None) -> str:
     return f"{days} day{'s' if days != 1 else ''} ago"
 
 
-@register.simple_tag
-def when(moment: datetime | None) -> str:
+@register.inclusion_tag("history_app/includes/when.html")
+def when(moment: datetime | None) -> dict[str, Any]:
     """A time as a user reads it in a list: relative ("3 h ago"), the exact time on hover
-    and in the ``datetime`` attribute."""
+    and in the ``datetime`` attribute; "—" for none."""
     if moment is None:
-        return "—"
+        return {"moment": None}
     exact = format_date(timezone.localtime(moment), "Y-m-d H:i:s")
-    return format_html('<time datetime="{}" title="{}">{}</time>', moment.isoformat(), exact, ago(moment))
+    return {"moment": moment, "iso": moment.isoformat(), "exact": exact, "ago": ago(moment)}
 
 
 @register.filter
