@@ -9,7 +9,7 @@ from django.db import DatabaseError
 from django.test import override_settings
 
 from history_app import models
-from history_app.intake import bulk, ingestion
+from history_app.intake import bulk, ingestion, writer
 from history_app.models import IngestToken
 
 from .conftest import autourgos_logs, database_dump, load_jsonl, native
@@ -157,7 +157,7 @@ def test_a_run_is_stored_whole_or_not_at_all(ingest, monkeypatch):
     # Both ways a run is written: in bulk (new plain runs) and one by one (the rest, and
     # the bulk's items again after it failed).
     monkeypatch.setattr(bulk, "insert_runs", explode_in_bulk)
-    monkeypatch.setattr(ingestion, "_write_children_of", explode)
+    monkeypatch.setattr(writer, "write_children", explode)
     response = ingest(native(iterations=[{"thought": "a"}]))
     assert response.status_code == 400
     # The message names no database internals (issue #10, item 4); the log has them.

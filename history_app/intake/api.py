@@ -17,7 +17,7 @@ from history_app.access.auth import error_response, token_from_request, token_re
 from history_app.agent_history import formats
 from history_app.agent_history.jsonstream import iter_json
 from history_app.errors import RETRY_AFTER_SECONDS, require_GET, require_POST, unavailable_json
-from history_app.intake import ingestion
+from history_app.intake import guards, ingestion, writer
 from history_app.reading import (
     compare,
     inspector,
@@ -35,35 +35,6 @@ from history_app.upkeep import annotations as annotation_store
 from history_app.upkeep import retention
 
 logger = logging.getLogger(__name__)
-
-
-def _chunked(request: HttpRequest) -> bool:
-    return "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
-
-
-def _read_body(request: HttpRequest) -> bytes | None:
-    """The body, or None when it is over the limit (checked before reading it all).
-
-    A chunked body has no Content-Length, so Django reads it as empty; when the server
-    says the input ends with the body (gunicorn sets ``wsgi.input_terminated``) it is read
-    straight from the WSGI stream, up to the limit."""
-    limit = settings.HISTORY_MAX_BODY_BYTES
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
-    if declared > limit:
-        return None
-    stream = request.META["wsgi.input"] if _chunked(request) else request
-    chunks: list[bytes] = []
-    size = 0
-    while size <= limit:
-        chunk = stream.read(limit + 1 - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return None if size > limit else b"".join(chunks)
 
 
 def _refuse(request: HttpRequest, message: str, status: int, path: str = "$", **extra: Any) -> JsonResponse:
@@ -87,7 +58,7 @@ def ingest(request: HttpRequest) -> JsonResponse:
     except DatabaseError as exc:
         # A transient failure outside any item (the receipt could not be written while
         # another writer held SQLite's lock, a lost connection): the client sends again.
-        if not ingestion.is_transient(exc):
+        if not writer.is_transient(exc):
             raise
         logger.warning("ingest request not handled, to be sent again: %s", exc)
         return unavailable_json()
@@ -119,14 +90,14 @@ def _ingest(request: HttpRequest) -> JsonResponse:
             "application/x-ndjson or text/markdown (an autourgos .md log)",
             415,
         )
-    if _chunked(request) and not request.META.get("wsgi.input_terminated"):
+    if guards.is_chunked(request) and not request.META.get("wsgi.input_terminated"):
         return _refuse(
             request,
             "this server cannot read a chunked body (Transfer-Encoding: chunked without "
             "Content-Length); send Content-Length, or serve the app with gunicorn",
             411,
         )
-    body = _read_body(request)
+    body = guards.read_body(request)
     if body is None:
         return _refuse(request, f"the body is larger than {settings.HISTORY_MAX_BODY_BYTES} bytes", 413)
     format_name = request.GET.get("format") or None
@@ -513,7 +484,7 @@ def _list_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
 
 @token_required(allow_session=False, scope=models.IngestToken.ANNOTATE)
 def _add_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
-    body = _read_body(request)
+    body = guards.read_body(request)
     if body is None:
         return error_response("the body is too large", 413)
     try:

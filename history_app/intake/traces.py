@@ -22,7 +22,6 @@ import json
 import logging
 import re
 import zlib
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +37,9 @@ from history_app.access.auth import mark_used, token_from_request
 from history_app.agent_history import otlp
 from history_app.agent_history.records import without_lone_surrogates
 from history_app.errors import RETRY_AFTER_SECONDS
-from history_app.intake import ingestion, otlp_limits
-from history_app.intake.api import _chunked, _read_body
-from history_app.store import locks
+from history_app.intake import ingestion, otlp_limits, writer
+from history_app.intake.guards import is_chunked, read_body
+from history_app.store import locks, mapper
 from history_app.upkeep import retention
 
 logger = logging.getLogger(__name__)
@@ -279,7 +278,7 @@ def traces(request: HttpRequest) -> HttpResponse:
         return unavailable(request)
     except DatabaseError as exc:
         # The token lookup included: PostgreSQL refusing connections fails the first query.
-        if not ingestion.is_transient(exc):
+        if not writer.is_transient(exc):
             raise
         logger.warning("OTLP request not handled, to be sent again: %s", exc)
         return unavailable(request)
@@ -326,10 +325,10 @@ def _intake(
     if content_type not in (PROTOBUF, JSON):
         message = f"unsupported content type {content_type or '(none)'!r}; send {PROTOBUF} or {JSON}"
         return _refuse(token, 415, INVALID_ARGUMENT, message, encoding)
-    if _chunked(request) and not request.META.get("wsgi.input_terminated"):
+    if is_chunked(request) and not request.META.get("wsgi.input_terminated"):
         message = "this server cannot read a chunked body without Content-Length; serve the app with gunicorn"
         return _refuse(token, 411, INVALID_ARGUMENT, message, encoding)
-    body = _read_body(request)
+    body = read_body(request)
     if body is None:
         message = f"the body is larger than {settings.HISTORY_MAX_BODY_BYTES} bytes"
         return _refuse(token, 413, RESOURCE_EXHAUSTED, message, encoding)
@@ -446,7 +445,7 @@ def redact_spans(spans: list[otlp.Span], redactor: Any) -> list[dict[str, Any]]:
         parsed = []  # every value was copied: the JSON read from strings is kept as JSON
     cleaned, _, fields = redactor.redact_with_report(whole)
     if "\\u0000" in text:  # NUL, which PostgreSQL cannot hold (JSON writes it \u0000)
-        cleaned = ingestion._without_nul(cleaned)
+        cleaned = mapper.without_nul(cleaned)
     originals = {(id(attributes), key): (text, value) for attributes, key, text, value in parsed}
     for span, redacted in zip(spans, cleaned["spans"], strict=True):
         span.update({key: value for key, value in redacted.items() if key not in ("attributes", "events")})
@@ -597,7 +596,7 @@ def intake_spans(
     that no other request added spans to them meanwhile (a trace that changed is planned
     again, inside), and writes the runs and the new spans together: both or neither.
     Everything goes into the token's project (the default project without a token)."""
-    project_id = token.project_id if token is not None else ingestion.project_key(None)
+    project_id = token.project_id if token is not None else writer.project_key(None)
     outcome = Outcome(rejected=len(errors))
     outcome.reasons.extend(f"{e.path}: {e}" for e in errors)
     span_results = [
@@ -638,7 +637,7 @@ def intake_spans(
             # Rolled back whole: nothing of the request was kept, every run is sent again.
             outcome.retry = True
             for result in results:
-                result.status, result.errors = "retry", [{"path": "$", "message": ingestion.RETRY_MESSAGE}]
+                result.status, result.errors = "retry", [{"path": "$", "message": writer.RETRY_MESSAGE}]
     except BaseException:
         ingestion.interrupt_receipt(receipt=receipt)
         raise
@@ -700,7 +699,7 @@ class _Plan:
     ``deferred`` keeps its spans without assembling the trace again."""
 
     spans: list[otlp.Span] = field(default_factory=list)
-    pending: list[Any] = field(default_factory=list)  # ingestion._Pending, one per run
+    pending: list[Any] = field(default_factory=list)  # writer.PreparedItem, one per run
     results: list[ingestion.ItemResult] = field(default_factory=list)
     refused: int = 0
     reasons: list[str] = field(default_factory=list)
@@ -806,11 +805,7 @@ def _write(plans: dict[str, _Plan], outcome: Outcome, project_id: int) -> list[i
         for item in plan.pending:
             owners[id(item.result)] = trace_id
             pending.append(item)
-    counts: Counter[str] = Counter()
-    for start in range(0, len(pending), ingestion.BATCH_ITEMS):
-        ingestion.store_batch(
-            pending[start : start + ingestion.BATCH_ITEMS], counts=counts, project_id=project_id
-        )
+    writer.write_runs(pending, project_id=project_id)
     results = [result for plan in plans.values() for result in plan.results]
     refused: set[str] = set()
     for item in pending:
