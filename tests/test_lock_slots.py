@@ -15,7 +15,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from history_app import models
-from history_app.intake import ingestion, traces, writer
+from history_app.intake import ingestion, writer
+from history_app.intake import spans as span_store
 from history_app.store import locks
 
 from .conftest import TOKEN, native
@@ -134,13 +135,13 @@ def test_concurrent_otlp_requests_with_spans_of_the_same_new_traces_assemble_all
     from history_app.access.auth import register_token
 
     register_token(name="suite", token=TOKEN, scopes=["ingest", "read"])
-    real_write = traces._write
+    real_write = span_store._write
 
     def slow_write(*args, **kwargs):
         time.sleep(0.3)
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(traces, "_write", slow_write)
+    monkeypatch.setattr(span_store, "_write", slow_write)
     project = models.Project.default().pk
     ids = [f"{n:032x}" for n in range(1, 400)]
     first = ids[0]

@@ -32,7 +32,6 @@ from history_app.reading import (
 from history_app.reading.diffs import LineDiff
 from history_app.reading.forms import StatsForm
 from history_app.upkeep import annotations as annotation_store
-from history_app.upkeep import retention
 
 logger = logging.getLogger(__name__)
 
@@ -82,71 +81,55 @@ def _wrong_method(request: HttpRequest) -> JsonResponse:
 @require_POST
 @token_required(allow_session=False, scope=models.IngestToken.INGEST)
 def _ingest(request: HttpRequest) -> JsonResponse:
-    content_type = request.content_type.lower()
-    if content_type not in formats.CONTENT_TYPES:
-        return _refuse(
-            request,
-            f"unsupported content type {content_type or '(none)'!r}; send application/json, "
-            "application/x-ndjson or text/markdown (an autourgos .md log)",
-            415,
-        )
-    if guards.is_chunked(request) and not request.META.get("wsgi.input_terminated"):
-        return _refuse(
-            request,
-            "this server cannot read a chunked body (Transfer-Encoding: chunked without "
-            "Content-Length); send Content-Length, or serve the app with gunicorn",
-            411,
-        )
-    body = guards.read_body(request)
-    if body is None:
-        return _refuse(request, f"the body is larger than {settings.HISTORY_MAX_BODY_BYTES} bytes", 413)
-    format_name = request.GET.get("format") or None
-    if format_name is not None and format_name not in formats.FORMATS:
-        return _refuse(
-            request,
-            f"unknown format {format_name!r}; accepted: {', '.join(formats.accepted_formats())}",
-            400,
-            "format",
-        )
+    """Decode the body into items, have them written, answer each item's result."""
     try:
-        items = formats.read_body(body, content_type, max_depth=settings.HISTORY_MAX_DEPTH)
-    except formats.BodyError as exc:
-        return _refuse(request, str(exc), 400, exc.path)
-    if not items:
-        return _refuse(request, "the body holds no runs", 400)
-    limit = settings.HISTORY_MAX_ITEMS_PER_REQUEST
-    if len(items) > limit:
-        message = f"the body holds {len(items)} runs; at most {limit} per request"
-        return _refuse(request, message, 413, count=len(items), limit=limit)
-
-    project_id = request.ingest_token.project_id
-    receipt = ingestion.open_receipt(
-        source="api", token=request.ingest_token, item_count=len(items), project_id=project_id
-    )
-    try:
+        items, format_name, escape_free = _items(request)
+    except guards.Refused as exc:
+        return _refuse(request, exc.message, exc.status, exc.path, **exc.extra)
+    token = request.ingest_token
+    with ingestion.receipt_kept(
+        source="api", token=token, item_count=len(items), project_id=token.project_id
+    ) as receipt:
         results = ingestion.ingest_items(
             items=items,
             format=format_name,
             receipt=receipt,
-            project_id=project_id,
-            escape_free=formats.escape_free(body),
+            project_id=token.project_id,
+            escape_free=escape_free,
         )
-    except BaseException:
-        # Whatever stopped the request (a bug, a worker timeout's SystemExit), the receipt
-        # says so, with the counts of what its items' transactions stored.
-        ingestion.interrupt_receipt(receipt=receipt)
-        raise
     ingestion.close_receipt(receipt=receipt, results=results)
     if any(r.status == "retry" for r in results):
         return _retry_later(results)
     rejected = sum(1 for r in results if r.status == "rejected")
-    changed = sum(1 for r in results if r.status in {"created", "updated"})
-    try:
-        retention.maybe_prune_automatically(new_runs=changed)
-    except Exception:  # noqa: BLE001 — retention must never fail an ingestion request
-        logger.exception("automatic retention failed")
+    guards.prune_after(changed=sum(1 for r in results if r.status in {"created", "updated"}))
     status = 200 if rejected == 0 else 207 if rejected < len(results) else 400
     return JsonResponse({"ok": rejected == 0, "results": [r.as_dict() for r in results]}, status=status)
+
+
+def _items(request: HttpRequest) -> tuple[list[Any], str | None, bool]:
+    """The body's items, the format named (None: each item's own), and whether the body
+    holds no escape that ingestion must look for (``formats.escape_free``); ``Refused``
+    for a body that cannot be read."""
+    content_type, body = guards.checked_body(
+        request,
+        content_types=formats.CONTENT_TYPES,
+        accepted="application/json, application/x-ndjson or text/markdown (an autourgos .md log)",
+    )
+    format_name = request.GET.get("format") or None
+    if format_name is not None and format_name not in formats.FORMATS:
+        accepted = ", ".join(formats.accepted_formats())
+        raise guards.Refused(400, f"unknown format {format_name!r}; accepted: {accepted}", "format")
+    try:
+        items = formats.read_body(body, content_type, max_depth=settings.HISTORY_MAX_DEPTH)
+    except formats.BodyError as exc:
+        raise guards.Refused(400, str(exc), exc.path) from None
+    if not items:
+        raise guards.Refused(400, "the body holds no runs")
+    limit = settings.HISTORY_MAX_ITEMS_PER_REQUEST
+    if len(items) > limit:
+        message = f"the body holds {len(items)} runs; at most {limit} per request"
+        raise guards.Refused(413, message, count=len(items), limit=limit)
+    return items, format_name, formats.escape_free(body)
 
 
 def _retry_later(results: list[ingestion.ItemResult]) -> JsonResponse:
@@ -160,8 +143,7 @@ def _retry_later(results: list[ingestion.ItemResult]) -> JsonResponse:
         retry_after=RETRY_AFTER_SECONDS,
         results=[r.as_dict() for r in results],
     )
-    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return response
+    return guards.retry_after(response)
 
 
 def _json_page(request: HttpRequest, selector, summary, key: str, warnings=(), **extra) -> JsonResponse:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -315,6 +317,21 @@ def open_receipt(
         item_count=item_count,
         state=models.IngestReceipt.OPEN,
     )
+
+
+@contextmanager
+def receipt_kept(
+    *, source: str, token: models.IngestToken | None, item_count: int, project_id: int | None
+) -> Iterator[models.IngestReceipt]:
+    """A receipt opened (and committed) before anything is written; whatever stops the
+    request (a bug, a worker timeout's ``SystemExit``) marks it interrupted, with the
+    counts of what was stored. The caller closes it with the results."""
+    receipt = open_receipt(source=source, token=token, item_count=item_count, project_id=project_id)
+    try:
+        yield receipt
+    except BaseException:
+        interrupt_receipt(receipt=receipt)
+        raise
 
 
 def close_receipt(*, receipt: models.IngestReceipt, results: list[ItemResult]) -> None:
