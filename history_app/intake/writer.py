@@ -61,11 +61,11 @@ class Change:
     """One run the writer writes: its record, its row, and the stored row it replaces.
 
     ``row`` is the run's ``models.Run`` (or, for a run written in bulk, its values by name
-    with ``pk`` set); ``replaced`` is the stored row being replaced (None for a new run),
-    read while its children are still stored; ``contexts`` are the run's injected
-    contexts as written (with keys). ``rewrite``: the same run rewritten in place
-    (re-redaction): its session's counters cannot change, and the contexts whose sources
-    the server had found are linked again from their new text."""
+    with ``pk`` set); ``replaced`` is the stored row being replaced (None for a new run:
+    its key and session; its rows are still stored when ``Derived.remove`` reads them);
+    ``contexts`` are the run's injected contexts as written (with keys). ``rewrite``: the
+    same run rewritten in place (re-redaction): its session's counters cannot change, and
+    the contexts whose sources the server had found are linked again from their new text."""
 
     run: Run
     row: Any
@@ -75,7 +75,6 @@ class Change:
     # Its search document, when built already (before the transaction).
     document: str | None = None
     rewrite: bool = False
-
     # The session the stored run leaves (locked), when it moves to another.
     old_session: models.Session | None = None
 
