@@ -22,7 +22,7 @@ from django.urls import Resolver404
 from django.views import defaults
 
 from history_app.access.auth import error_response
-from history_app.intake.ingestion import is_transient
+from history_app.intake.writer import is_transient
 
 logger = logging.getLogger(__name__)
 

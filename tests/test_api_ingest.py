@@ -9,7 +9,7 @@ from django.db import DatabaseError
 from django.test import override_settings
 
 from history_app import models
-from history_app.intake import bulk, ingestion
+from history_app.intake import bulk, ingestion, writer
 from history_app.models import IngestToken
 
 from .conftest import autourgos_logs, database_dump, load_jsonl, native
@@ -157,7 +157,7 @@ def test_a_run_is_stored_whole_or_not_at_all(ingest, monkeypatch):
     # Both ways a run is written: in bulk (new plain runs) and one by one (the rest, and
     # the bulk's items again after it failed).
     monkeypatch.setattr(bulk, "insert_runs", explode_in_bulk)
-    monkeypatch.setattr(ingestion, "_write_children_of", explode)
+    monkeypatch.setattr(writer, "write_children", explode)
     response = ingest(native(iterations=[{"thought": "a"}]))
     assert response.status_code == 400
     # The message names no database internals (issue #10, item 4); the log has them.
@@ -279,3 +279,25 @@ def test_innocuous_values_are_stored_unchanged_in_every_placement(ingest):
         assert call.params == {"q": text, **keyed}
         assert run.metadata == {"note": text, **keyed}
         assert run.redactions == {}
+
+
+def test_a_run_sent_again_changed_is_found_by_its_new_words_only(ingest, client, auth_headers, monkeypatch):
+    """New plain runs are written in bulk and indexed; sent again changed, the old words
+    find nothing and the new ones find the run's session."""
+    one_by_one = []
+    real = writer._write_one
+    monkeypatch.setattr(
+        writer, "_write_one", lambda item, project_id: one_by_one.append(1) or real(item, project_id)
+    )
+    first = [native(f"idx-{n}", f"idx-s{n}", input=f"quokka{n} first words") for n in range(3)]
+    assert ingest(first).status_code == 200
+    assert one_by_one == []  # plain new runs: all in bulk
+    assert ingest([{**first[0], "input": "wombat second words"}]).json()["results"][0]["status"] == "updated"
+
+    def found(word):
+        response = client.get("/api/v1/sessions", {"q": word}, **auth_headers)
+        return [s["session_id"] for s in response.json()["sessions"]]
+
+    assert found("quokka0") == []
+    assert found("wombat") == ["idx-s0"]
+    assert found("quokka1") == ["idx-s1"]

@@ -22,7 +22,7 @@ from django.db import OperationalError, close_old_connections, connection
 from django.utils import timezone
 
 from history_app import models
-from history_app.intake import ingestion
+from history_app.intake import ingestion, writer
 
 from .conftest import TOKEN, native
 
@@ -55,8 +55,8 @@ def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_r
 ):
     """Items are stored a batch per transaction (issue #13): a request stopped in its second
     batch keeps the first, and its receipt says so."""
-    monkeypatch.setattr(ingestion, "BATCH_ITEMS", 2)
-    real = ingestion._write_batch
+    monkeypatch.setattr(writer, "BATCH_ITEMS", 2)
+    real = writer._write_batch
     seen = []
 
     def dies_in_the_second(pending, project_id):
@@ -66,7 +66,7 @@ def test_the_receipt_is_open_before_anything_is_stored_and_says_what_a_stopped_r
             raise RuntimeError("the worker was killed")  # not a database error
         return real(pending, project_id)
 
-    monkeypatch.setattr(ingestion, "_write_batch", dies_in_the_second)
+    monkeypatch.setattr(writer, "_write_batch", dies_in_the_second)
     with pytest.raises(RuntimeError):
         ingest([native(f"r{i}") for i in range(5)])
     # Open before the first run was stored, and current after each batch.
@@ -99,7 +99,7 @@ def test_an_open_receipt_gone_idle_is_shown_interrupted(alice_client, admin_clie
 
 def _fails_on(calls: set[int], exc: Exception):
     """``_write_batch`` (one batch's writes, in its transaction) failing on the given calls."""
-    real = ingestion._write_batch
+    real = writer._write_batch
     count = [0]
 
     def flaky(pending, project_id):
@@ -113,8 +113,8 @@ def _fails_on(calls: set[int], exc: Exception):
 
 def test_a_transient_database_failure_answers_503_with_retry_after_and_items_to_retry(ingest, monkeypatch):
     locked = OperationalError("database is locked")
-    monkeypatch.setattr(ingestion, "BATCH_ITEMS", 1)
-    monkeypatch.setattr(ingestion, "_write_batch", _fails_on({2}, locked))
+    monkeypatch.setattr(writer, "BATCH_ITEMS", 1)
+    monkeypatch.setattr(writer, "_write_batch", _fails_on({2}, locked))
     response = ingest([native(f"r{i}") for i in range(3)])
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
@@ -138,8 +138,8 @@ def test_a_transient_database_failure_answers_503_with_retry_after_and_items_to_
 def test_a_transient_failure_in_a_batch_rolls_all_of_it_back(ingest, monkeypatch):
     """One transaction per batch: after a transient failure none of its items is kept, and
     every one of them is "retry" (the items before it, in earlier batches, stay stored)."""
-    monkeypatch.setattr(ingestion, "BATCH_ITEMS", 3)
-    monkeypatch.setattr(ingestion, "_write_batch", _fails_on({2}, OperationalError("database is locked")))
+    monkeypatch.setattr(writer, "BATCH_ITEMS", 3)
+    monkeypatch.setattr(writer, "_write_batch", _fails_on({2}, OperationalError("database is locked")))
     response = ingest([native(f"r{i}") for i in range(5)])
     assert response.status_code == 503
     assert [r["status"] for r in response.json()["results"]] == ["created"] * 3 + ["retry"] * 2
@@ -156,7 +156,7 @@ class _Deadlock(Exception):
 def test_a_deadlock_is_retried_at_once(ingest, monkeypatch):
     deadlock = OperationalError("deadlock detected")
     deadlock.__cause__ = _Deadlock()
-    monkeypatch.setattr(ingestion, "_write_batch", _fails_on({1}, deadlock))
+    monkeypatch.setattr(writer, "_write_batch", _fails_on({1}, deadlock))
     response = ingest(native("r"))
     assert response.status_code == 200 and response.json()["results"][0]["status"] == "created"
 
@@ -172,7 +172,7 @@ def test_a_chunked_body_is_refused_with_411_where_it_cannot_be_read(ingest):
 @pytest.mark.django_db(transaction=True)
 def test_moving_runs_between_two_sessions_both_ways_at_once_does_not_deadlock(monkeypatch):
     # One attempt only: the lock order alone must prevent the deadlock.
-    monkeypatch.setattr(ingestion, "STORE_ATTEMPTS", 1, raising=False)
+    monkeypatch.setattr(writer, "STORE_ATTEMPTS", 1, raising=False)
     n = 20
     runs = {side: [native(f"{side}{i}", f"s-{side}", input=side) for i in range(n)] for side in "ab"}
     ingestion.ingest_items(items=runs["a"] + runs["b"])

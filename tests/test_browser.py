@@ -15,7 +15,7 @@ import pytest
 
 from history_app import models
 from history_app.agent_history import parse
-from history_app.intake import ingestion
+from history_app.intake import ingestion, writer
 
 from .conftest import AUTOURGOS, load_jsonl, native
 
@@ -420,7 +420,7 @@ def test_switching_project_in_the_header_on_the_list_and_in_search(
         (beta, "s-beta", "sonar"),
     ):
         for run in parse(native(f"r-{session}", session, input=f"lighthouse {text}")):
-            ingestion.ingest_run(run=ingestion.prepare_run(run), project_id=project.pk)
+            writer.write_run(run=ingestion.prepare_run(run), project_id=project.pk)
     carol = editor(django_user_model, "carol")
     models.Membership.objects.create(project=beta, user=carol, role=models.Membership.VIEWER)
     page.goto(f"{live_server.url}/p/default/")

@@ -17,7 +17,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test import Client
 
-from history_app.intake import ingestion
+from history_app.intake import writer
 
 from .conftest import TOKEN, native
 from .otlp_spans import request, span
@@ -241,7 +241,7 @@ def test_transient_failures_are_told_from_lasting_ones(sqlstate, transient):
     with pytest.raises(DatabaseError) as caught, transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"DO $$ BEGIN RAISE EXCEPTION 'failure' USING ERRCODE = '{sqlstate}'; END $$")
     assert caught.value.__cause__.sqlstate == sqlstate
-    assert ingestion.is_transient(caught.value) is transient
+    assert writer.is_transient(caught.value) is transient
 
 
 @on_postgresql
@@ -298,6 +298,6 @@ def test_a_lasting_database_failure_outside_the_items_is_not_answered_retry(inge
     def fails(pending, project_id):
         raise lasting
 
-    monkeypatch.setattr(ingestion, "_write_batch", fails)
+    monkeypatch.setattr(writer, "_write_batch", fails)
     with pytest.raises(OperationalError):  # a 500 for the client (the test client raises it)
         ingest([native("r1")])

@@ -294,10 +294,32 @@ def test_every_code_block_is_run_somewhere():
             if lang == "python" and page == "library.md":
                 library.append(code)
             elif lang == "python":
-                assert page in {"README.md", "otlp.md"}, page
+                assert page in {"README.md", "otlp.md", "operations.md"}, page
             elif lang == "":
                 assert page in {"benchmarks.md", "operations.md"}, page
     assert library == library_examples()
+
+
+def test_the_derived_table_example_is_kept_on_every_write(client, auth_headers):
+    """The operations page's derived table, registered as the page shows, counts a new
+    run in, and a run sent again changed is taken off and counted again."""
+    from history_app.intake import writer
+
+    ((code,),) = [
+        [c for lang, c in blocks((DOCS / "operations.md").read_text(encoding="utf-8")) if lang == "python"]
+    ]
+    before = list(writer.DERIVED)
+    namespace: dict = {}
+    try:
+        exec(compile(code, "operations.md", "exec"), namespace)  # noqa: S102 — the page's own example
+        counts = namespace["RUNS_BY_FRAMEWORK"]
+        run = {"schema": "agent-history/v1", "run_id": "fw-1", "session_id": "fw", "framework": "agno"}
+        for payload in (run, {**run, "input": "changed"}):
+            response = client.post("/api/v1/ingest", json.dumps(payload), "application/json", **auth_headers)
+            assert response.status_code == 200, response.content
+            assert +counts == {"agno": 1}
+    finally:
+        writer.DERIVED[:] = before
 
 
 def test_the_opentelemetry_set_ups_run_against_a_live_server(after_quickstart):

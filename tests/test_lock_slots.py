@@ -15,7 +15,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from history_app import models
-from history_app.intake import ingestion, traces
+from history_app.intake import ingestion, writer
+from history_app.intake import spans as span_store
 from history_app.store import locks
 
 from .conftest import TOKEN, native
@@ -67,7 +68,7 @@ def test_a_native_batch_of_many_new_sessions_takes_a_few_locks_per_transaction(i
     assert response.status_code == 200
     assert {r["status"] for r in response.json()["results"]} == {"created"}
     assert models.Session.objects.count() == 1000
-    batches = 1000 // ingestion.BATCH_ITEMS
+    batches = 1000 // writer.BATCH_ITEMS
     assert _lock_statements(queries) <= batches * locks.SLOTS  # was one per new session: 1000
 
 
@@ -109,8 +110,8 @@ def test_concurrent_batches_creating_the_same_new_sessions_in_any_order_store_ev
     """Four writers at once, each with runs of the same 60 new sessions in its own order,
     across several batches (transactions): every run created on the first attempt (the
     lock order alone prevents deadlocks), each session once, its counters exact."""
-    monkeypatch.setattr(ingestion, "STORE_ATTEMPTS", 1)
-    monkeypatch.setattr(ingestion, "BATCH_ITEMS", 25)
+    monkeypatch.setattr(writer, "STORE_ATTEMPTS", 1)
+    monkeypatch.setattr(writer, "BATCH_ITEMS", 25)
     sessions = [f"shared-{n}" for n in range(60)]
 
     def write(worker: int) -> list[str]:
@@ -134,13 +135,13 @@ def test_concurrent_otlp_requests_with_spans_of_the_same_new_traces_assemble_all
     from history_app.access.auth import register_token
 
     register_token(name="suite", token=TOKEN, scopes=["ingest", "read"])
-    real_write = traces._write
+    real_write = span_store._write
 
     def slow_write(*args, **kwargs):
         time.sleep(0.3)
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(traces, "_write", slow_write)
+    monkeypatch.setattr(span_store, "_write", slow_write)
     project = models.Project.default().pk
     ids = [f"{n:032x}" for n in range(1, 400)]
     first = ids[0]

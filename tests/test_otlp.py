@@ -25,12 +25,14 @@ AGENT = "a0" * 8
 
 def kept() -> dict[str, dict]:
     """Every span kept, by span id (the latest copy)."""
-    from history_app.intake import traces
+    from history_app.intake import spans as span_store
 
     found = {}
     for project_id in models.SpanBatch.objects.values_list("project_id", flat=True).distinct():
         batches = models.SpanBatch.objects.filter(project_id=project_id)
-        spans, _ = traces.kept_spans(list(batches.values_list("trace_id", flat=True).distinct()), project_id)
+        spans, _ = span_store.kept_spans(
+            list(batches.values_list("trace_id", flat=True).distinct()), project_id
+        )
         found.update((span_id, span) for by_id in spans.values() for span_id, span in by_id.items())
     return found
 
@@ -802,21 +804,21 @@ def test_a_tiny_protobuf_of_many_empty_spans_is_refused_before_it_is_read(client
 def test_spans_another_request_kept_meanwhile_are_assembled_too(client, auth_headers, monkeypatch):
     """The request plans outside its transaction; spans of the same trace another request
     stored since it read them are found under the lock, and the trace planned again."""
-    from history_app.intake import traces
+    from history_app.intake import spans as span_store
 
     chat1, tool, chat2, root = genai_agent_trace(T1)
-    real_plan, calls = traces._plan, []
+    real_plan, calls = span_store._plan, []
 
     def plan_while_another_request_writes(trace_id, spans, kept, redactor, *rest):
         calls.append(len(kept))
         if len(calls) == 1:  # "another request" keeps the first model call meanwhile
             other, _, _ = otlp.read_request(request(chat1))
             models.SpanBatch.objects.create(
-                project=models.Project.default(), trace_id=T1, span_count=1, data=traces._pack(other)
+                project=models.Project.default(), trace_id=T1, span_count=1, data=span_store._pack(other)
             )
         return real_plan(trace_id, spans, kept, redactor, *rest)
 
-    monkeypatch.setattr(traces, "_plan", plan_while_another_request_writes)
+    monkeypatch.setattr(span_store, "_plan", plan_while_another_request_writes)
     assert post(client, auth_headers, request(tool, chat2, root)).json() == {}
     assert calls == [0, 1]
     run = models.Run.objects.get(run_id=T1)
@@ -1062,9 +1064,9 @@ def test_a_large_trace_is_not_assembled_again_for_each_few_spans(client, auth_he
     """Assembling a trace costs all its spans: a request adding a few to a large trace
     keeps them, and the trace is assembled again once an eighth of it is new, or its root
     arrives; a request changing nothing assembles nothing."""
-    from history_app.intake import traces
+    from history_app.intake import spans as span_store
 
-    monkeypatch.setattr(traces, "ASSEMBLE_ALWAYS", 10)
+    monkeypatch.setattr(span_store, "ASSEMBLE_ALWAYS", 10)
     assembled = []
     real = otlp.assemble
 

@@ -25,7 +25,7 @@ from history_app.agent_history.context import (
     render_team_history,
     render_workflow_history,
 )
-from history_app.intake import ingestion
+from history_app.intake import ingestion, writer
 from history_app.upkeep import retention
 
 from .conftest import examples, native
@@ -400,5 +400,5 @@ def test_a_new_run_brings_the_session_counts_forward_as_a_full_recount_would():
         for run in order:
             store([{k: v for k, v in run.items() if v is not None}])
             incremental = models.Session.objects.values(*fields).get()
-            ingestion._refresh_session(models.Session.objects.get())
+            writer.recount(models.Session.objects.get())
             assert models.Session.objects.values(*fields).get() == incremental

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from history_app import models
 from history_app.agent_history import formats
 from history_app.agent_history.records import RecordError
-from history_app.intake import ingestion
+from history_app.intake import ingestion, writer
 from history_app.reading.rendering import render_markdown
 from history_app.store import search
 from history_app.upkeep import reredact
@@ -94,7 +94,7 @@ def store_raw(items: list[dict]) -> None:
     """Store without redaction, the way runs stored before a rule existed are held."""
     for item in items:
         for run in formats.parse(item):
-            ingestion.ingest_run(run=run, source_format="native")
+            writer.write_run(run=run, source_format="native")
     models.IngestReceipt.objects.create(
         project=models.Project.default(),
         source="api",

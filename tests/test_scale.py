@@ -26,7 +26,7 @@ from history_app import models
 from history_app.agent_history import formats
 from history_app.agent_history.records import RecordError
 from history_app.benchmarks import shape
-from history_app.intake import ingestion
+from history_app.intake import ingestion, writer
 from history_app.store import mapper, rollups, search
 from history_app.upkeep import retention
 
@@ -129,18 +129,18 @@ def test_bulk_writes_the_rows_one_by_one_writes(ingest, monkeypatch):
     assert len(plain) > 20
     assert ingest([_renamed(p, "-bulk") for p in plain]).status_code == 200
     calls = []
-    real = ingestion._write_one
+    real = writer._write_one
     monkeypatch.setattr(
-        ingestion, "_write_one", lambda item, project_id: calls.append(1) or real(item, project_id)
+        writer, "_write_one", lambda item, project_id: calls.append(1) or real(item, project_id)
     )
-    monkeypatch.setattr(ingestion._Pending, "__post_init__", lambda self: None)  # nothing is plain
+    monkeypatch.setattr(writer.PreparedItem, "__post_init__", lambda self: None)  # nothing is plain
     assert ingest([_renamed(p, "-one") for p in plain]).status_code == 200
     assert len(calls) == len(plain)
     for payload in plain:
         assert _stored(payload["run_id"] + "-bulk") == _stored(payload["run_id"] + "-one")
     for bulk_session in models.Session.objects.filter(session_id__endswith="-bulk"):
         one = models.Session.objects.get(session_id=bulk_session.session_id[: -len("-bulk")] + "-one")
-        fields = [name for name in ingestion.SESSION_COUNTERS if name != "updated_at"]
+        fields = [name for name in writer.SESSION_COUNTERS if name != "updated_at"]
         assert [getattr(bulk_session, f) for f in fields] == [getattr(one, f) for f in fields]
 
 
@@ -317,7 +317,7 @@ def test_stored_documents_are_the_indexed_documents(db):
             continue
         for run in runs:
             prepared = ingestion.prepare_run(run)
-            ingestion.ingest_run(run=prepared, source_format=detected)
+            writer.write_run(run=prepared, source_format=detected)
             pk = models.Run.objects.get(run_id=prepared.run_id).pk
             assert search.stored_documents([pk]) == [(pk, search.document_for(prepared))]
 
@@ -402,7 +402,7 @@ def test_four_writers_creating_the_same_sessions_at_once_never_deadlock(monkeypa
 
     from django.db import close_old_connections
 
-    monkeypatch.setattr(ingestion, "STORE_ATTEMPTS", 1)
+    monkeypatch.setattr(writer, "STORE_ATTEMPTS", 1)
     barrier = threading.Barrier(4)
     outcomes: dict[int, list] = {}
 

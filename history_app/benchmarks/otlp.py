@@ -314,14 +314,14 @@ def db_task(prefix: str) -> None:
 
     django.setup()
     from history_app import models
-    from history_app.intake import traces
+    from history_app.intake import spans as span_store
 
     trace_ids = list(
         models.SpanBatch.objects.filter(trace_id__startswith=prefix)
         .values_list("trace_id", flat=True)
         .distinct()
     )
-    kept, _ = traces.kept_spans(trace_ids)
+    kept, _ = span_store.kept_spans(trace_ids)
     print(
         json.dumps(
             {

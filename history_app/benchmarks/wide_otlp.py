@@ -36,13 +36,13 @@ def main() -> None:
 
     from history_app import models
     from history_app.access.auth import register_token
-    from history_app.intake import traces
+    from history_app.intake import spans as span_store
 
     call_command("migrate", verbosity=0)
     token = "aht_benchmark-wide-otlp-0123456789"
     register_token(name="wide-otlp benchmark", token=token, scopes=["ingest"])
     held: dict[str, int] = {}
-    write = traces._write
+    write = span_store._write
 
     def counting_write(*args, **kwargs):
         out = write(*args, **kwargs)
@@ -54,7 +54,7 @@ def main() -> None:
                 held.update(cursor.fetchall())
         return out
 
-    traces._write = counting_write
+    span_store._write = counting_write
     start_id = int(time.time() * 1000) << 20  # new trace ids on every run of the benchmark
     print(f"database: {connection.vendor}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for count in (int(n) for n in args.traces.split(",")):

@@ -17,7 +17,7 @@ from history_app.access.auth import error_response, token_from_request, token_re
 from history_app.agent_history import formats
 from history_app.agent_history.jsonstream import iter_json
 from history_app.errors import RETRY_AFTER_SECONDS, require_GET, require_POST, unavailable_json
-from history_app.intake import ingestion
+from history_app.intake import guards, ingestion, writer
 from history_app.reading import (
     compare,
     inspector,
@@ -32,38 +32,8 @@ from history_app.reading import (
 from history_app.reading.diffs import LineDiff
 from history_app.reading.forms import StatsForm
 from history_app.upkeep import annotations as annotation_store
-from history_app.upkeep import retention
 
 logger = logging.getLogger(__name__)
-
-
-def _chunked(request: HttpRequest) -> bool:
-    return "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
-
-
-def _read_body(request: HttpRequest) -> bytes | None:
-    """The body, or None when it is over the limit (checked before reading it all).
-
-    A chunked body has no Content-Length, so Django reads it as empty; when the server
-    says the input ends with the body (gunicorn sets ``wsgi.input_terminated``) it is read
-    straight from the WSGI stream, up to the limit."""
-    limit = settings.HISTORY_MAX_BODY_BYTES
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
-    if declared > limit:
-        return None
-    stream = request.META["wsgi.input"] if _chunked(request) else request
-    chunks: list[bytes] = []
-    size = 0
-    while size <= limit:
-        chunk = stream.read(limit + 1 - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return None if size > limit else b"".join(chunks)
 
 
 def _refuse(request: HttpRequest, message: str, status: int, path: str = "$", **extra: Any) -> JsonResponse:
@@ -87,7 +57,7 @@ def ingest(request: HttpRequest) -> JsonResponse:
     except DatabaseError as exc:
         # A transient failure outside any item (the receipt could not be written while
         # another writer held SQLite's lock, a lost connection): the client sends again.
-        if not ingestion.is_transient(exc):
+        if not writer.is_transient(exc):
             raise
         logger.warning("ingest request not handled, to be sent again: %s", exc)
         return unavailable_json()
@@ -111,71 +81,55 @@ def _wrong_method(request: HttpRequest) -> JsonResponse:
 @require_POST
 @token_required(allow_session=False, scope=models.IngestToken.INGEST)
 def _ingest(request: HttpRequest) -> JsonResponse:
-    content_type = request.content_type.lower()
-    if content_type not in formats.CONTENT_TYPES:
-        return _refuse(
-            request,
-            f"unsupported content type {content_type or '(none)'!r}; send application/json, "
-            "application/x-ndjson or text/markdown (an autourgos .md log)",
-            415,
-        )
-    if _chunked(request) and not request.META.get("wsgi.input_terminated"):
-        return _refuse(
-            request,
-            "this server cannot read a chunked body (Transfer-Encoding: chunked without "
-            "Content-Length); send Content-Length, or serve the app with gunicorn",
-            411,
-        )
-    body = _read_body(request)
-    if body is None:
-        return _refuse(request, f"the body is larger than {settings.HISTORY_MAX_BODY_BYTES} bytes", 413)
-    format_name = request.GET.get("format") or None
-    if format_name is not None and format_name not in formats.FORMATS:
-        return _refuse(
-            request,
-            f"unknown format {format_name!r}; accepted: {', '.join(formats.accepted_formats())}",
-            400,
-            "format",
-        )
+    """Decode the body into items, have them written, answer each item's result."""
     try:
-        items = formats.read_body(body, content_type, max_depth=settings.HISTORY_MAX_DEPTH)
-    except formats.BodyError as exc:
-        return _refuse(request, str(exc), 400, exc.path)
-    if not items:
-        return _refuse(request, "the body holds no runs", 400)
-    limit = settings.HISTORY_MAX_ITEMS_PER_REQUEST
-    if len(items) > limit:
-        message = f"the body holds {len(items)} runs; at most {limit} per request"
-        return _refuse(request, message, 413, count=len(items), limit=limit)
-
-    project_id = request.ingest_token.project_id
-    receipt = ingestion.open_receipt(
-        source="api", token=request.ingest_token, item_count=len(items), project_id=project_id
-    )
-    try:
+        items, format_name, escape_free = _items(request)
+    except guards.Refused as exc:
+        return _refuse(request, exc.message, exc.status, exc.path, **exc.extra)
+    token = request.ingest_token
+    with ingestion.receipt_kept(
+        source="api", token=token, item_count=len(items), project_id=token.project_id
+    ) as receipt:
         results = ingestion.ingest_items(
             items=items,
             format=format_name,
             receipt=receipt,
-            project_id=project_id,
-            escape_free=formats.escape_free(body),
+            project_id=token.project_id,
+            escape_free=escape_free,
         )
-    except BaseException:
-        # Whatever stopped the request (a bug, a worker timeout's SystemExit), the receipt
-        # says so, with the counts of what its items' transactions stored.
-        ingestion.interrupt_receipt(receipt=receipt)
-        raise
     ingestion.close_receipt(receipt=receipt, results=results)
     if any(r.status == "retry" for r in results):
         return _retry_later(results)
     rejected = sum(1 for r in results if r.status == "rejected")
-    changed = sum(1 for r in results if r.status in {"created", "updated"})
-    try:
-        retention.maybe_prune_automatically(new_runs=changed)
-    except Exception:  # noqa: BLE001 — retention must never fail an ingestion request
-        logger.exception("automatic retention failed")
+    guards.prune_after(changed=sum(1 for r in results if r.status in {"created", "updated"}))
     status = 200 if rejected == 0 else 207 if rejected < len(results) else 400
     return JsonResponse({"ok": rejected == 0, "results": [r.as_dict() for r in results]}, status=status)
+
+
+def _items(request: HttpRequest) -> tuple[list[Any], str | None, bool]:
+    """The body's items, the format named (None: each item's own), and whether the body
+    holds no escape that ingestion must look for (``formats.escape_free``); ``Refused``
+    for a body that cannot be read."""
+    content_type, body = guards.checked_body(
+        request,
+        content_types=formats.CONTENT_TYPES,
+        accepted="application/json, application/x-ndjson or text/markdown (an autourgos .md log)",
+    )
+    format_name = request.GET.get("format") or None
+    if format_name is not None and format_name not in formats.FORMATS:
+        accepted = ", ".join(formats.accepted_formats())
+        raise guards.Refused(400, f"unknown format {format_name!r}; accepted: {accepted}", "format")
+    try:
+        items = formats.read_body(body, content_type, max_depth=settings.HISTORY_MAX_DEPTH)
+    except formats.BodyError as exc:
+        raise guards.Refused(400, str(exc), exc.path) from None
+    if not items:
+        raise guards.Refused(400, "the body holds no runs")
+    limit = settings.HISTORY_MAX_ITEMS_PER_REQUEST
+    if len(items) > limit:
+        message = f"the body holds {len(items)} runs; at most {limit} per request"
+        raise guards.Refused(413, message, count=len(items), limit=limit)
+    return items, format_name, formats.escape_free(body)
 
 
 def _retry_later(results: list[ingestion.ItemResult]) -> JsonResponse:
@@ -189,8 +143,7 @@ def _retry_later(results: list[ingestion.ItemResult]) -> JsonResponse:
         retry_after=RETRY_AFTER_SECONDS,
         results=[r.as_dict() for r in results],
     )
-    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return response
+    return guards.retry_after(response)
 
 
 def _json_page(request: HttpRequest, selector, summary, key: str, warnings=(), **extra) -> JsonResponse:
@@ -513,7 +466,7 @@ def _list_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
 
 @token_required(allow_session=False, scope=models.IngestToken.ANNOTATE)
 def _add_annotations(request: HttpRequest, run_id: str) -> JsonResponse:
-    body = _read_body(request)
+    body = guards.read_body(request)
     if body is None:
         return error_response("the body is too large", 413)
     try:

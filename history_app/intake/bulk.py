@@ -162,7 +162,7 @@ def _table(model: type[db_models.Model]) -> _Table:
 
 def insert_runs(runs: list[NewRun], session_pks: list[int], now: datetime, project_id: int) -> list[int]:
     """Insert new runs (each in the session given) and all their children; returns the
-    runs' primary keys, in order. The runs' ids must not be stored yet (the caller looked
+    runs' primary keys, in order (the writer then brings the derived tables forward). The runs' ids must not be stored yet (the caller looked
     them up under its locks): a clash raises ``IntegrityError``."""
     stamp = _Adapt().time(now)
     table = _table(models.Run)
@@ -220,7 +220,6 @@ def insert_runs(runs: list[NewRun], session_pks: list[int], now: datetime, proje
                 for params in getattr(new, attribute)
             )
         )
-    search.index_runs((pk, new.document) for new, pk in zip(runs, pks, strict=True))
     return pks
 
 

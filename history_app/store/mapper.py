@@ -26,6 +26,18 @@ def aware(value: datetime | None) -> datetime | None:
     return timezone.make_aware(value, timezone.get_default_timezone())
 
 
+def without_nul(value: Any) -> Any:
+    """``value`` as the databases can store it: PostgreSQL text and jsonb cannot hold NUL
+    characters, so U+FFFD stands in for each."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_nul(v) for v in value]
+    return value
+
+
 def day_start(day: date) -> datetime:
     """Midnight of ``day`` in the server's ``TIME_ZONE`` (date filters, stats)."""
     return aware(datetime.combine(day, time.min))

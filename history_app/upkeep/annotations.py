@@ -18,8 +18,9 @@ from django.db.models import F
 
 from history_app import models
 from history_app.agent_history.records import without_lone_surrogates
-from history_app.intake.ingestion import _without_nul, server_redactor
+from history_app.intake.ingestion import server_redactor
 from history_app.store import rollups
+from history_app.store.mapper import without_nul
 
 MAX_PER_REQUEST = 100
 MAX_NAME = 64
@@ -51,7 +52,7 @@ def parse(data: Any, *, path: str = "$") -> list[dict[str, Any]]:
     naming the first bad field. Nothing is written unless every item is good. Texts are
     cleaned as ingestion cleans a payload: a lone surrogate or a NUL, which neither
     database stores, becomes U+FFFD."""
-    data = _without_nul(without_lone_surrogates(data)[0])
+    data = without_nul(without_lone_surrogates(data)[0])
     items = data if isinstance(data, list) else [data]
     if not items:
         raise Invalid(path, "send one annotation or a list of them")

@@ -22,9 +22,9 @@ from django.db import connection, transaction
 from history_app import models
 from history_app.agent_history.records import RecordError
 from history_app.agent_history.redact import Redactor
-from history_app.intake import ingestion
+from history_app.intake import ingestion, writer
 from history_app.reading.rendering import render_markdown
-from history_app.store import mapper, provenance, rollups, search
+from history_app.store import mapper, rollups, search
 
 # Besides the runs, the tables whose stored texts the rules apply to: (what the result counts them
 # as, the rows, the fields).
@@ -92,7 +92,7 @@ def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, prog
             except (RecordError, RecursionError):
                 result.skipped.append(row.run_id)
                 continue
-            digest = ingestion.content_hash(prepared)
+            digest = writer.content_hash(prepared)
             document = search.document_for(prepared)
             if digest == row.content_hash and document == documents.get(row.pk):
                 continue
@@ -100,7 +100,7 @@ def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, prog
                 result.rules.update(item["rules"])
             if dropped := len(set(row.redactions) - set(redactor.known_counts(row.redactions))):
                 result.rules["redactions-map"] += dropped
-            planned.append((row, row.content_hash, prepared, digest, documents.get(row.pk), document))
+            planned.append((row, row.content_hash, prepared, digest, document))
         result.changed["runs"] += len(planned)
         if planned and not result.dry_run:
             _rewrite_runs(planned)
@@ -109,44 +109,15 @@ def _redact_runs(redactor: Redactor, result: RedactResult, batch_size: int, prog
             progress(result)
 
 
-def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str | None, str]]) -> None:
+def _rewrite_runs(planned: list[tuple[models.Run, str, Any, str, str]]) -> None:
     # Fill (and render the answer HTML) before the transaction: it is the slow part.
-    for row, _, prepared, digest, _, _ in planned:
-        ingestion._fill_run(row, prepared, row.session, digest, row.source_format)
+    rewrites = []
+    for row, read_hash, prepared, digest, document in planned:
+        writer.fill_run(row, prepared, row.session, digest, row.source_format)
         row.output_html = render_markdown(prepared.output)
-    with transaction.atomic():
-        sessions = set()
-        for row, read_hash, prepared, _, old_document, document in planned:
-            current = (
-                models.Run.objects.select_for_update()
-                .filter(pk=row.pk)
-                .values_list("content_hash", flat=True)
-            )
-            if list(current) != [read_hash]:
-                continue  # re-sent or deleted meanwhile: ingestion applied the current rules
-            # The rollups hold copies of names (tools, agents): taken off as they were
-            # stored (before the row is saved with its redacted agent name) and added back
-            # as they are now.
-            counted = rollups.stored_contributions([row.pk])
-            row.save()
-            # Contexts whose sources the server found are linked again from their
-            # redacted text (sources the agent reported are kept).
-            previous = provenance.before_rewrite(row, positions=True)
-            for position, context in enumerate(prepared.injected_contexts):
-                if position in previous.linked_positions:
-                    context.source_run_ids = []
-            ingestion.delete_children(row)
-            ((_, contexts),) = ingestion._write_children_of([(row, prepared)])
-            provenance.link_run(row, contexts, previous=previous)
-            rollups.apply(
-                rollups.merge(counted, rollups.record_contributions([prepared], row.received_at)),
-                row.project_id,
-            )
-            sessions.add(row.session_id)
-            if old_document is not None:
-                search.unindex_runs([(row.pk, old_document)])
-            search.index_runs([(row.pk, document)])
-        rollups.refresh_facets(sessions)
+        rewrites.append(writer.Rewrite(row=row, read_hash=read_hash, run=prepared, document=document))
+    # A run re-sent or deleted meanwhile is left: ingestion applied the current rules.
+    writer.rewrite_runs(rewrites)
 
 
 def _redact_fields(redactor: Redactor, result: RedactResult, row: Any, names: tuple[str, ...]) -> bool:

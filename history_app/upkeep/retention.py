@@ -19,7 +19,6 @@ from django.utils.http import urlencode
 
 from history_app import models
 from history_app.access import audit
-from history_app.intake.ingestion import delete_children  # noqa: F401
 from history_app.store import rollups, search
 
 logger = logging.getLogger(__name__)
