@@ -22,6 +22,7 @@ from django.urls import Resolver404
 from django.views import defaults
 
 from history_app.access.auth import error_response
+from history_app.intake.guards import RETRY_AFTER_SECONDS
 from history_app.intake.writer import is_transient
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,6 @@ logger = logging.getLogger(__name__)
 API_PREFIX = "/api/"
 OTLP_PATH = "/v1/traces"
 # Seconds a client waits before sending again what met a transient database failure.
-RETRY_AFTER_SECONDS = 5
 
 
 def _is_api(request: HttpRequest) -> bool:

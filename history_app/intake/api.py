@@ -16,8 +16,9 @@ from history_app import models
 from history_app.access.auth import error_response, token_from_request, token_required
 from history_app.agent_history import formats
 from history_app.agent_history.jsonstream import iter_json
-from history_app.errors import RETRY_AFTER_SECONDS, require_GET, require_POST, unavailable_json
+from history_app.errors import require_GET, require_POST, unavailable_json
 from history_app.intake import guards, ingestion, writer
+from history_app.intake.guards import RETRY_AFTER_SECONDS
 from history_app.reading import (
     compare,
     inspector,

@@ -19,10 +19,12 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
-from history_app.errors import RETRY_AFTER_SECONDS
 from history_app.upkeep import retention
 
 logger = logging.getLogger(__name__)
+
+# What a 503 of either endpoint (and of any page, errors.py) tells a client to wait.
+RETRY_AFTER_SECONDS = 5
 
 
 class Refused(Exception):
