@@ -72,6 +72,26 @@ def fast_password_hasher():
         yield
 
 
+@pytest.fixture(autouse=True)
+def search_index_emptied_with_the_tables(request, django_db_blocker):
+    """After a transactional test (live server, threads, subprocesses), SQLite's search
+    index is emptied as Django's flush empties the tables: the FTS5 table is not a model,
+    so the flush leaves its documents behind. They would match runs of later tests
+    whenever a run's key comes round again (a test that migrates backwards remakes the
+    runs' table, and its keys restart at 1): a search then found a second session."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    transactional = {"transactional_db", "live_server"} & set(request.fixturenames) or (
+        marker is not None and marker.kwargs.get("transaction")
+    )
+    if not transactional or connection.vendor != "sqlite":
+        return
+    from history_app import search
+
+    with django_db_blocker.unblock():
+        search.clear_index()
+
+
 @pytest.fixture(scope="module")
 def chromium():
     """One headless Chromium for a module's browser tests (launching one costs about a
