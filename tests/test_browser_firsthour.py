@@ -16,7 +16,7 @@ from history_app import models
 from history_app.intake import ingestion
 
 from .conftest import native
-from .test_browser import launch, load_demo, log_in, open_page, sync_api
+from .test_browser import load_demo, log_in, open_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,14 +24,11 @@ WIDTHS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "he
 
 
 @pytest.fixture(params=sorted(WIDTHS))
-def page(request, live_server):
-    with sync_api.sync_playwright() as playwright:
-        browser = launch(playwright)
-        page = open_page(browser, live_server, viewport=WIDTHS[request.param])
-        page.width = request.param
-        yield page
-        page.context.close()
-        browser.close()
+def page(request, chromium, live_server):
+    page = open_page(chromium, live_server, viewport=WIDTHS[request.param])
+    page.width = request.param
+    yield page
+    page.context.close()
 
 
 def problems_beyond(page, status: int) -> list[str]:

@@ -101,6 +101,19 @@ def test_files_beside_or_below_the_folder_are_not_pages(client, tmp_path, monkey
     assert "Draft" not in client.get("/help/").content.decode()
 
 
+def test_the_index_links_the_pages_there_are_now(client, tmp_path, monkeypatch):
+    """A render kept from when other pages were there is not served again: the README's
+    links follow the pages present now, whatever was asked for before."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "shown.md").write_text("# Shown\n\nA page.\n")
+    with monkeypatch.context() as patched:
+        patched.setattr(help, "DOCS_DIR", docs)
+        assert 'href="history_app/docs/ingestion.md"' in client.get("/help/").content.decode()
+    page = client.get("/help/").content.decode()
+    assert 'href="/help/ingestion/"' in page and "history_app/docs/" not in page
+
+
 def test_a_page_goes_through_the_sanitising_pipeline(client, tmp_path, monkeypatch):
     docs = tmp_path / "docs"
     docs.mkdir()

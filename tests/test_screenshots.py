@@ -14,7 +14,7 @@ from django.core.management import call_command
 from history_app import models
 from history_app.upkeep import annotations as annotation_store
 
-from .test_browser import OUTPUT, launch, open_page, sync_api
+from .test_browser import OUTPUT, open_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -25,7 +25,7 @@ VIEWS = {
 
 
 @pytest.mark.parametrize("view", sorted(VIEWS))
-def test_every_page_with_the_demo(live_server, django_user_model, view):
+def test_every_page_with_the_demo(chromium, live_server, django_user_model, view):
     call_command("quickstart", "--no-serve", stdout=io.StringIO())
     owner = django_user_model.objects.create_user("owner", password="owner-password-1")
     models.Membership.objects.create(
@@ -70,30 +70,28 @@ def test_every_page_with_the_demo(live_server, django_user_model, view):
     ]
     shots = OUTPUT / "shots"
     shots.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as playwright:
-        browser = launch(playwright)
-        page = open_page(browser, live_server, **VIEWS[view])
-        page.goto(f"{live_server.url}/accounts/login/")
-        page.fill("#id_username", "owner")
-        page.fill("#id_password", "owner-password-1")
-        page.click("button[type=submit]")
-        page.wait_for_selector("#session-rows")
-        width = VIEWS[view]["viewport"]["width"]
-        for name, url, ready in pages:
-            page.goto(live_server.url + url)
-            page.wait_for_selector(ready)
-            assert page.evaluate("document.documentElement.scrollWidth") <= width, url
-            if name == "03-run" and view == "desktop":
-                page.locator("#annotations").screenshot(path=str(shots / "20-annotations.png"))
-            if name == "03-run":  # a context opened in place
-                page.click(".context-list details.inplace > summary")
-                page.wait_for_selector(".context-list .context-sent")
-            # The top of the page as a reader first sees it (a phone's screen; 1,400 px
-            # of a desktop page).
-            height = min(page.evaluate("document.documentElement.scrollHeight"), 1400)
-            clip = {"x": 0, "y": 0, "width": width, "height": height if view == "desktop" else 844}
-            path = shots / f"{name}{'' if view == 'desktop' else '-phone'}.png"
-            page.screenshot(path=str(path), full_page=True, clip=clip)
-        browser.close()
+    page = open_page(chromium, live_server, **VIEWS[view])
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", "owner")
+    page.fill("#id_password", "owner-password-1")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#session-rows")
+    width = VIEWS[view]["viewport"]["width"]
+    for name, url, ready in pages:
+        page.goto(live_server.url + url)
+        page.wait_for_selector(ready)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, url
+        if name == "03-run" and view == "desktop":
+            page.locator("#annotations").screenshot(path=str(shots / "20-annotations.png"))
+        if name == "03-run":  # a context opened in place
+            page.click(".context-list details.inplace > summary")
+            page.wait_for_selector(".context-list .context-sent")
+        # The top of the page as a reader first sees it (a phone's screen; 1,400 px
+        # of a desktop page).
+        height = min(page.evaluate("document.documentElement.scrollHeight"), 1400)
+        clip = {"x": 0, "y": 0, "width": width, "height": height if view == "desktop" else 844}
+        path = shots / f"{name}{'' if view == 'desktop' else '-phone'}.png"
+        page.screenshot(path=str(path), full_page=True, clip=clip)
+    page.context.close()
     not_found = [p for p in page.problems if re.search(r"status of 404 \(Not Found\)", p)]
     assert len(not_found) == 1 and page.problems == not_found

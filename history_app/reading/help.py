@@ -174,15 +174,19 @@ def _render(name: str, markdown: str, fallback_title: str) -> Page:
     return Page(name, page_title(markdown, fallback_title), body, found)
 
 
-_cache: dict[str, tuple[str, Page]] = {}
+_cache: dict[str, tuple[tuple[str, tuple[str, ...]], Page]] = {}
 
 
 def _cached(name: str, markdown: str, fallback_title: str) -> Page:
+    """The rendered page, kept while what it was rendered from stays the same: its Markdown
+    and the pages there are (a link to a page that exists becomes a dashboard address, so
+    a page rendered with other pages present links otherwise)."""
+    key = (markdown, tuple(page_names()))
     hit = _cache.get(name)
-    if hit and hit[0] == markdown:
+    if hit and hit[0] == key:
         return hit[1]
     page = _render(name, markdown, fallback_title)
-    _cache[name] = (markdown, page)
+    _cache[name] = (key, page)
     return page
 
 
