@@ -89,7 +89,7 @@ def search_index_emptied_with_the_tables(request, django_db_blocker):
     )
     if not transactional or connection.vendor != "sqlite":
         return
-    from history_app import search
+    from history_app.store import search
 
     with django_db_blocker.unblock():
         search.clear_index()
