@@ -24,7 +24,7 @@ from django.urls import reverse
 
 from history_app.reading.rendering import render
 
-DOCS_DIR = Path(__file__).resolve().parent / "docs"
+DOCS_DIR = Path(__file__).resolve().parent.parent / "docs"
 README = "README.md"
 DISTRIBUTION = "agent-history-dashboard"
 # Our own files, not a stored answer: a wider budget than an answer's, still bounded.
