@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import connection
 
 from .conftest import AUTOURGOS, native
 
@@ -41,8 +42,10 @@ def test_session_detail_pages_its_runs_like_the_page(
     pages, token = [], None
     while True:
         # Her login's session and user, her project, the session, a page of its runs,
-        # their annotations: the same on every page.
-        with django_assert_num_queries(6):
+        # their annotations: the same on every page but the last on PostgreSQL, which
+        # reads past the timed runs (where it sorts the untimed ones) once more.
+        last = len(pages) == 2
+        with django_assert_num_queries(6 + (last and connection.features.nulls_order_largest)):
             body = alice_client.get("/api/v1/sessions/five", {"_next": token} if token else {}).json()
         pages.append([r["run_id"] for r in body["runs"]])
         assert body["session"]["run_count"] == 5
