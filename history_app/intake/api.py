@@ -1,4 +1,4 @@
-"""The ingestion endpoint (``/api/v1/ingest``). The JSON twins of the pages are the pages' own views (``reading.views``), the annotations API is in ``reading.annotations_api``."""
+"""The JSON API: the ingestion endpoint and the JSON twins of the pages."""
 
 from __future__ import annotations
 
