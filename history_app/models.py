@@ -9,7 +9,6 @@ distribution key if a deployment ever partitions by session).
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import json
 from datetime import timedelta
@@ -131,7 +130,9 @@ class Session(models.Model):
         return self.session_id
 
     def get_absolute_url(self) -> str:
-        return reverse("history_app:session_detail", args=[project_slug(self.project_id), self.session_id])
+        """Its page. Reads its project unless loaded: a page that lists many links with
+        ``{% url %}`` and the page's own project instead."""
+        return reverse("history_app:session_detail", args=[self.project.slug, self.session_id])
 
     @property
     def total_tokens(self) -> int:
@@ -214,7 +215,9 @@ class Run(models.Model):
         return self.run_id
 
     def get_absolute_url(self) -> str:
-        return reverse("history_app:run_detail", args=[project_slug(self.project_id), self.run_id])
+        """Its page. Reads its project unless loaded: a page that lists many links with
+        ``{% url %}`` and the page's own project instead."""
+        return reverse("history_app:run_detail", args=[self.project.slug, self.run_id])
 
     @property
     def redaction_total(self) -> int:
@@ -804,25 +807,3 @@ class DailyScore(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.name} {self.category or 'numeric'} {self.agent}"
-
-
-# -- the project of the page being drawn -------------------------------------------------
-
-_current_project: contextvars.ContextVar[Project | None] = contextvars.ContextVar("project", default=None)
-
-
-def set_current_project(project: Project | None) -> contextvars.Token:
-    """Note the project a request is drawing (``project_slug`` then needs no query)."""
-    return _current_project.set(project)
-
-
-def reset_current_project(token: contextvars.Token) -> None:
-    _current_project.reset(token)
-
-
-def project_slug(project_id: int) -> str:
-    """The slug of a project, for a link: the current request's project, else read."""
-    current = _current_project.get()
-    if current is not None and current.pk == project_id:
-        return current.slug
-    return Project.objects.values_list("slug", flat=True).get(pk=project_id)

@@ -5,7 +5,7 @@ from django.urls import include, path, register_converter
 
 from history_app.access import project_pages
 from history_app.intake import api, traces
-from history_app.reading import views
+from history_app.reading import annotations_api, views
 
 
 class IdConverter:
@@ -74,25 +74,42 @@ history_patterns = [
     path("runs/<id:ident>/<path:rest>", project_pages.legacy, {"kind": "run"}),
     path("stats/", project_pages.legacy, {"kind": "page"}),
     path("receipts/", project_pages.legacy, {"kind": "page"}),
-    path("api/v1/receipts", api.receipts, name="api_receipts"),
     path("api/v1/ingest", api.ingest, name="api_ingest"),
     path("v1/traces", traces.traces, name="otlp_traces"),
-    path("api/v1/sessions", api.sessions, name="api_sessions"),
-    path("api/v1/sessions/<id:session_id>", api.session_detail, name="api_session_detail"),
-    path("api/v1/runs/<id:run_id>", api.run_detail, name="api_run_detail"),
-    path("api/v1/runs/<id:run_id>/annotations", api.run_annotations, name="api_run_annotations"),
+    # The pages' JSON twins: the pages' own views, answering their data (``as_json``).
+    path("api/v1/receipts", views.receipt_list, {"as_json": True}, name="api_receipts"),
+    path("api/v1/sessions", views.session_list, {"as_json": True}, name="api_sessions"),
+    path(
+        "api/v1/sessions/<id:session_id>",
+        views.session_detail,
+        {"as_json": True, "shape": "runs"},
+        name="api_session_detail",
+    ),
+    path(
+        "api/v1/sessions/<id:session_id>/timeline",
+        views.session_detail,
+        {"as_json": True},
+        name="api_session_timeline",
+    ),
+    path("api/v1/runs/<id:run_id>", views.run_detail, {"as_json": True}, name="api_run_detail"),
+    path("api/v1/runs/<id:run_id>/annotations", annotations_api.run_annotations, name="api_run_annotations"),
     path(
         "api/v1/runs/<id:run_id>/annotations/<int:pk>",
-        api.run_annotation,
+        annotations_api.run_annotation,
         name="api_run_annotation",
     ),
-    path("api/v1/sessions/<id:session_id>/timeline", api.session_timeline, name="api_session_timeline"),
-    path("api/v1/stats", api.project_stats, name="api_stats"),
-    path("api/v1/compare", api.compare_runs, name="api_compare"),
-    path("api/v1/runs/<id:run_id>/contexts/<int:number>", api.context_detail, name="api_context_detail"),
+    path("api/v1/stats", views.stats, {"as_json": True}, name="api_stats"),
+    path("api/v1/compare", views.compare_runs, {"as_json": True}, name="api_compare"),
+    path(
+        "api/v1/runs/<id:run_id>/contexts/<int:number>",
+        views.context_detail,
+        {"as_json": True},
+        name="api_context_detail",
+    ),
     path(
         "api/v1/runs/<id:run_id>/model-calls/<int:number>",
-        api.model_call_detail,
+        views.model_call_detail,
+        {"as_json": True},
         name="api_model_call_detail",
     ),
 ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import connection
 
-from .conftest import AUTOURGOS
+from .conftest import AUTOURGOS, native
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +32,31 @@ def test_session_detail_lists_its_runs(alice_client, stored):
     assert body["session"]["agent_name"] == "ResearchBot"
     assert [r["run_id"] for r in body["runs"]] == [stored[0]]
     assert body["runs"][0]["tool_call_count"] == 12
+
+
+def test_session_detail_pages_its_runs_like_the_page(
+    alice_client, ingest, settings, django_assert_num_queries
+):
+    settings.HISTORY_PAGE_SIZE = 2
+    ingest([native(f"r{i}", "five", started_at=f"2026-01-0{i + 1}T00:00:00Z") for i in range(5)])
+    pages, token = [], None
+    while True:
+        # Her login's session and user, her project, the session, a page of its runs,
+        # their annotations: the same on every page but the last on PostgreSQL, which
+        # reads past the timed runs (where it sorts the untimed ones) once more.
+        last = len(pages) == 2
+        with django_assert_num_queries(6 + (last and connection.features.nulls_order_largest)):
+            body = alice_client.get("/api/v1/sessions/five", {"_next": token} if token else {}).json()
+        pages.append([r["run_id"] for r in body["runs"]])
+        assert body["session"]["run_count"] == 5
+        token = body["next"]
+        if token is None:
+            break
+    assert pages == [["r0", "r1"], ["r2", "r3"], ["r4"]]
+    # The page's own cursor: the session page goes on from the same token.
+    second = alice_client.get("/api/v1/sessions/five").json()["next"]
+    page = alice_client.get("/p/default/sessions/five/", {"_next": second}).content.decode()
+    assert "r2" in page and "r3" in page and "r1</code>" not in page
 
 
 def test_run_detail_is_the_stored_canonical_record(alice_client, stored):

@@ -36,6 +36,7 @@ EDGE_MODULES = {
     "history_app.errors",
     "history_app.middleware",
     "history_app.reading.views",
+    "history_app.reading.annotations_api",
     "history_app.access.project_pages",
     "history_app.access.lockout",
     "history_app.intake.api",

@@ -12,7 +12,7 @@ import hmac
 import secrets
 from collections.abc import Callable
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.utils import timezone
 
 from history_app.access import roles as access
@@ -135,6 +135,42 @@ def token_required(
             request.ingest_token = token
             request.project = token.project
             return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+def page_or_twin(
+    action: str = "read",
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """A project's page and its JSON twin answered by one view; the URL's ``as_json``
+    flag says which is asked for, and the view gets it too.
+
+    Both resolve who asks and in which project here, one way each: the page
+    (``/p/<slug>/…``) for a logged-in user who may see the project and whose role allows
+    ``action`` (``roles.project_view``: 404, 403); the twin (``/api/v1/…``) for a bearer
+    token with the ``read`` scope or a logged-in user (``token_required``: the token's
+    project, or the user's ``?project=``, else the one they last opened). Both answer GET
+    and HEAD only: the twin refuses another method in the API's JSON shape."""
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        page = access.project_view(action)(view)
+        twin = token_required(allow_session=True, scope=IngestToken.READ)(view)
+
+        @functools.wraps(view)
+        def wrapped(
+            request: HttpRequest, *args: object, as_json: bool = False, **kwargs: object
+        ) -> HttpResponse:
+            if request.method not in ("GET", "HEAD"):
+                if as_json:
+                    response = error_response(f"{request.method} is not allowed here; use GET, HEAD", 405)
+                    response["Allow"] = "GET, HEAD"
+                    return response
+                return HttpResponseNotAllowed(["GET", "HEAD"])
+            if as_json:
+                return twin(request, *args, as_json=True, **kwargs)
+            return page(request, *args, as_json=False, **kwargs)
 
         return wrapped
 

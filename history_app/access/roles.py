@@ -24,7 +24,8 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 
 from history_app.access import audit
-from history_app.models import AuditEvent, Membership, Project, reset_current_project, set_current_project
+from history_app.models import AuditEvent, Membership, Project
+from history_app.reading.paging import NotFound
 
 VIEWER, EDITOR, ADMIN = Membership.VIEWER, Membership.EDITOR, Membership.ADMIN
 
@@ -102,11 +103,10 @@ def project_view(
             require(request, action)
             if request.session.get(SESSION_KEY) != request.project.slug:
                 request.session[SESSION_KEY] = request.project.slug
-            token = set_current_project(request.project)
             try:
                 return view(request, *args, **kwargs)
-            finally:
-                reset_current_project(token)
+            except NotFound as exc:  # what a read did not find in the project
+                raise Http404(str(exc)) from None
 
         return wrapped
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Q
-from django.http import Http404
 
 from history_app import models
 from history_app.agent_history import blocks
 from history_app.agent_history import context as renderers
 from history_app.reading.diffs import Budget, LineDiff, line_diff
 from history_app.reading.forms import InspectorForm
+from history_app.reading.paging import NotFound
 from history_app.store import provenance
 
 MAX_HISTORY_RUNS = 100
@@ -86,11 +86,13 @@ def inspect(project: models.Project, run_id: str, position: int, params: Any) ->
             run__project=project, run__run_id=run_id, position=position
         )
     except models.InjectedContext.DoesNotExist:
-        raise Http404("No such injected context") from None
+        raise NotFound(f"run {run_id!r} has no injected context {position + 1}") from None
     run = context.run
     source_ids = [str(s) for s in context.source_run_ids if s]
     in_project = models.Run.objects.filter(project=project, run_id__in=source_ids)
     stored = {r.run_id: r for r in in_project.only(*_RUN_FIELDS)}
+    for source in stored.values():
+        source.project = project  # found in it: their links need no query
     sources = [(run_id, stored.get(run_id)) for run_id in source_ids]
     defaults = _defaults(context)
     settings = Settings.from_query(params, defaults)

@@ -16,13 +16,12 @@ from typing import Any
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q, Subquery, Window
 from django.db.models.functions import RowNumber, Substr
-from django.http import Http404
 
 from history_app import models
 from history_app.agent_history import records
 from history_app.reading import snippets
 from history_app.reading.forms import SCORE_SORTS, SESSION_SORTS, SessionFilterForm
-from history_app.reading.paging import Page, keyset_page
+from history_app.reading.paging import NotFound, Page, keyset_page
 from history_app.store import rollups, search
 from history_app.store.mapper import day_start
 
@@ -340,10 +339,14 @@ def anything_running(project: models.Project) -> bool:
 
 
 def get_session(project: models.Project, session_id: str) -> models.Session:
+    """The session; ``NotFound`` when the project has none of that id. Its project is the
+    one it was found in, so its links need no query."""
     try:
-        return models.Session.objects.get(project=project, session_id=session_id)
+        session = models.Session.objects.get(project=project, session_id=session_id)
     except models.Session.DoesNotExist:
-        raise Http404("No such session") from None
+        raise NotFound(f"no session {session_id!r}") from None
+    session.project = project
+    return session
 
 
 def session_summary(session: models.Session) -> dict[str, Any]:

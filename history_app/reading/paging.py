@@ -26,6 +26,11 @@ class BadParameter(ValueError):
         self.field = field
 
 
+class NotFound(LookupError):
+    """What a read asked for is not in the project (no such session, run, call…): the
+    view answers 404, as a page or in the API's JSON shape, with this message."""
+
+
 class BadCursor(BadParameter):
     """A ``_next`` token that this server did not hand out."""
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from django.urls import reverse
 
-from history_app import models
 from history_app.agent_history import jsonstream
 
 FOLD_STRING_CHARS = 240  # a JSON string longer than this shows its head and "show all"
@@ -247,7 +246,7 @@ def waterfall_bars(
                         model_call.ended_at,
                         reverse(
                             "history_app:model_call_detail",
-                            args=[models.project_slug(run.project_id), run.run_id, model_call.number],
+                            args=[run.project.slug, run.run_id, model_call.number],
                         ),
                     )
                 )

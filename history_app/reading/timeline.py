@@ -15,12 +15,11 @@ from django.core import signing
 from django.db import connection
 from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value, Window
 from django.db.models.functions import Coalesce, RowNumber
-from django.http import Http404
 
 from history_app import models
 from history_app.agent_history.records import FINISHED_STATUSES
 from history_app.reading import listing
-from history_app.reading.paging import BadCursor
+from history_app.reading.paging import BadCursor, NotFound
 from history_app.upkeep import annotations
 
 
@@ -91,7 +90,7 @@ def _count_of(queryset: Any) -> Coalesce:
 
 
 def get_session(project: models.Project, session_id: str, *, with_counts: bool) -> models.Session:
-    """The session (404 when the project has none of that id); ``with_counts`` adds its
+    """The session (``NotFound`` when the project has none of that id); ``with_counts`` adds its
     finished and successful runs, counted in the same query (the session row keeps all
     and failed ones)."""
     sessions = models.Session.objects.filter(project=project, session_id=session_id)
@@ -103,7 +102,8 @@ def get_session(project: models.Project, session_id: str, *, with_counts: bool) 
         )
     session = sessions.first()
     if session is None:
-        raise Http404("No such session")
+        raise NotFound(f"no session {session_id!r}")
+    session.project = project  # found in it: its links need no query
     return session
 
 
@@ -334,7 +334,7 @@ def session_timeline(
     idle_gap_ms: int,
     nested: int = 20,
 ) -> dict[str, Any]:
-    """The session (404 when the project has none of that id) and one page of its nested
+    """The session (``NotFound`` when the project has none of that id) and one page of its nested
     timeline: ``limit`` runs in the order they started after the ``_next`` cursor
     ``after``. One query for the session (with its counts), one for the runs (two when
     the page reaches from timed to untimed runs), plus one for member interactions when

@@ -18,10 +18,10 @@ from django.db import DatabaseError, connection
 from django.db.models import Count, F, Q, QuerySet, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length, RowNumber
-from django.http import Http404
 
 from history_app import models
 from history_app.agent_history.records import DELEGATION_TOOLS, is_delegation
+from history_app.reading.paging import NotFound
 from history_app.reading.rendering import plain_text, render, render_markdown
 
 logger = logging.getLogger(__name__)
@@ -73,10 +73,14 @@ class ContextSlice:
 
 
 def get_run(project: models.Project, run_id: str) -> models.Run:
+    """The run with its session; ``NotFound`` when the project has none of that id. Its
+    project is the one it was found in, so its links need no query."""
     try:
-        return models.Run.objects.select_related("session").get(project=project, run_id=run_id)
+        run = models.Run.objects.select_related("session").get(project=project, run_id=run_id)
     except models.Run.DoesNotExist:
-        raise Http404("No such run") from None
+        raise NotFound(f"no run {run_id!r}") from None
+    run.project = project
+    return run
 
 
 def answer_html(run: models.Run) -> str:
@@ -122,13 +126,42 @@ def keep_answers(runs: list[models.Run]) -> None:
         logger.warning("%s rendered answers were not kept", len(runs))
 
 
+def get_context_text(project: models.Project, run_id: str, number: int) -> models.InjectedContext:
+    """The run's ``number``-th injected context (from 1) with its text and, of its run and
+    session, what the page's links need (one query); ``NotFound`` when there is none."""
+    found = (
+        models.InjectedContext.objects.select_related("run__session")
+        .only(
+            "position",
+            "kind",
+            "target",
+            "step",
+            "text",
+            "reported",
+            "run__run_id",
+            "run__project_id",
+            "run__agent_name",
+            "run__session__session_id",
+            "run__session__project_id",
+        )
+        .filter(run__project=project, run__run_id=run_id, position=number - 1)
+        .first()
+        if 1 <= number <= MAX_START
+        else None
+    )
+    if found is None:
+        raise NotFound(f"run {run_id!r} has no injected context {number}")
+    found.run.project = project
+    return found
+
+
 def get_iteration(project: models.Project, run_id: str, position: int) -> models.Iteration:
     try:
         return models.Iteration.objects.select_related("run__session").get(
             run__project=project, run__run_id=run_id, position=position
         )
     except models.Iteration.DoesNotExist:
-        raise Http404("No such iteration") from None
+        raise NotFound(f"run {run_id!r} has no iteration at {position}") from None
 
 
 def _split(rows: list, limit: int) -> tuple[list, int | None]:
@@ -184,7 +217,7 @@ def get_model_call(run: models.Run, number: int) -> models.ModelCall:
         else None
     )
     if call is None:
-        raise Http404("No such model call")
+        raise NotFound(f"run {run.run_id!r} has no model call {number}")
     return call
 
 

@@ -1,12 +1,16 @@
-"""HTML pages. Each view parses input, calls one selector, renders.
+"""The pages and their JSON twins. Each view parses input, calls one selector, and
+answers HTML or JSON from the same context.
 
-Every page answers a normal request with the full page and a targeted htmx request with
-only its named partial; boosted and history-restore requests also carry ``HX-Request``
-and must get the full page.
+A page with a twin is one view under ``access.auth.page_or_twin``: its URL under
+``/p/<slug>/`` renders the template, its ``/api/v1/…`` URL (``as_json``) answers the
+page's data, serialised by ``twins``. Every page answers a normal request with the full
+page and a targeted htmx request with only its named partial; boosted and
+history-restore requests also carry ``HX-Request`` and must get the full page.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from time import monotonic
@@ -14,7 +18,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.utils.http import content_disposition_header
@@ -22,6 +26,7 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from history_app import models
+from history_app.access.auth import error_response, page_or_twin
 from history_app.access.roles import project_view
 from history_app.agent_history import jsonstream
 from history_app.agent_history.jsonstream import Lazy
@@ -34,6 +39,7 @@ from history_app.reading import (
     present,
     streams,
     transcripts,
+    twins,
 )
 from history_app.reading import help as help_pages
 from history_app.reading.forms import ModelCallForm, SliceForm, StatsForm
@@ -76,29 +82,49 @@ def _bad_request(request: HttpRequest, message: str, field: str) -> HttpResponse
     return render(request, "history_app/bad_request.html", context, status=400)
 
 
-@require_GET
-@project_view()
+def _in_its_format(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """What a read did not find (``NotFound``) or could not use (``BadParameter``),
+    answered in the format asked for: a 404 page or a 400 page naming the parameter, or
+    the API's error shape (404; 400 with ``parameter``)."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, as_json: bool = False, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, *args, as_json=as_json, **kwargs)
+        except paging.NotFound as exc:
+            if as_json:
+                return error_response(str(exc), 404)
+            raise Http404(str(exc)) from None
+        except paging.BadParameter as exc:
+            if as_json:
+                return error_response(str(exc), 400, parameter=exc.field)
+            return _bad_request(request, str(exc), exc.field)
+
+    return wrapped
+
+
+@page_or_twin()
 @vary_on_headers("HX-Request")
-def session_list(request: HttpRequest) -> HttpResponse:
-    """Sessions, searchable and filterable; every filter lives in the URL.
+@_in_its_format
+def session_list(request: HttpRequest, *, as_json: bool) -> HttpResponse:
+    """Sessions, searchable and filterable; every filter lives in the URL (the twin:
+    ``/api/v1/sessions``, with the same parameters).
 
     With ``live=1`` the results poll for updates while anything is running, and the
     poll stops by itself: the partial drops its trigger once nothing is running.
     """
-    try:
-        filters = listing.SessionFilters.from_query(request.GET)
-        page = listing.sessions_page(
-            project=request.project,
-            after=request.GET.get("_next"),
-            limit=settings.HISTORY_PAGE_SIZE,
-            filters=filters,
-        )
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
-    context = _keyset_context(request, page, "sessions")
+    filters = listing.SessionFilters.from_query(request.GET)
+    page = listing.sessions_page(
+        project=request.project,
+        after=request.GET.get("_next"),
+        limit=settings.HISTORY_PAGE_SIZE,
+        filters=filters,
+    )
+    context = {**_keyset_context(request, page, "sessions"), "filters": filters}
+    if as_json:
+        return JsonResponse(twins.sessions(context))
     live = request.GET.get("live") == "1" and not context["is_next_page"]
     context.update(
-        filters=filters,
         hits=listing.search_hits(page.items, filters.q, found=filters.found_runs) if filters.q else {},
         live=live,
         polling=live and listing.anything_running(request.project),
@@ -135,38 +161,49 @@ def _with(request: HttpRequest, **changes: str | None) -> str:
     return params.urlencode()
 
 
-@require_GET
-@project_view()
+@page_or_twin()
 @vary_on_headers("HX-Request")
-def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
+@_in_its_format
+def session_detail(
+    request: HttpRequest, session_id: str, *, as_json: bool, shape: str = "timeline"
+) -> HttpResponse:
     """A session's nested timeline, a page of runs at a time (``_next``: an htmx request
-    for a later page gets only its rows); the counts above it are the whole session's."""
+    for a later page gets only its rows); the counts above it are the whole session's,
+    on the first page. Its twins: the timeline's rows (``/api/v1/sessions/<id>/timeline``)
+    and, ``shape="runs"``, the same page's runs flat (``/api/v1/sessions/<id>``)."""
     partial = "timeline-rows" if request.GET.get("_next") else "timeline"
     template = _template(request, "session_detail", partial)
-    try:
-        timeline = session_timeline(
-            project=request.project,
-            session_id=session_id,
-            with_counts="#" not in template,
-            after=request.GET.get("_next"),
-            limit=settings.HISTORY_PAGE_SIZE,
-            idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000,
-            nested=settings.HISTORY_SESSION_PAGE_NESTED,
+    first_page = not request.GET.get("_next")
+    timeline = session_timeline(
+        project=request.project,
+        session_id=session_id,
+        with_counts=first_page and shape == "timeline" if as_json else "#" not in template,
+        after=request.GET.get("_next"),
+        limit=settings.HISTORY_PAGE_SIZE,
+        idle_gap_ms=settings.HISTORY_IDLE_GAP_SECONDS * 1000,
+        nested=settings.HISTORY_SESSION_PAGE_NESTED,
+    )
+    if as_json:
+        return JsonResponse(
+            twins.session_runs(timeline) if shape == "runs" else twins.session_timeline(timeline)
         )
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
     page = paging.Page(timeline["rows"], timeline["next_cursor"])
     return render(request, template, {**timeline, **_keyset_context(request, page, "rows")})
 
 
-@require_GET
-@project_view()
+@page_or_twin()
 @vary_on_headers("HX-Request")
-def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+@_in_its_format
+def run_detail(request: HttpRequest, run_id: str, *, as_json: bool) -> HttpResponse:
     """A run's transcript: its first injected contexts, its first iterations and the first
     tool calls of each (the page stays bounded whatever the run holds; "show more" links
-    load the rest)."""
+    load the rest). Its twin (``/api/v1/runs/<id>``) is the run's whole canonical record,
+    streamed as it is read, as the JSON export."""
     run = transcripts.get_run(request.project, run_id)
+    if as_json:
+        (data,) = streams.RunReader(models.Run.objects.filter(pk=run.pk)).dicts()
+        chunks = jsonstream.iter_json({"ok": True, "run": data})
+        return StreamingHttpResponse(chunks, content_type="application/json")
     iterations = transcripts.iteration_slice(run=run)
     previous_run, next_run = transcripts.neighbours(run)
     context = {
@@ -247,20 +284,21 @@ def run_model_calls(request: HttpRequest, run_id: str) -> HttpResponse:
     return _slice_response(request, run, build, "model_calls", "model-calls", "model-call-rows")
 
 
-@require_GET
-@project_view()
-def model_call_detail(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
+@page_or_twin()
+@_in_its_format
+def model_call_detail(request: HttpRequest, run_id: str, number: int, *, as_json: bool) -> HttpResponse:
     """One model call: what it received (each message marked as instructions, history,
     injected context, new input or the run's own turns, linked to the inspector where it
     carries an injected context), what it answered, its tokens, cost and timing. Each
     message shows its first ``HISTORY_MESSAGE_PREVIEW_CHARS`` characters; ``?full=N``
-    shows message N whole."""
+    shows message N whole. Its twin: the messages as sent (parts, tool-call requests,
+    ``tool_call_id``, ``name``), the answer as a message, whose roles they are, and the
+    call's composition."""
     run = transcripts.get_run(request.project, run_id)
     call = transcripts.get_model_call(run, number)
-    try:
-        full = ModelCallForm.read(request.GET)["full"]
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
+    if as_json:
+        return JsonResponse(twins.model_call({"run": run, "call": call}))
+    full = ModelCallForm.read(request.GET)["full"]
     limit = settings.HISTORY_MESSAGE_PREVIEW_CHARS
     context = {
         "run": run,
@@ -308,35 +346,35 @@ def run_tool_calls(request: HttpRequest, run_id: str, position: int) -> HttpResp
     return _slice_response(request, iteration.run, build, "part", "tool-calls", "tool-calls")
 
 
-@require_GET
-@project_view()
+@page_or_twin()
 @vary_on_headers("HX-Request")
-def receipt_list(request: HttpRequest) -> HttpResponse:
+@_in_its_format
+def receipt_list(request: HttpRequest, *, as_json: bool) -> HttpResponse:
     """Recent ingestion receipts: the answer to "why is my run missing?"."""
-    try:
-        page = listing.receipts_page(
-            project=request.project, after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE
-        )
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
+    page = listing.receipts_page(
+        project=request.project, after=request.GET.get("_next"), limit=settings.HISTORY_PAGE_SIZE
+    )
     context = _keyset_context(request, page, "receipts")
+    if as_json:
+        return JsonResponse(twins.receipts(context))
     return render(request, _template(request, "receipt_list", "receipt-rows"), context)
 
 
-@require_GET
-@project_view()
+@page_or_twin()
 @vary_on_headers("HX-Request")
-def context_detail(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
+@_in_its_format
+def context_detail(request: HttpRequest, run_id: str, number: int, *, as_json: bool) -> HttpResponse:
     """The context inspector: the run's ``number``-th injected context (1-based), exactly
-    as sent, with its sources, a rebuild check, a re-render under other settings and the
-    delta from the step before."""
-    if number < 1:
-        raise Http404("Injected contexts are numbered from 1")
-    try:
-        inspection = inspector.inspect(request.project, run_id, number - 1, request.GET)
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
+    as sent, with its sources (the runs and entries it came from), a rebuild check, a
+    re-render under other settings (``runs``/``items``/``timestamps``) and the delta from
+    the step before; the twin has the same data."""
+    if not 1 <= number <= transcripts.MAX_START:
+        # Positions are 32-bit: a larger number names none (and would overflow the query).
+        raise paging.NotFound(f"run {run_id!r} has no injected context {number}")
+    inspection = inspector.inspect(request.project, run_id, number - 1, request.GET)
     context = {"i": inspection, "run": inspection.run, "session": inspection.run.session}
+    if as_json:
+        return JsonResponse(twins.inspection(context))
     return render(request, _template(request, "context_detail", "rerender"), context)
 
 
@@ -346,46 +384,26 @@ def context_detail(request: HttpRequest, run_id: str, number: int) -> HttpRespon
 def context_text(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
     """One injected context's text exactly as sent, nothing else: what the run page opens
     in place (htmx), or a page of its own without JavaScript. One query."""
-    try:
-        context = (
-            models.InjectedContext.objects.select_related("run__session")
-            .only(
-                "position",
-                "kind",
-                "target",
-                "step",
-                "text",
-                "reported",
-                "run__run_id",
-                "run__project_id",
-                "run__agent_name",
-                "run__session__session_id",
-                "run__session__project_id",
-            )
-            .get(run__project=request.project, run__run_id=run_id, position=number - 1)
-        )
-    except models.InjectedContext.DoesNotExist:
-        raise Http404("No such injected context") from None
+    context = transcripts.get_context_text(request.project, run_id, number)
     page = {"context": context, "run": context.run, "session": context.run.session}
     return render(request, _template(request, "context_text", "text"), page)
 
 
-@require_GET
-@project_view()
-def compare_runs(request: HttpRequest) -> HttpResponse:
+@page_or_twin()
+@_in_its_format
+def compare_runs(request: HttpRequest, *, as_json: bool) -> HttpResponse:
     """Two runs of the project side by side (``?a=<run>&b=<run>``, an address to share):
     facts, input, settings, iterations aligned with their thoughts and tool calls, model
     calls, injected contexts and answers, what differs marked. Picked as two ``run``
     values (the session timeline's checkboxes), it redirects to its ``a``/``b`` address."""
-    try:
-        a, b = compare.read_pair(request.GET)
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
-    if "run" in request.GET:
+    a, b = compare.read_pair(request.GET)
+    if "run" in request.GET and not as_json:
         return redirect(f"{request.path}?{urlencode({'a': a, 'b': b})}")
     comparison = compare.compare(request.project, a, b)
     if comparison is None:
-        raise Http404("No such run")
+        raise paging.NotFound(f"no run {a!r} or no run {b!r} in this project")
+    if as_json:
+        return JsonResponse(twins.comparison({"c": comparison}))
     swap = urlencode({"a": b, "b": a})
     return render(request, "history_app/compare.html", {"c": comparison, "swap_query": swap})
 
@@ -467,16 +485,16 @@ def _offline_html(session: models.Session, reader: streams.RunReader) -> Iterato
     yield render_to_string(f"{template}#foot")
 
 
-@require_GET
-@project_view()
-def stats(request: HttpRequest) -> HttpResponse:
-    """Runs per day, failure rate, duration percentiles, top tools and errors: server-drawn
-    SVG charts, each beside a table with the same numbers."""
-    try:
-        days = StatsForm.read(request.GET)["days"]
-    except paging.BadParameter as exc:
-        return _bad_request(request, str(exc), exc.field)
+@page_or_twin()
+@_in_its_format
+def stats(request: HttpRequest, *, as_json: bool) -> HttpResponse:
+    """Runs per day, failure rate, duration percentiles, top tools and errors for the last
+    ``days`` days (1-365, default 30): server-drawn SVG charts, each beside a table with
+    the same numbers; the twin has the numbers, from the same daily rollups."""
+    days = StatsForm.read(request.GET)["days"]
     data = stats_numbers(project=request.project, days=days)
+    if as_json:
+        return JsonResponse(twins.project_stats({"numbers": data}))
     per_day = [(p["day"].isoformat(), p["total"]) for p in data["series"]]
     rates = [
         (p["day"].isoformat(), round(100 * p["failed"] / p["total"], 1) if p["total"] else 0)
