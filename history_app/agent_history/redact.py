@@ -227,11 +227,18 @@ _INVISIBLE_IN_WORD = re.compile(
     r"|(?<=[A-Za-z0-9_\-])\\{1,4}u(?:200[bBcCdD]|2060|[fF][eE][fF][fF]|00[aA][dD])(?=[A-Za-z0-9_\-])"
 )
 # A look-alike letter as JSON escapes it ("p\\u0430ssword" inside a string inside a string).
-_ESCAPED_LOOKALIKE = re.compile(r"\\u(0[34][0-9a-fA-F]{2}|[fF][fF][0-5][0-9a-fA-F])")
+_ESCAPED_LOOKALIKE = re.compile(
+    r"\\u(0[34][0-9a-fA-F]{2}|[fF][fF][0-5][0-9a-fA-F]|24[5-9a-eA-E][0-9a-fA-F])"
+    # a mathematical letter (outside the BMP) as JSON writes it: a surrogate pair
+    r"|\\u[dD]835\\u([dD][c-fC-F][0-9a-fA-F]{2})"
+)
 
 
 def _unescape_lookalike(match: re.Match[str]) -> str:
-    char = chr(int(match.group(1), 16))
+    if match.group(2) is not None:
+        char = chr(0x1D400 + int(match.group(2), 16) - 0xDC00)
+    else:
+        char = chr(int(match.group(1), 16))
     return char if char in _LOOKALIKES else match.group()
 
 
@@ -417,7 +424,7 @@ def _is_placeholder(value: str) -> bool:
 
 
 # The line breaks and indentation of a wrapped base64 value (also escaped inside a string).
-_WRAPPED = re.compile(r"\s+|\\[nr]")
+_WRAPPED = re.compile(r"\s+|\\{1,4}[nr]")
 _KEY_AHEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}[:=]")
 
 
@@ -524,9 +531,13 @@ def _value_span(
     prefix = _STRING_PREFIX.match(text, pos)  # Python's f"…", b'…', r"…"
     if prefix is not None:
         pos = prefix.end()
-    if text.startswith(('"""', "'''"), pos):
-        end = text.find(text[pos : pos + 3], pos + 3, pos + 3 + MAX_QUOTED_VALUE)
-        return (pos + 3, end, True) if end > pos + 3 else None
+    slashes = pos
+    while slashes < n and slashes - pos < 7 and text[slashes] == "\\":
+        slashes += 1
+    if slashes < n and text[slashes] in "\"'" and text.startswith(text[pos : slashes + 1] * 3, pos):
+        triple = text[pos : slashes + 1] * 3  # TOML's and Python's """…""", also escaped
+        end = text.find(triple, pos + len(triple), pos + len(triple) + MAX_QUOTED_VALUE)
+        return (pos + len(triple), end, True) if end > pos + len(triple) else None
     if backtick and text.startswith("`", pos):
         stop = min(n, pos + 1 + MAX_QUOTED_VALUE)
         end = text.find("`", pos + 1, stop)
@@ -772,7 +783,11 @@ class KeyValueRule(_PairRule):
                     span = _before_a_command(text, *span)
                 if span is None or _is_kept_value(text, *span):
                     continue
-                if span[2] and text[span[0] - 2 : span[0] - 1] in ("f", "F") and "{" in text[span[0] : span[1]]:
+                if (
+                    span[2]
+                    and text[span[0] - 2 : span[0] - 1] in ("f", "F")
+                    and "{" in text[span[0] : span[1]]
+                ):
                     continue  # an f-string: code that formats a value, not the value
                 if not span[2]:
                     span = _unquoted_value(text, span, name, whole)
@@ -802,10 +817,10 @@ _YAML_PROPERTIES = re.compile(r"(?:(?:&[A-Za-z0-9_\-]{1,64}|!{1,2}[A-Za-z0-9_\-]
 # "const SECRET: &str = \"x\"", "static TOKEN: &'static str = \"x\"", "KEY: Final = 'x'".
 _ANNOTATED_DEFAULT = re.compile(
     r"[&*]{0,2}(?:'[a-z_]{1,20}[ \t]{1,8})?[A-Za-z_][A-Za-z0-9_.\[\]<>,|&*' \t]{0,200}=(?!=)[ \t]{0,8}"
-    r"(?=[bBrRuUfF]{0,2}[\"'])"
+    r"(?=[bBrRuUfF]{0,2}\\{0,7}[\"'])"
 )
 # A heredoc's opening (HCL, shell, Ruby): <<EOT, <<-EOT, <<~'EOT'.
-_HEREDOC = re.compile(r"<<[-~]?([\"']?)([A-Za-z_][A-Za-z0-9_]{0,40})\1[ \t]{0,8}\r?\n")
+_HEREDOC = re.compile(r"<<[-~]?(\\{0,7}[\"']?)([A-Za-z_][A-Za-z0-9_]{0,40})\1[ \t]{0,8}(\r?\n|\\{1,4}n)")
 MAX_HEREDOC_LINES = 200
 # An object after a secret's name, and its default or value field: HCL's
 # db_password = { default = "x" }, JSON's "db_password": {"default": "x"}.
@@ -826,7 +841,9 @@ _COMMANDS = _words(
 )
 
 
-_HCL_VARIABLE = re.compile(r"(?<![a-z0-9_])variable[ \t]{1,8}\\{0,7}\"([a-z0-9_\-]{1,128})\\{0,7}\"[ \t]{0,8}(?=\{)")
+_HCL_VARIABLE = re.compile(
+    r"(?<![a-z0-9_])variable[ \t]{1,8}\\{0,7}\"([a-z0-9_\-]{1,128})\\{0,7}\"[ \t]{0,8}(?=\{)"
+)
 
 
 def _special_value(text: str, pos: int, colon: bool) -> tuple[int, int, bool] | None:
@@ -836,18 +853,16 @@ def _special_value(text: str, pos: int, colon: bool) -> tuple[int, int, bool] | 
         opening = _HEREDOC.match(text, pos)
         if opening is None:
             return None
-        word = opening.group(2)
+        word, eol = opening.group(2), opening.group(3)
         body = line = opening.end()
         for _ in range(MAX_HEREDOC_LINES):
-            end = text.find("\n", line, line + MAX_QUOTED_VALUE)
+            end = text.find(eol, line, line + MAX_QUOTED_VALUE)
             if text[line : len(text) if end < 0 else end].strip() == word:
-                stop = line - 1
-                if stop > body and text[stop - 1] == "\r":
-                    stop -= 1
+                stop = line - len(eol)
                 return (body, stop, True) if stop > body else None
             if end < 0:
                 return None
-            line = end + 1
+            line = end + len(eol)
         return None
     if text.startswith("{", pos):
         field = _OBJECT_DEFAULT.match(text, pos)
@@ -898,7 +913,11 @@ def _unquoted_value(
         while after < len(text) and text[after] in " \t":
             after += 1
         token = _CREDENTIAL_TOKEN.match(text, after)
-        if token is None or text.startswith(_MARKER_START, after) or not _looks_like_credential(token.group()):
+        if (
+            token is None
+            or text.startswith(_MARKER_START, after)
+            or not _looks_like_credential(token.group())
+        ):
             return None
         return after, token.end(), False
     return span
@@ -1049,7 +1068,11 @@ class HeaderRule(_PairRule):
             end = value.end()
             # A header in quotes (curl -H 'Cookie: a=1; b=2' https://x, "Cookie": "a=1")
             # ends at its closing quote, which stays with what follows it.
-            opening = header.group() if header.group()[-1] in "'\"" else text[max(0, header.start() - 8) : header.start()]
+            opening = (
+                header.group()
+                if header.group()[-1] in "'\""
+                else text[max(0, header.start() - 8) : header.start()]
+            )
             if opening[-1:] in ("'", '"'):
                 escaped = opening[-2:-1] == "\\"
                 close = text.find(opening[-1], pos, end)
@@ -1296,7 +1319,19 @@ _ARG_NOT_A_VALUE = frozenset("-|<>&;\\`(")
 # quote, a full-width separator, or "set NAME VALUE" (Redactor._redact_shapes spells them
 # out, and these lists out for tests).
 _PAIR_GATES = (":", "=", "-", "'", '"', "<", "&", "set", "\\", "：", "＝", "\n")
-_TOOL_TRIGGERS = ("curl", "mysql", "mariadb", "sshpass", "login", "redis-cli", "mongo", "http", "openssl", "zip", "7z")
+_TOOL_TRIGGERS = (
+    "curl",
+    "mysql",
+    "mariadb",
+    "sshpass",
+    "login",
+    "redis-cli",
+    "mongo",
+    "http",
+    "openssl",
+    "zip",
+    "7z",
+)
 _BOUNDED = r"(?<![a-z0-9_\-]){}(?![a-z0-9_\-])"
 # (trigger, the tool in lower-cased text, its secret flag, what follows the flag)
 _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
@@ -1316,13 +1351,13 @@ _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
     (
         "openssl",  # openssl enc -k password, -K hexkey
         re.compile(_BOUNDED.format("openssl")),
-        re.compile(r"(?<![A-Za-z0-9_\-])-[kK][ \t]+"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-[kK](?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
         "password",
     ),
     (
         "zip",  # zip -P password, unzip -P password
         re.compile(r"(?<![a-z0-9_\-])(?:un)?zip(?![a-z0-9_\-.])"),
-        re.compile(r"(?<![A-Za-z0-9_\-])-P[ \t]+"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-P(?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
         "password",
     ),
     (
@@ -1349,24 +1384,43 @@ _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
         re.compile(r"(?<![A-Za-z0-9_\-])-p[ \t]*"),
         "password",
     ),
-    ("login", re.compile(_BOUNDED.format("login")), re.compile(r"(?<![A-Za-z0-9_\-])-p[ \t]+"), "password"),
+    (
+        "login",
+        re.compile(_BOUNDED.format("login")),
+        re.compile(r"(?<![A-Za-z0-9_\-])-p(?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
+        "password",
+    ),
     (
         "redis-cli",
         re.compile(_BOUNDED.format("redis-cli")),
-        re.compile(r"(?<![A-Za-z0-9_\-])-a[ \t]+"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-a(?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
         "password",
     ),
     (
         "mongo",
         re.compile(r"(?<![a-z0-9_\-])mongo[a-z]{0,10}(?![a-z0-9_\-])"),
-        re.compile(r"(?<![A-Za-z0-9_\-])-p[ \t]+"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-p(?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
         "password",
     ),
 )
 _CALL_PAIR = re.compile(r"[(\[,][ \t]{0,8}(\\{0,7}[\"'])(-{0,2}[a-z0-9_.\-]{1,64})\1[ \t]{0,8},[ \t]{0,8}")
 _CALLEE = re.compile(r"[a-z_][a-z0-9_]{0,39}\Z")
 # Calls whose first two arguments are a name and its value.
-_SETTERS = ("set", "put", "env", "var", "default", "header", "item", "property", "store", "insert", "add", "secret")
+_SETTERS = (
+    "set",
+    "put",
+    "env",
+    "var",
+    "default",
+    "header",
+    "item",
+    "property",
+    "store",
+    "insert",
+    "add",
+    "secret",
+)
+_NEXT_ITEM = re.compile(r"\\{0,7}[\"'][ \t]{0,8},[ \t]{0,8}(?=\\{0,7}[\"'])")
 _SET_WITH_FLAGS = re.compile(r"(?<![a-z0-9_\-])set(?:[ \t]{1,8}-{1,2}[a-z]{1,10}){1,4}[ \t]{1,8}\Z")
 _IDENTIFIED_BY = _both_cases(
     r"(?<![a-z0-9_])identified[ \t]+(?:with[ \t]+[a-z0-9_]{1,64}[ \t]+)?by[ \t]+(?:password[ \t]+)?"
@@ -1497,7 +1551,9 @@ class ArgumentRule(_PairRule):
             stop = end.start() if end is not None else limit
             scanned = max(scanned, stop)
             for option in flag.finditer(text, begin, stop):
-                span = _value_span(text, option.end())
+                # An argv written as JSON: the flag's closing quote and a comma, then its value.
+                item = _NEXT_ITEM.match(text, option.end())
+                span = _value_span(text, option.end() if item is None else item.end())
                 if span is None:
                     continue
                 start, value_end, quoted = span
@@ -1608,13 +1664,20 @@ class TableRule(_PairRule):
             columns = [i for i, n in enumerate(names) if _is_secret_column(n, extra_keys)]
             if not columns:
                 continue
-            if delimiter != "|" and _row_of_the_table_above(text, line_start, eol, delimiter, len(cells), escaped):
+            if delimiter != "|" and _row_of_the_table_above(
+                text, line_start, eol, delimiter, len(cells), escaped
+            ):
                 continue  # "name,type,description" then "password,string,…": a row, no header
             pos = line_end + len(eol)
             # A Markdown table needs its |---| line; "email|password" without spaces is a
             # pipe-separated file's header.
             header_line = text[line_start:line_end]
-            pipes = delimiter == "|" and not header_line.startswith("|") and not any(c in header_line for c in " \t")
+            first_pipe = header_line.find("|")
+            pipes = (
+                delimiter == "|"
+                and not header_line.startswith("|")
+                and not any(c in header_line[first_pipe:] for c in " \t")
+            )
             if delimiter == "|":
                 rule_end = _line_around(text, pos, pos, eol, escaped)[1] if pos < len(text) else pos
                 if pos >= len(text):
@@ -1649,7 +1712,9 @@ class TableRule(_PairRule):
         return text
 
 
-def _row_of_the_table_above(text: str, line_start: int, eol: str, delimiter: str, width: int, escaped: bool) -> bool:
+def _row_of_the_table_above(
+    text: str, line_start: int, eol: str, delimiter: str, width: int, escaped: bool
+) -> bool:
     """Whether the line before ``line_start`` is a header of names with as many cells: then
     the line at ``line_start`` is a row of that table (a CSV that documents its fields,
     "name,type,description" then "password,string,The password"), not a header."""
@@ -1758,6 +1823,8 @@ def _cells(
         c = b
         while c > a and text[c - 1] in " \t\r":
             c -= 1
+        if c - 2 >= a and text.startswith("\\r", c - 2):  # a CRLF line end inside a string
+            c -= 2
         cells.append((a, c))
         pos = b + len(delimiter)
     if delimiter == "|" and cells and cells[-1][0] >= cells[-1][1]:
@@ -1849,7 +1916,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "hooks.slack",
         gate="/",
         pattern=re.compile(
-            r"hooks\.slack\.com\\?/(?:services|workflows|triggers)\\?/((?:[A-Za-z0-9_\-]|\\?/){8,300})"
+            r"hooks\.slack\.com\\{0,4}/(?:services|workflows|triggers)\\{0,4}/((?:[A-Za-z0-9_\-]|\\{0,4}/){8,300})"
         ),
         group=1,
     ),
@@ -1977,8 +2044,8 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         # base64 and nothing else up to its end.
         re.compile(
             r"(?<![A-Za-z0-9+/=])LS0tLS1CRUdJTi[A-Za-z0-9+/]{0,20000}+"
-            r"(?:(?:\r?\n|\\n)[ \t]{0,64}[A-Za-z0-9+/]{4,20000}+"
-            r"(?=={0,2}[ \t]{0,64}(?:[\r\n\"']|\\[nr\"]|\Z))){0,400}={0,2}"
+            r"(?:(?:\r?\n|\\{1,4}n)[ \t]{0,64}[A-Za-z0-9+/]{4,20000}+"
+            r"(?=={0,2}[ \t]{0,64}(?:[\r\n\"']|\\{1,4}[nr\"]|\Z))){0,400}={0,2}"
         ),
         check=_is_encoded_private_key,
         long=True,
@@ -1987,9 +2054,9 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     # path, secure, expiry, name, value; tab-separated, or "\t" inside a JSON string.
     ValueRule(
         "cookie-file",
-        ("\tTRUE\t", "\tFALSE\t", "\\tTRUE\\t", "\\tFALSE\\t"),
+        ("TRUE\t", "FALSE\t", "TRUE\\", "FALSE\\"),
         re.compile(
-            r"(?:(?<![^\s\"'])|(?<=\\n))(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253}(\t|\\t)(?:TRUE|FALSE)\1"
+            r"(?:(?<![^\s\"'])|(?<=\\n))(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253}(\t|\\{1,4}t)(?:TRUE|FALSE)\1"
             r"[^\t\r\n\\]{1,1000}\1(?:TRUE|FALSE)\1[0-9]{1,20}\1[^\t\r\n\\]{0,1000}\1"
             r"\"?([^\t\r\n\\\"]{1,4000})"
         ),
@@ -2013,8 +2080,8 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "secret-argument",
         ("requirepass", "masterauth"),
         re.compile(
-            r"(?<![A-Za-z0-9_])-{0,2}(?:requirepass|masterauth)[ \t]{1,64}([\"']?)"
-            r"(?![-$<`({])([^\s\"'\\]{1,256})\1(?![^\s\\;,)\]}])"
+            r"(?<![A-Za-z0-9_])-{0,2}(?:requirepass|masterauth)[ \t]{1,64}(\\{0,7}[\"']?)"
+            r"(?![-$<`({])([^\s\"'\\]{1,256})\1(?![^\s\\;,)\]}\"'])"
         ),
         group=2,
     ),
@@ -2022,7 +2089,8 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "secret-argument",
         "password-stdin",
         re.compile(
-            r"(?<![A-Za-z0-9_\-])echo[ \t]{1,8}(?:-[a-z]{1,3}[ \t]{1,8})?([\"']?)(?![-$<`(])([^\s|\"';&\\]{1,256})\1"
+            r"(?<![A-Za-z0-9_\-])echo[ \t]{1,8}(?:-[a-z]{1,3}[ \t]{1,8})?(\\{0,7}[\"']?)(?![-$<`(])"
+            r"([^\s|\"';&\\]{1,256})\1"
             r"[ \t]{0,8}\|[^|\r\n\\]{0,200}?--password-stdin"
         ),
         group=2,
@@ -2045,9 +2113,9 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "passw",  # every match holds password or passwd
         re.compile(
             r"(?<![A-Za-z0-9_\-])(?:machine|default)(?=[ \t])"
-            r"(?:(?:[ \t\r\n]|\\[nrt]){1,64}(?!password(?![^\s\\]))[^\s\\]{1,256}){0,8}"
+            r"(?:(?:[ \t\r\n]|\\{1,4}[nrt]){1,64}(?!password(?![^\s\\]))[^\s\\]{1,256}){0,8}"
             # A quoted password may hold spaces ("a b"); its quotes stay.
-            r"(?:[ \t\r\n]|\\[nrt]){1,64}(?:password|passwd)(?:[ \t]|\\t){1,64}\"?"
+            r"(?:[ \t\r\n]|\\{1,4}[nrt]){1,64}(?:password|passwd)(?:[ \t]|\\{1,4}t){1,64}\"?"
             r"((?<=\")[^\"\r\n\\]{1,1000}(?=\")|(?<!\")[^\s\\\"]{1,1000})"
         ),
         group=1,
@@ -2083,7 +2151,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "bearer",
         # The token stops at a quote, a bracket, a pipe or a comma: "Bearer x"}} and
         # -H 'Authorization: Bearer x' keep what closes them.
-        re.compile(r"(?i)(bearer)(\s+)([^\s\"'`<>(){}\[\]|,;\\]+)"),
+        re.compile(r"(?i)(bearer)((?:\s|\\{1,4}(?:u00[aA]0|t))+)([^\s\"'`<>(){}\[\]|,;\\]+)"),
         group=3,
         check=_is_bearer_token,
     ),
@@ -2128,9 +2196,10 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     # The same URL as JSON may write it, each '/' escaped ("https:\\/\\/user:pw@host").
     ValueRule(
         "url-credentials",
-        ":\\/\\/",
+        "\\/",
         re.compile(
-            r":\\/\\/[^\s:/?#\"\\]{0,256}:(?![0-9]{1,5}(?:\\/|[?#\s\"]|\Z))((?:[^\s\":\\]|\\/){1,256})@"
+            r":\\{1,4}/\\{1,4}/[^\s:/?#\"\\]{0,256}:(?![0-9]{1,5}(?:\\{1,4}/|[?#\s\"\\]|\Z))"
+            r"((?:[^\s\":\\]|\\{1,4}/){1,256})@"
             r"(?=[A-Za-z0-9._~%\-]{1,256}(?![A-Za-z0-9._~%\-@])|\[[0-9A-Za-z:.%]{2,100}\])"
         ),
         group=1,
@@ -2599,7 +2668,11 @@ class Redactor:
     # -- internals ---------------------------------------------------------------
 
     def _argv(
-        self, items: list[Any], counts: Counter[str], fields: list[dict[str, Any]] | None = None, path: str = ""
+        self,
+        items: list[Any],
+        counts: Counter[str],
+        fields: list[dict[str, Any]] | None = None,
+        path: str = "",
     ) -> list[Any]:
         """A command line given as a list (``["mysql", "-u", "root", "-pX"]``, ``["curl",
         "-u", "a:X"]``, ``["--password", "X"]``): each flag and the item after one is
