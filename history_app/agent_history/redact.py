@@ -248,6 +248,16 @@ _ENCODED_IN_WORD = re.compile(
 )
 
 
+_PERCENT_SEPARATOR = re.compile(r"%(?:2[dD]|5[fF])")
+
+
+def _may_encode_a_separator(text: str) -> bool:
+    """Whether ``text`` may hold an HTML entity or a percent-encoding of '-' or '_': found
+    by single characters first (``memchr``), since "50%" and "&" are common in prose and
+    a two-character search reads every character."""
+    return ("&" in text and "&#" in text) or ("%" in text and _PERCENT_SEPARATOR.search(text) is not None)
+
+
 def _decoded_separator(match: re.Match[str]) -> str:
     code = match.group().lower()
     return "-" if code.endswith(("45;", "2d;", "2d")) else "_"
@@ -1327,7 +1337,8 @@ _TOOL_TRIGGERS = (
     "login",
     "redis-cli",
     "mongo",
-    "http",
+    "http ",
+    "https ",
     "openssl",
     "zip",
     "7z",
@@ -1343,8 +1354,14 @@ _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
         "user:password",
     ),
     (
-        "http",  # HTTPie: http -a user:password (or https, xh)
-        re.compile(r"(?<![a-z0-9_\-./])(?:https?|xhs?)(?=[ \t])"),
+        "http ",  # HTTPie: http -a user:password
+        re.compile(r"(?<![a-z0-9_\-./])http(?=[ \t])"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-[A-Za-z]{0,8}a[ \t]*"),
+        "user:password",
+    ),
+    (
+        "https ",
+        re.compile(r"(?<![a-z0-9_\-./])https(?=[ \t])"),
         re.compile(r"(?<![A-Za-z0-9_\-])-[A-Za-z]{0,8}a[ \t]*"),
         "user:password",
     ),
@@ -1420,6 +1437,10 @@ _SETTERS = (
     "add",
     "secret",
 )
+_REDIS_PASSWORD = re.compile(
+    r"(?:(?<![A-Za-z0-9_])|(?<=\\n))-{0,2}(?:requirepass|masterauth)[ \t]{1,64}(\\{0,7}[\"']?)"
+    r"(?![-$<`({])([^\s\"'\\]{1,256})\1(?![^\s\\;,)\]}\"'])"
+)
 _NEXT_ITEM = re.compile(r"\\{0,7}[\"'][ \t]{0,8},[ \t]{0,8}(?=\\{0,7}[\"'])")
 _SET_WITH_FLAGS = re.compile(r"(?<![a-z0-9_\-])set(?:[ \t]{1,8}-{1,2}[a-z]{1,10}){1,4}[ \t]{1,8}\Z")
 _IDENTIFIED_BY = _both_cases(
@@ -1446,12 +1467,17 @@ class ArgumentRule(_PairRule):
         hay, candidates = _haystack(text, *_ARG_CANDIDATE)
         if any(hint in hay for hint in _KV_HINT_WORDS):
             self._named(text, hay, candidates, extra_keys, spans)
-        if "-" in text:  # " -p", and '"-p' in an argv written as JSON
+            if "(" in text or "[" in text:
+                self._call_pairs(text, hay, extra_keys, spans)
+        if " -" in text or '"-' in text:  # '"-p' in an argv written as JSON
             for trigger, tool, flag, shape in _TOOLS:
                 if trigger in hay:
                     self._tool(text, hay, tool, flag, shape, spans)
-        if "(" in text or "[" in text:
-            self._call_pairs(text, hay, extra_keys, spans)
+        if "requirepass" in hay or "masterauth" in hay:
+            # redis: its config file's "requirepass x" and its flags.
+            for match in _REDIS_PASSWORD.finditer(text):
+                if not _is_kept_value(text, *match.span(2), True):
+                    spans.append(match.span(2))
         if "dentified" in hay:
             identified = _IDENTIFIED_BY[0] if candidates is _ARG_CANDIDATE[0] else _IDENTIFIED_BY[1]
             for match in identified.finditer(hay):
@@ -1837,6 +1863,14 @@ def _is_secret_column(cell: str, extra_keys: frozenset[str]) -> bool:
     return 0 < len(name) <= _HEADER_CELL_MAX and len(name.split()) <= 3 and is_secret_key(name, extra_keys)
 
 
+# An HTTP client's basic auth: requests' auth=("user", "pw"), HTTPBasicAuth("user", "pw"),
+# httpx.BasicAuth(…), aiohttp.BasicAuth(login=…, password=…); the password is group 3.
+_BASIC_AUTH_CALL = re.compile(
+    r"(?<![A-Za-z0-9_])(?:(?:HTTP|Basic|Digest|HTTPBasic|HTTPDigest|Proxy)?Auth|auth[ \t]?=[ \t]?)\("
+    r"[ \t]{0,8}(?:login[ \t]*=[ \t]*)?"
+    r"(\\{0,7}[\"'])[^\"'\r\n\\]{0,256}\1[ \t]{0,8},[ \t]{0,8}(?:password[ \t]*=[ \t]*)?(\\{0,7}[\"'])"
+    r"([^\"'\r\n\\]{1,256})\2"
+)
 _B = r"(?<![A-Za-z0-9_\-])"  # a left boundary that also treats '-' and '_' as word parts
 
 DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
@@ -2010,27 +2044,14 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             ("render", "rnd_", r"rnd_[A-Za-z0-9]{32}"),
             ("supabase", "sbp_", r"sbp_[a-f0-9]{40}"),
             ("notion", ("ntn_", "secret_"), r"(?:ntn_[A-Za-z0-9]{46}|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))"),
-            ("flyio", ("fm1a_", "fm1r_", "fm2_"), r"fm(?:1[ar]|2)_[A-Za-z0-9+/]{100,2000}={0,3}"),
-            ("clojars", ("CLOJARS_", "clojars_"), r"(?i:clojars)_[A-Za-z0-9]{60}(?![A-Za-z0-9])"),
-            ("artifactory", "AKCp", r"AKCp[A-Za-z0-9]{69}(?![A-Za-z0-9])"),
-            ("cloudflare-origin-ca", "v1.0-", r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}(?![a-f0-9])"),
-            ("huggingface", "api_org_", r"api_org_[A-Za-z]{34}(?![A-Za-z0-9])"),
-            ("infracost", "ico-", r"ico-[A-Za-z0-9]{32}(?![A-Za-z0-9])"),
-            ("intra42", "s-s4t2", r"s-s4t2(?:ud|af)-[a-fA-F0-9]{64}(?![A-Za-z0-9])"),
-            ("maxmind", "_mmk", r"[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk(?![A-Za-z0-9])"),
-            ("octopus-deploy", "API-", r"API-[A-Z0-9]{26}(?![A-Za-z0-9])"),
-            ("scalingo", "tk-us-", r"tk-us-[A-Za-z0-9_\-]{48}(?![A-Za-z0-9_\-])"),
-            ("settlemint", ("sm_pat_", "sm_aat_", "sm_sat_"), r"sm_[aps]at_[A-Za-z0-9]{16}(?![A-Za-z0-9])"),
-            ("shippo", "shippo_", r"shippo_(?:live|test)_[a-fA-F0-9]{40}(?![A-Za-z0-9])"),
-            ("sourcegraph", "sgp_", r"sgp_(?:(?:[a-fA-F0-9]{16}|local)_)?[a-fA-F0-9]{40}(?![A-Za-z0-9])"),
-            ("sonarqube", ("squ_", "sqp_", "sqa_"), r"sq[upa]_[a-f0-9]{40}(?![A-Za-z0-9])"),
-            (
-                "onepassword",
-                "A3-",
-                r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}",
-            ),
-            ("harness", ("pat.", "sat."), r"[ps]at\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}"),
         )
+    ),
+    # Two more from gitleaks, gated by a capital letter prose rarely holds.
+    ValueRule(
+        "artifactory", "AKCp", re.compile(_B + r"AKCp[A-Za-z0-9]{69}(?![A-Za-z0-9])"), long=True, gate="K"
+    ),
+    ValueRule(
+        "clojars", "CLOJARS_", re.compile(_B + r"CLOJARS_[A-Za-z0-9]{60}(?![A-Za-z0-9])"), long=True, gate="J"
     ),
     # Its literal holds no punctuation to test first; every match holds a '.'.
     ValueRule("airtable", "pat", re.compile(_B + r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"), long=True, gate="."),
@@ -2067,45 +2088,29 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ValueRule(
         "cookie-file",
         (" TRUE ", " FALSE "),
-        re.compile(
+        gate="E",
+        pattern=re.compile(
             r"(?<![^\s\"'])(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253} {1,8}(?:TRUE|FALSE) {1,8}/[^\s\\]{0,1000}"
             r" {1,8}(?:TRUE|FALSE) {1,8}[0-9]{1,20} {1,8}[^\s\\]{1,1000} {1,8}([^\s\\\"]{1,4000})"
         ),
         group=1,
     ),
-    # Passwords a tool takes in its own way: redis' requirepass/masterauth (its config file
-    # or its flags), "echo <password> | docker login --password-stdin", and the user and
-    # password pair of an HTTP client's basic auth (Python's requests, httpx, aiohttp).
-    ValueRule(
-        "secret-argument",
-        ("requirepass", "masterauth"),
-        re.compile(
-            r"(?<![A-Za-z0-9_])-{0,2}(?:requirepass|masterauth)[ \t]{1,64}(\\{0,7}[\"']?)"
-            r"(?![-$<`({])([^\s\"'\\]{1,256})\1(?![^\s\\;,)\]}\"'])"
-        ),
-        group=2,
-    ),
+    # Passwords a tool takes in its own way: "echo <password> | docker login
+    # --password-stdin", and the user and password pair of an HTTP client's basic auth
+    # (Python's requests, httpx, aiohttp), gated by a character their literals hold that
+    # already gates other rules.
     ValueRule(
         "secret-argument",
         "password-stdin",
-        re.compile(
+        pattern=re.compile(
             r"(?<![A-Za-z0-9_\-])echo[ \t]{1,8}(?:-[a-z]{1,3}[ \t]{1,8})?(\\{0,7}[\"']?)(?![-$<`(])"
             r"([^\s|\"';&\\]{1,256})\1"
             r"[ \t]{0,8}\|[^|\r\n\\]{0,200}?--password-stdin"
         ),
         group=2,
     ),
-    ValueRule(
-        "secret-argument",
-        ("Auth(", "auth=(", "auth = ("),
-        re.compile(
-            r"(?<![A-Za-z0-9_])(?:(?:HTTP|Basic|Digest|HTTPBasic|HTTPDigest|Proxy)?Auth|auth[ \t]?=[ \t]?)\("
-            r"[ \t]{0,8}(?:login[ \t]*=[ \t]*)?"
-            r"(\\{0,7}[\"'])[^\"'\r\n\\]{0,256}\1[ \t]{0,8},[ \t]{0,8}(?:password[ \t]*=[ \t]*)?(\\{0,7}[\"'])"
-            r"([^\"'\r\n\\]{1,256})\2"
-        ),
-        group=3,
-    ),
+    ValueRule("secret-argument", "Auth(", _BASIC_AUTH_CALL, group=3, gate="A"),
+    ValueRule("secret-argument", ("auth=(", "auth = ("), _BASIC_AUTH_CALL, group=3, gate="="),
     # .netrc: "machine host login user password secret" (one line or several), and
     # "default login … password …". The fields before "password" are up to eight words.
     ValueRule(
@@ -2197,7 +2202,8 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ValueRule(
         "url-credentials",
         "\\/",
-        re.compile(
+        gate="\\",
+        pattern=re.compile(
             r":\\{1,4}/\\{1,4}/[^\s:/?#\"\\]{0,256}:(?![0-9]{1,5}(?:\\{1,4}/|[?#\s\"\\]|\Z))"
             r"((?:[^\s\":\\]|\\{1,4}/){1,256})@"
             r"(?=[A-Za-z0-9._~%\-]{1,256}(?![A-Za-z0-9._~%\-@])|\[[0-9A-Za-z:.%]{2,100}\])"
@@ -2420,7 +2426,9 @@ class Redactor:
             return out
         if isinstance(obj, list | tuple):
             items = [self._report_child(v, counts, path, i, True, fields, memo) for i, v in enumerate(obj)]
-            return self._argv(items, counts, fields, path) if _may_be_argv(items) else items
+            if len(items) > 1 and type(items[0]) is str and _may_be_argv(items):
+                return self._argv(items, counts, fields, path)
+            return items
         return obj
 
     def _report_child(
@@ -2451,7 +2459,7 @@ class Redactor:
         counts = counts if counts is not None else Counter()
         # Plain ASCII without a backslash or an encoded character (most strings) hides
         # nothing: straight to the rules.
-        if text.isascii() and "\\" not in text and "&#" not in text and "%2" not in text and "%5" not in text:
+        if text.isascii() and "\\" not in text and not _may_encode_a_separator(text):
             text = self._redact_shapes(text, counts)
         else:
             text = self._redact_visible(text, counts)
@@ -2501,8 +2509,7 @@ class Redactor:
                 or (not ascii and _LOOKALIKE_IN_WORD.search(text) is not None)
             )
         ) or (
-            ("&#" in text or "%2" in text or "%5" in text or "\\u00" in text)
-            and _ENCODED_IN_WORD.search(text) is not None
+            (_may_encode_a_separator(text) or "\\u00" in text) and _ENCODED_IN_WORD.search(text) is not None
         )
         if not hidden:
             return self._redact_shapes(text, counts)
@@ -2618,6 +2625,7 @@ class Redactor:
                 hinted
                 or (
                     "-" in text
+                    and (" -" in text or '"-' in text)
                     and (
                         "curl" in lowered
                         or "mysql" in lowered
@@ -2626,7 +2634,8 @@ class Redactor:
                         or "login" in lowered
                         or "redis-cli" in lowered
                         or "mongo" in lowered
-                        or "http" in lowered
+                        or "http " in lowered
+                        or "https " in lowered
                         or "openssl" in lowered
                         or "zip" in lowered
                         or "7z" in lowered
@@ -2751,7 +2760,10 @@ class Redactor:
             return out
         if kind is list or kind is tuple or isinstance(obj, list | tuple):
             items = [self._walk(v, counts, memo) for v in obj]
-            return self._argv(items, counts) if _may_be_argv(items) else items
+            # A command line as a list of strings; most lists hold objects (checked first).
+            if len(items) > 1 and type(items[0]) is str and _may_be_argv(items):
+                return self._argv(items, counts)
+            return items
         if isinstance(obj, str):
             return self.redact_text(str(obj), counts)
         return obj
