@@ -205,9 +205,10 @@ _MODIFIED_NOUNS = {
 # Letters that look like ASCII ones, for judging names only (never written back): the
 # Cyrillic and Greek look-alikes of Latin letters, and every letter or digit that NFKC
 # writes as one ASCII character (full-width ｐａｓｓ, mathematical 𝐩𝐚𝐬𝐬, circled ⓟ).
+_LOOKALIKE_LETTERS = "аеорсухѕіјԁһԛԝӏвкмнтАВЕКМНОРСТХЅІЈοναιρκτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ"
 _LOOKALIKES = dict(
     zip(
-        "аеорсухѕіјԁһԛԝӏвкмнтАВЕКМНОРСТХЅІЈοναιρκτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+        _LOOKALIKE_LETTERS,
         "aeopcyxsijdhqwlbkmhtABEKMHOPCTXSIJovaipktuxABEZHIKMNOPTYX",
         strict=True,
     )
@@ -274,9 +275,12 @@ _FOLD_TABLE = str.maketrans(
 # folded text are positions in the original.
 _LOOKALIKE_TABLE = str.maketrans({ord(k): v for k, v in _LOOKALIKES.items()})
 _HAS_LOOKALIKE = re.compile("[" + "".join(sorted(set(_LOOKALIKES))) + "]")
-# A look-alike letter beside an ASCII token character: inside a token ("ѕk-proj-…").
+# A Cyrillic or Greek look-alike letter beside an ASCII token character: inside a token
+# ("ѕk-proj-…"). Found in two steps: such a letter anywhere (one scan of a character set),
+# then one beside a token character.
+_HAS_TOKEN_LOOKALIKE = re.compile(f"[{_LOOKALIKE_LETTERS}]")
 _LOOKALIKE_IN_WORD = re.compile(
-    "(?<=[A-Za-z0-9_\\-])" + _HAS_LOOKALIKE.pattern + "|" + _HAS_LOOKALIKE.pattern + "(?=[A-Za-z0-9_\\-])"
+    f"(?<=[A-Za-z0-9_\\-])[{_LOOKALIKE_LETTERS}]|[{_LOOKALIKE_LETTERS}](?=[A-Za-z0-9_\\-])"
 )
 
 
@@ -2506,7 +2510,11 @@ class Redactor:
                 ((not ascii or "\\u" in text) and _INVISIBLE_IN_WORD.search(text) is not None)
                 or ("\\_" in text and _ESCAPED_UNDERSCORE.search(text) is not None)
                 or ("\\u" in text and _ESCAPED_LOOKALIKE.search(text) is not None)
-                or (not ascii and _LOOKALIKE_IN_WORD.search(text) is not None)
+                or (
+                    not ascii
+                    and _HAS_TOKEN_LOOKALIKE.search(text) is not None
+                    and _LOOKALIKE_IN_WORD.search(text) is not None
+                )
             )
         ) or (
             (_may_encode_a_separator(text) or "\\u00" in text) and _ENCODED_IN_WORD.search(text) is not None
