@@ -880,7 +880,7 @@ def test_the_prefilter_spells_out_the_pair_hints():
             tested[node.comparators[0].id].add(node.left.value)
     hints = {*redact_module._KV_HINT_WORDS, *redact_module._TOOL_TRIGGERS, "dentified"}
     assert tested["lowered"] == hints
-    assert tested["text"] == {*redact_module._PAIR_GATES, " -", '"-'}
+    assert tested["text"] == set(redact_module._PAIR_GATES)
 
 
 def test_the_security_page_lists_every_rule():

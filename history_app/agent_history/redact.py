@@ -1473,7 +1473,7 @@ class ArgumentRule(_PairRule):
             self._named(text, hay, candidates, extra_keys, spans)
             if "(" in text or "[" in text:
                 self._call_pairs(text, hay, extra_keys, spans)
-        if " -" in text or '"-' in text:  # '"-p' in an argv written as JSON
+        if _has_a_flag(text):
             for trigger, tool, flag, shape in _TOOLS:
                 if trigger in hay:
                     self._tool(text, hay, tool, flag, shape, spans)
@@ -2463,7 +2463,11 @@ class Redactor:
         counts = counts if counts is not None else Counter()
         # Plain ASCII without a backslash or an encoded character (most strings) hides
         # nothing: straight to the rules.
-        if text.isascii() and "\\" not in text and not _may_encode_a_separator(text):
+        if (
+            text.isascii()
+            and "\\" not in text
+            and (("&" not in text and "%" not in text) or not _may_encode_a_separator(text))
+        ):
             text = self._redact_shapes(text, counts)
         else:
             text = self._redact_visible(text, counts)
@@ -2632,8 +2636,7 @@ class Redactor:
             if (
                 hinted
                 or (
-                    "-" in text
-                    and (" -" in text or '"-' in text)
+                    _has_a_flag(text)
                     and (
                         "curl" in lowered
                         or "mysql" in lowered
@@ -2789,6 +2792,20 @@ def _may_be_argv(items: list[Any]) -> bool:
         and all(type(item) is str for item in items)
         and sum(map(len, items)) <= MAX_ARGV_CHARS
     )
+
+
+def _has_a_flag(text: str) -> bool:
+    """Whether a '-' starts a word or a quoted item (" -p", and '"-p' in an argv written
+    as JSON). The first dashes are looked at one by one (each found by ``memchr``): two
+    two-character searches would read every character of the text."""
+    pos = text.find("-")
+    for _ in range(16):
+        if pos < 0:
+            return False
+        if pos > 0 and text[pos - 1] in ' "\t':
+            return True
+        pos = text.find("-", pos + 1)
+    return " -" in text or '"-' in text or "\t-" in text
 
 
 def _unreplaced(text: str) -> int:
