@@ -130,6 +130,13 @@ _NEUTRAL_LAST_WORDS = frozenset(
         "fields",
         "placeholder",
         "label",
+        "algorithm",
+        "algorithms",
+        "algo",
+        "alg",
+        "rounds",
+        "iterations",
+        "format",
     }
 )
 # Words that describe a secret wherever they follow its word ("token_expires_in").
@@ -198,9 +205,10 @@ _MODIFIED_NOUNS = {
 # Letters that look like ASCII ones, for judging names only (never written back): the
 # Cyrillic and Greek look-alikes of Latin letters, and every letter or digit that NFKC
 # writes as one ASCII character (full-width ｐａｓｓ, mathematical 𝐩𝐚𝐬𝐬, circled ⓟ).
+_LOOKALIKE_LETTERS = "аеорсухѕіјԁһԛԝӏвкмнтАВЕКМНОРСТХЅІЈοναιρκτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ"
 _LOOKALIKES = dict(
     zip(
-        "аеорсухѕіјԁһԛԝӏвкмнтАВЕКМНОРСТХЅІЈοναιρκτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+        _LOOKALIKE_LETTERS,
         "aeopcyxsijdhqwlbkmhtABEKMHOPCTXSIJovaipktuxABEZHIKMNOPTYX",
         strict=True,
     )
@@ -220,12 +228,40 @@ _INVISIBLE_IN_WORD = re.compile(
     r"|(?<=[A-Za-z0-9_\-])\\{1,4}u(?:200[bBcCdD]|2060|[fF][eE][fF][fF]|00[aA][dD])(?=[A-Za-z0-9_\-])"
 )
 # A look-alike letter as JSON escapes it ("p\\u0430ssword" inside a string inside a string).
-_ESCAPED_LOOKALIKE = re.compile(r"\\u(0[34][0-9a-fA-F]{2}|[fF][fF][0-5][0-9a-fA-F])")
+_ESCAPED_LOOKALIKE = re.compile(
+    r"\\u(0[34][0-9a-fA-F]{2}|[fF][fF][0-5][0-9a-fA-F]|24[5-9a-eA-E][0-9a-fA-F])"
+    # a mathematical letter (outside the BMP) as JSON writes it: a surrogate pair
+    r"|\\u[dD]835\\u([dD][c-fC-F][0-9a-fA-F]{2})"
+)
 
 
 def _unescape_lookalike(match: re.Match[str]) -> str:
-    char = chr(int(match.group(1), 16))
+    if match.group(2) is not None:
+        char = chr(0x1D400 + int(match.group(2), 16) - 0xDC00)
+    else:
+        char = chr(int(match.group(1), 16))
     return char if char in _LOOKALIKES else match.group()
+
+
+# A '-' or '_' written as an HTML entity, percent-encoded or JSON-escaped, inside a word.
+_ENCODED_IN_WORD = re.compile(
+    r"(?<=[A-Za-z0-9])(?:&#(?:45|95|[xX]2[dD]|[xX]5[fF]);|%(?:2[dD]|5[fF])|\\{1,4}u00(?:2[dD]|5[fF]))(?=[A-Za-z0-9])"
+)
+
+
+_PERCENT_SEPARATOR = re.compile(r"%(?:2[dD]|5[fF])")
+
+
+def _may_encode_a_separator(text: str) -> bool:
+    """Whether ``text`` may hold an HTML entity or a percent-encoding of '-' or '_': found
+    by single characters first (``memchr``), since "50%" and "&" are common in prose and
+    a two-character search reads every character."""
+    return ("&" in text and "&#" in text) or ("%" in text and _PERCENT_SEPARATOR.search(text) is not None)
+
+
+def _decoded_separator(match: re.Match[str]) -> str:
+    code = match.group().lower()
+    return "-" if code.endswith(("45;", "2d;", "2d")) else "_"
 
 
 _ESCAPED_UNDERSCORE = re.compile(r"(?<=[A-Za-z0-9])\\{1,4}(?=_[A-Za-z0-9])")
@@ -239,6 +275,17 @@ _FOLD_TABLE = str.maketrans(
 # folded text are positions in the original.
 _LOOKALIKE_TABLE = str.maketrans({ord(k): v for k, v in _LOOKALIKES.items()})
 _HAS_LOOKALIKE = re.compile("[" + "".join(sorted(set(_LOOKALIKES))) + "]")
+# A Cyrillic or Greek look-alike letter beside an ASCII token character: inside a token
+# ("ѕk-proj-…"). Found in two steps: such a letter anywhere (one scan of a character set),
+# then one beside a token character.
+_HAS_TOKEN_LOOKALIKE = re.compile(f"[{_LOOKALIKE_LETTERS}]")
+_LOOKALIKE_IN_WORD = re.compile(
+    f"(?<=[A-Za-z0-9_\\-])[{_LOOKALIKE_LETTERS}]|[{_LOOKALIKE_LETTERS}](?=[A-Za-z0-9_\\-])"
+)
+
+
+def _as_ascii(match: re.Match[str]) -> str:
+    return _LOOKALIKES[match.group()]
 
 
 def fold_lookalikes(text: str) -> str:
@@ -366,7 +413,7 @@ def _is_bearer_token(match: re.Match[str]) -> bool:
     "Of") is prose, so "Bearer of bad news" stays."""
     scheme, token = match.group(1), match.group(3)
     core = token.rstrip(".,;:!?)]}'\"")
-    if not core or _is_placeholder(token):
+    if not core or _is_placeholder(match.string[match.start(3) : match.start(3) + 200]):
         return False
     # "token_type: Bearer" then the next line's "expires_in: 3600": a key, not a token.
     if token.endswith(":") or ("\n" in match.group(2) and _KEY_AHEAD.match(token)):
@@ -382,7 +429,7 @@ _STRING_PREFIX = re.compile(r"[fFrRbBuU]{1,2}(?=[\"'])")
 # What code or a template writes where a credential goes: ${{ secrets.X }}, {token},
 # $TOKEN, <your-token>, `${token}`.
 _PLACEHOLDER = re.compile(
-    r"`?(?:\$\{|\{\{|\$\(|<%|#\{|%\(|\{[A-Za-z_][A-Za-z0-9_.]{0,100}\}|\$[A-Za-z_]|<[A-Za-z_][^<>\s]{0,100}>)"
+    r"`?(?:\$\{|\{\{|\$\(|<%|#\{|%\(|%\{|\{[A-Za-z_][A-Za-z0-9_.]{0,100}\}|\$[A-Za-z_]|<[A-Za-z_][^<>\s]{0,100}>)"
 )
 
 
@@ -390,11 +437,13 @@ def _is_placeholder(value: str) -> bool:
     return _PLACEHOLDER.match(value) is not None
 
 
+# The line breaks and indentation of a wrapped base64 value (also escaped inside a string).
+_WRAPPED = re.compile(r"\s+|\\{1,4}[nr]")
 _KEY_AHEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}[:=]")
 
 
 def _is_encoded_private_key(match: re.Match[str]) -> bool:
-    start = match.group()[:120]
+    start = _WRAPPED.sub("", match.group()[:400])[:120]
     try:
         decoded = base64.b64decode(start[: len(start) // 4 * 4])
     except (binascii.Error, ValueError):
@@ -420,7 +469,9 @@ def _is_basic_credential(match: re.Match[str]) -> bool:
 # at the separator (one C-level scan; text without such a word yields nothing); each
 # candidate's full name is then judged by the cached word rule, and the value is matched
 # only after its name was judged secret.
-_KV_HINT_WORDS = ("pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential", "jwt", "bearer")
+_KV_HINT_WORDS = (
+    "pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential", "jwt", "bearer", "sessionid", "sessid"
+)  # fmt: skip
 _KV_HINTS = "(?:" + "|".join(_KV_HINT_WORDS) + ")"
 # After the name: its closing quote, perhaps escaped (JSON inside a string, once or more),
 # and a subscript's bracket (os.environ["API_KEY"] = …); then the separator: = : => := ==
@@ -479,7 +530,7 @@ def _closing_quote(text: str, start: int, quote: str) -> int:
 
 
 def _value_span(
-    text: str, pos: int, *, unquoted: bool = True, to_line_end: bool = False
+    text: str, pos: int, *, unquoted: bool = True, to_line_end: bool = False, backtick: bool = False
 ) -> tuple[int, int, bool] | None:
     """The value that starts at ``pos``: ``(start, end, quoted)`` or None.
 
@@ -487,11 +538,26 @@ def _value_span(
     its closing quote, spaces included; one left open runs like an unquoted value (when
     those are taken: "the password 'cause…" has no value). An unquoted value is one word
     (``unquoted``), or, with ``to_line_end``, the rest of its line up to an earlier marker
-    or the next pair."""
+    or the next pair. A triple-quoted string (TOML, Python) runs to its closing triple
+    quote, over lines; with ``backtick``, a JavaScript template without a placeholder is a
+    quoted value (one with ``${…}`` is code)."""
     n = len(text)
     prefix = _STRING_PREFIX.match(text, pos)  # Python's f"…", b'…', r"…"
     if prefix is not None:
         pos = prefix.end()
+    slashes = pos
+    while slashes < n and slashes - pos < 7 and text[slashes] == "\\":
+        slashes += 1
+    if slashes < n and text[slashes] in "\"'" and text.startswith(text[pos : slashes + 1] * 3, pos):
+        triple = text[pos : slashes + 1] * 3  # TOML's and Python's """…""", also escaped
+        end = text.find(triple, pos + len(triple), pos + len(triple) + MAX_QUOTED_VALUE)
+        return (pos + len(triple), end, True) if end > pos + len(triple) else None
+    if backtick and text.startswith("`", pos):
+        stop = min(n, pos + 1 + MAX_QUOTED_VALUE)
+        end = text.find("`", pos + 1, stop)
+        if end <= pos + 1 or text.find("${", pos + 1, end) >= 0 or text.find("\n", pos + 1, end) >= 0:
+            return None
+        return pos + 1, end, True
     q = pos
     while q < n and q - pos < 8 and text[q] == "\\":
         q += 1
@@ -535,7 +601,8 @@ def _line_start(text: str, start: int) -> str:
     if i == 0 or text[i - 1] in "\r\n":
         return "line"
     if text[i - 1] == ";":
-        return ";"
+        # "Server=db;Password=…" is a connection string's pair; "set -x; TOKEN=…" a command's.
+        return ";" if i == start else ""
     return "line" if text[i - 1] in "nr" and i >= 2 and text[i - 2] == "\\" else ""
 
 
@@ -567,7 +634,7 @@ def _is_kept_value(text: str, start: int, end: int, quoted: bool) -> bool:
 
 # How a template or a shell expansion starts (GitHub Actions, Jinja, Helm, shell, ERB,
 # Ruby, Python's %-format).
-_TEMPLATE_OPENERS = ("${", "{{", "$(", "<%", "#{", "%(", "{%")
+_TEMPLATE_OPENERS = ("${", "{{", "$(", "<%", "#{", "%(", "{%", "%{")
 # Type names after "name:" (an annotation, not a value): Python, TypeScript, Go, Rust,
 # Java, C#, Pydantic. Compared lower-cased, after '&', '*' and a lifetime.
 _TYPE_NAMES = _words(
@@ -584,7 +651,9 @@ _CODE_WORDS = _words(
 )
 # A plain identifier, a dotted reference (self.token, os.environ, config.api_key) and
 # what follows it: a call's or a subscript's opening, or nothing.
-_REFERENCE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]{0,200}((?:\.[A-Za-z_$][A-Za-z0-9_$]{0,200}){0,20})([(\[]?)")
+_REFERENCE = re.compile(
+    r"[A-Za-z_$][A-Za-z0-9_$]{0,200}((?:(?:[?!]?\.|::)[A-Za-z_$][A-Za-z0-9_$]{0,200}){0,20})([(\[]?)"
+)
 _ENV_REFERENCE = re.compile(r"\$[A-Z_][A-Z0-9_]{0,200}")
 # After a type annotation, a default value: "password: str = 'x'".
 _DEFAULT_AFTER_TYPE = re.compile(r"[^\S\r\n]{0,8}=[^\S\r\n]{0,8}(?=[\"'])")
@@ -693,6 +762,9 @@ class KeyValueRule(_PairRule):
             candidates = _KV_CANDIDATE.finditer(lowered)
         else:
             candidates = _KV_CANDIDATE_ANY_CASE.finditer(text)
+        # The name is walked back over in the folded text: "ΑΡΙ_ΚΕΥ" (Greek capitals) is
+        # one name there.
+        hay = lowered if len(lowered) == len(text) else text
         spans: list[tuple[int, int]] = []
         done = 0
         for match in candidates:
@@ -700,37 +772,180 @@ class KeyValueRule(_PairRule):
                 continue
             start = match.start()
             floor = max(done, start - 64)
-            while start > floor and text[start - 1] in _IDENT:
+            while start > floor and hay[start - 1] in _IDENT:
                 start -= 1
-            if start > 0 and text[start - 1] in _IDENT:
+            if start > 0 and hay[start - 1] in _IDENT:
                 continue  # a name longer than we judge, or inside a replaced value
             name = text[start : match.end(1)]
             if not is_secret_key(name, extra_keys) or text[start - 2 : start] == "${":
                 continue  # ${DB_PASSWORD:-default} is the shell's, not a pair
             separator = match.group("sep")
-            loose = separator.lstrip("\\") in _LOOSE_SEPARATORS
-            whole = loose and name[:1] != "-" and _takes_the_line(text, start, name, match.span("sep"))
-            span = _value_span(text, match.end(), unquoted=loose, to_line_end=whole)
-            if span is None or _is_kept_value(text, *span):
-                continue
-            if span[2] and text[span[0] - 2 : span[0] - 1] in ("f", "F") and "{" in text[span[0] : span[1]]:
-                continue  # an f-string: code that formats a value, not the value
-            if not span[2] and _is_code(text, span[0], span[1], name):
-                # An annotation may be followed by a default: "password: str = 'x'".
-                after = span[0] + len(text[span[0] : span[1]].split(None, 1)[0])
-                default = _DEFAULT_AFTER_TYPE.match(text, after)
-                if default is None or separator.lstrip("\\") not in (":", "："):
-                    continue
-                span = _value_span(text, default.end(), unquoted=False)
+            sep = separator.lstrip("\\")
+            loose = sep in _LOOSE_SEPARATORS
+            colon = sep in (":", "：", "uff1a")
+            pos = match.end()
+            span = _special_value(text, pos, colon) if text.startswith(_SPECIAL_STARTS, pos) else None
+            if span is None and colon and text.startswith(("&", "!"), pos):
+                # YAML: an anchor or a tag before the value ("password: &pw x", "!!str x").
+                properties = _YAML_PROPERTIES.match(text, pos)
+                if properties is not None:
+                    pos = properties.end()
+            if span is None:
+                whole = loose and name[:1] != "-" and _takes_the_line(text, start, name, match.span("sep"))
+                span = _value_span(text, pos, unquoted=loose, to_line_end=whole, backtick=loose)
+                if span is not None and whole and not span[2]:
+                    span = _before_a_command(text, *span)
                 if span is None or _is_kept_value(text, *span):
                     continue
+                if (
+                    span[2]
+                    and text[span[0] - 2 : span[0] - 1] in ("f", "F")
+                    and "{" in text[span[0] : span[1]]
+                ):
+                    continue  # an f-string: code that formats a value, not the value
+                if not span[2]:
+                    span = _unquoted_value(text, span, name, whole)
+                    if span is None:
+                        continue
+            elif _is_kept_value(text, *span):
+                continue
             spans.append(span[:2])
             done = span[1]
+        if "variable" in lowered:
+            # Terraform: variable "db_password" { … default = "x" }.
+            for block in _HCL_VARIABLE.finditer(hay):
+                if is_secret_key(text[block.start(1) : block.end(1)], extra_keys):
+                    span = _special_value(text, block.end(), False)
+                    if span is not None and not _is_kept_value(text, *span):
+                        spans.append(span[:2])
         if not spans:
             return text
         text, replaced = _replace_spans(text, spans, self.marker)
         counts[self.name] += replaced
         return text
+
+
+# A YAML anchor or tag before a value.
+_YAML_PROPERTIES = re.compile(r"(?:(?:&[A-Za-z0-9_\-]{1,64}|!{1,2}[A-Za-z0-9_\-]{1,64})[ \t]{1,8}){1,2}")
+# A type annotation, then a default that is a string: "password: Optional[str] = 'x'",
+# "const SECRET: &str = \"x\"", "static TOKEN: &'static str = \"x\"", "KEY: Final = 'x'".
+_ANNOTATED_DEFAULT = re.compile(
+    r"[&*]{0,2}(?:'[a-z_]{1,20}[ \t]{1,8})?[A-Za-z_][A-Za-z0-9_.\[\]<>,|&*' \t]{0,200}=(?!=)[ \t]{0,8}"
+    r"(?=[bBrRuUfF]{0,2}\\{0,7}[\"'])"
+)
+# A heredoc's opening (HCL, shell, Ruby): <<EOT, <<-EOT, <<~'EOT'.
+_HEREDOC = re.compile(r"<<[-~]?(\\{0,7}[\"']?)([A-Za-z_][A-Za-z0-9_]{0,40})\1[ \t]{0,8}(\r?\n|\\{1,4}n)")
+MAX_HEREDOC_LINES = 200
+# An object after a secret's name, and its default or value field: HCL's
+# db_password = { default = "x" }, JSON's "db_password": {"default": "x"}.
+_OBJECT_DEFAULT = re.compile(
+    r"\{[^{}\[\]<>]{0,400}?(?<![A-Za-z0-9_])(?:\\{0,7}[\"'])?(?:default|value)(?:\\{0,7}[\"'])?[ \t]*[:=][ \t]*"
+)
+_SPECIAL_STARTS = ("<<", "{", "&", "*", "'", "_", *"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+# The words that start an authorization's value: the credential is the next word.
+_SCHEME_WORDS = _words("bearer basic token digest negotiate hoba mutual ntlm")
+_DECIMAL = re.compile(r"-?[0-9]{1,20}\.[0-9]{1,20}")
+# After a value at a line's start, what makes the rest of the line a command rather than
+# more of the value ("PGPASSWORD=x psql -h db", "API_TOKEN=x ./deploy.sh").
+_COMMANDS = _words(
+    "psql mysql pg_dump pg_restore mongosh redis-cli node npm npx yarn pnpm python python3 pip uv"
+    " poetry ruby bundle rails go cargo java mvn gradle dotnet php bash sh zsh make docker"
+    " kubectl helm terraform ansible-playbook aws gcloud az gh git curl wget ssh scp rsync exec"
+    " env sudo deno bun pytest"
+)
+
+
+_HCL_VARIABLE = re.compile(
+    r"(?<![a-z0-9_])variable[ \t]{1,8}\\{0,7}\"([a-z0-9_\-]{1,128})\\{0,7}\"[ \t]{0,8}(?=\{)"
+)
+
+
+def _special_value(text: str, pos: int, colon: bool) -> tuple[int, int, bool] | None:
+    """A value written in a way of its own: a heredoc's body, an object's default or value
+    field, or the string after a type annotation (only after ':')."""
+    if text.startswith("<<", pos):
+        opening = _HEREDOC.match(text, pos)
+        if opening is None:
+            return None
+        word, eol = opening.group(2), opening.group(3)
+        body = line = opening.end()
+        for _ in range(MAX_HEREDOC_LINES):
+            end = text.find(eol, line, line + MAX_QUOTED_VALUE)
+            if text[line : len(text) if end < 0 else end].strip() == word:
+                stop = line - len(eol)
+                return (body, stop, True) if stop > body else None
+            if end < 0:
+                return None
+            line = end + len(eol)
+        return None
+    if text.startswith("{", pos):
+        field = _OBJECT_DEFAULT.match(text, pos)
+        if field is None:
+            return None
+        span = _value_span(text, field.end())
+        return span if span is not None and text.find("}", field.end(), span[1]) < 0 else None
+    if colon:
+        annotated = _ANNOTATED_DEFAULT.match(text, pos)
+        if annotated is not None and "=" not in text[pos : annotated.end() - 1].rstrip(" \t=")[-1:]:
+            return _value_span(text, annotated.end(), unquoted=False)
+    return None
+
+
+def _before_a_command(text: str, start: int, end: int, quoted: bool) -> tuple[int, int, bool]:
+    """The value that took the rest of its line, cut back to its first word when what
+    follows is a command: a path, a known program, or words with a flag."""
+    first = text[start:end].split(None, 1)
+    if len(first) < 2:
+        return start, end, quoted
+    rest = first[1].split()
+    if rest[0].startswith(("./", "../", "/", "~/", "$", "&&", "|", ";")) or rest[0] in _COMMANDS:
+        return start, start + len(first[0]), quoted
+    if any(word[:1] == "-" and word[1:2].isalpha() or word[:2] == "--" for word in rest[:6]):
+        return start, start + len(first[0]), quoted
+    return start, end, quoted
+
+
+def _unquoted_value(
+    text: str, span: tuple[int, int, bool], name: str, whole: bool
+) -> tuple[int, int, bool] | None:
+    """The part of an unquoted value to replace, or None when it is none: code (a type, a
+    call, an attribute, a variable), a decimal number (a metric, "time_to_first_token:
+    0.42"), a word of prose in a sentence ("Keep the token: it will…"), or an
+    authorization scheme, whose credential is the next word when it looks like one
+    ("auth: Token x1y2", not "auth: token refreshed")."""
+    start, end, _ = span
+    if _is_code(text, start, end, name):
+        return None
+    first = text[start:end].split(None, 1)[0]
+    if _DECIMAL.fullmatch(first):
+        return None
+    lowered = first.lower()
+    if not whole and lowered in _ARG_PROSE_WORDS:
+        return None
+    if lowered in _SCHEME_WORDS:
+        after = start + len(first)
+        while after < len(text) and text[after] in " \t":
+            after += 1
+        token = _CREDENTIAL_TOKEN.match(text, after)
+        if (
+            token is None
+            or text.startswith(_MARKER_START, after)
+            or not _looks_like_credential(token.group())
+        ):
+            return None
+        return after, token.end(), False
+    return span
+
+
+def _looks_like_credential(word: str) -> bool:
+    """A word that reads as a credential rather than prose: it holds a digit or a symbol,
+    mixes cases, or is 16 letters or more."""
+    core = word.rstrip(".,;:!?)]}'\"")
+    if not core or _is_placeholder(word):
+        return False
+    if not core.isalpha() or len(core) >= 16:
+        return True
+    return not (core.islower() or core.istitle() or core.isupper())
 
 
 _MARKER_START = "[REDACTED:"
@@ -864,9 +1079,28 @@ class HeaderRule(_PairRule):
                 or _is_placeholder(text[pos : pos + 200])
             ):
                 continue
+            end = value.end()
+            # A header in quotes (curl -H 'Cookie: a=1; b=2' https://x, "Cookie": "a=1")
+            # ends at its closing quote, which stays with what follows it.
+            opening = (
+                header.group()
+                if header.group()[-1] in "'\""
+                else text[max(0, header.start() - 8) : header.start()]
+            )
+            if opening[-1:] in ("'", '"'):
+                escaped = opening[-2:-1] == "\\"
+                close = text.find(opening[-1], pos, end)
+                # An escaped quote inside an unescaped one is the value's own (Digest's
+                # username=\"u\" inside a JSON string).
+                while close >= 0 and not escaped and text[close - 1] == "\\":
+                    close = text.find(opening[-1], close + 1, end)
+                if close >= 0:
+                    end = close - 1 if escaped else close
+                    if end <= pos:
+                        continue
             counts[self.name] += 1
             pieces += [text[done:pos], self.marker]
-            done = value.end()
+            done = end
         if not pieces:
             return text
         pieces.append(text[done:])
@@ -887,9 +1121,11 @@ def _lowered(text: str) -> str:
     imitate (one character for one), so that "pаssword" (a Cyrillic "а") or "ＰＡＳＳ" is
     found where "password" would be; only names are judged on it, the text stays."""
     lowered = text.lower()
-    if lowered.isascii() or not _HAS_LOOKALIKE.search(lowered):
+    if lowered.isascii() or not _HAS_LOOKALIKE.search(text):
         return lowered
-    return lowered.translate(_LOOKALIKE_TABLE)
+    # Folded before lower-casing: a capital Greek letter lowers to another look-alike
+    # ("Ν" is "N", its "ν" is "v").
+    return text.translate(_LOOKALIKE_TABLE).lower()
 
 
 def _both_cases(pattern: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
@@ -1097,15 +1333,59 @@ _ARG_NOT_A_VALUE = frozenset("-|<>&;\\`(")
 # quote, a full-width separator, or "set NAME VALUE" (Redactor._redact_shapes spells them
 # out, and these lists out for tests).
 _PAIR_GATES = (":", "=", "-", "'", '"', "<", "&", "set", "\\", "：", "＝", "\n")
-_TOOL_TRIGGERS = ("curl", "mysql", "mariadb", "sshpass", "login", "redis-cli", "mongo")
+_TOOL_TRIGGERS = (
+    "curl",
+    "mysql",
+    "mariadb",
+    "sshpass",
+    "login",
+    "redis-cli",
+    "mongo",
+    "http ",
+    "https ",
+    "openssl",
+    "zip",
+    "7z",
+)
 _BOUNDED = r"(?<![a-z0-9_\-]){}(?![a-z0-9_\-])"
 # (trigger, the tool in lower-cased text, its secret flag, what follows the flag)
 _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
     (
         "curl",
         re.compile(_BOUNDED.format("curl")),
-        re.compile(r"(?<![A-Za-z0-9_\-])(?:-[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"),
+        # -u, and -u last in a cluster of short flags (-sSfu).
+        re.compile(r"(?<![A-Za-z0-9_\-])(?:-[A-Za-z]{0,8}[uU][ \t]*|--(?:proxy-)?user(?:[ \t]+|=))"),
         "user:password",
+    ),
+    (
+        "http ",  # HTTPie: http -a user:password
+        re.compile(r"(?<![a-z0-9_\-./])http(?=[ \t])"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-[A-Za-z]{0,8}a[ \t]*"),
+        "user:password",
+    ),
+    (
+        "https ",
+        re.compile(r"(?<![a-z0-9_\-./])https(?=[ \t])"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-[A-Za-z]{0,8}a[ \t]*"),
+        "user:password",
+    ),
+    (
+        "openssl",  # openssl enc -k password, -K hexkey
+        re.compile(_BOUNDED.format("openssl")),
+        re.compile(r"(?<![A-Za-z0-9_\-])-[kK](?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
+        "password",
+    ),
+    (
+        "zip",  # zip -P password, unzip -P password
+        re.compile(r"(?<![a-z0-9_\-])(?:un)?zip(?![a-z0-9_\-.])"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-P(?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
+        "password",
+    ),
+    (
+        "7z",  # 7z a -pPASSWORD
+        re.compile(r"(?<![a-z0-9_\-])7z[ar]?(?![a-z0-9_\-.])"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-p(?=[^\s\"'])"),
+        "password",
     ),
     (
         "mysql",
@@ -1125,20 +1405,48 @@ _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
         re.compile(r"(?<![A-Za-z0-9_\-])-p[ \t]*"),
         "password",
     ),
-    ("login", re.compile(_BOUNDED.format("login")), re.compile(r"(?<![A-Za-z0-9_\-])-p[ \t]+"), "password"),
+    (
+        "login",
+        re.compile(_BOUNDED.format("login")),
+        re.compile(r"(?<![A-Za-z0-9_\-])-p(?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
+        "password",
+    ),
     (
         "redis-cli",
         re.compile(_BOUNDED.format("redis-cli")),
-        re.compile(r"(?<![A-Za-z0-9_\-])-a[ \t]+"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-a(?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
         "password",
     ),
     (
         "mongo",
         re.compile(r"(?<![a-z0-9_\-])mongo[a-z]{0,10}(?![a-z0-9_\-])"),
-        re.compile(r"(?<![A-Za-z0-9_\-])-p[ \t]+"),
+        re.compile(r"(?<![A-Za-z0-9_\-])-p(?:[ \t]+|(?=\\{0,7}[\"'][ \t]*,))"),
         "password",
     ),
 )
+_CALL_PAIR = re.compile(r"[(\[,][ \t]{0,8}(\\{0,7}[\"'])(-{0,2}[a-z0-9_.\-]{1,64})\1[ \t]{0,8},[ \t]{0,8}")
+_CALLEE = re.compile(r"[a-z_][a-z0-9_]{0,39}\Z")
+# Calls whose first two arguments are a name and its value.
+_SETTERS = (
+    "set",
+    "put",
+    "env",
+    "var",
+    "default",
+    "header",
+    "item",
+    "property",
+    "store",
+    "insert",
+    "add",
+    "secret",
+)
+_REDIS_PASSWORD = re.compile(
+    r"(?:(?<![A-Za-z0-9_])|(?<=\\n))-{0,2}(?:requirepass|masterauth)[ \t]{1,64}(\\{0,7}[\"']?)"
+    r"(?![-$<`({])([^\s\"'\\]{1,256})\1(?![^\s\\;,)\]}\"'])"
+)
+_NEXT_ITEM = re.compile(r"\\{0,7}[\"'][ \t]{0,8},[ \t]{0,8}(?=\\{0,7}[\"'])")
+_SET_WITH_FLAGS = re.compile(r"(?<![a-z0-9_\-])set(?:[ \t]{1,8}-{1,2}[a-z]{1,10}){1,4}[ \t]{1,8}\Z")
 _IDENTIFIED_BY = _both_cases(
     r"(?<![a-z0-9_])identified[ \t]+(?:with[ \t]+[a-z0-9_]{1,64}[ \t]+)?by[ \t]+(?:password[ \t]+)?"
 )
@@ -1163,10 +1471,17 @@ class ArgumentRule(_PairRule):
         hay, candidates = _haystack(text, *_ARG_CANDIDATE)
         if any(hint in hay for hint in _KV_HINT_WORDS):
             self._named(text, hay, candidates, extra_keys, spans)
-        if " -" in text:
+            if "(" in text or "[" in text:
+                self._call_pairs(text, hay, extra_keys, spans)
+        if _has_a_flag(text):
             for trigger, tool, flag, shape in _TOOLS:
                 if trigger in hay:
                     self._tool(text, hay, tool, flag, shape, spans)
+        if "requirepass" in hay or "masterauth" in hay:
+            # redis: its config file's "requirepass x" and its flags.
+            for match in _REDIS_PASSWORD.finditer(text):
+                if not _is_kept_value(text, *match.span(2), True):
+                    spans.append(match.span(2))
         if "dentified" in hay:
             identified = _IDENTIFIED_BY[0] if candidates is _ARG_CANDIDATE[0] else _IDENTIFIED_BY[1]
             for match in identified.finditer(hay):
@@ -1210,8 +1525,13 @@ class ArgumentRule(_PairRule):
             else:
                 if not is_secret_key(name, extra_keys):
                     continue
-                # "config set NAME VALUE", "setx NAME VALUE"; otherwise only a quoted value.
-                quoted_only = not (_follows_word(hay, start, "set ") or _follows_word(hay, start, "setx "))
+                # "config set NAME VALUE", "setx NAME VALUE", fish's "set -gx NAME VALUE";
+                # otherwise only a quoted value.
+                quoted_only = not (
+                    _follows_word(hay, start, "set ")
+                    or _follows_word(hay, start, "setx ")
+                    or _SET_WITH_FLAGS.search(hay, max(0, start - 60), start) is not None
+                )
             span = _value_span(text, match.end(), unquoted=not quoted_only)
             if span is None:
                 continue
@@ -1223,6 +1543,26 @@ class ArgumentRule(_PairRule):
             if not quoted and text[value_start:value_end].lower() in _ARG_PROSE_WORDS:
                 continue
             spans.append((value_start, value_end))
+
+    @staticmethod
+    def _call_pairs(text: str, hay: str, extra_keys: frozenset[str], spans: list[tuple[int, int]]) -> None:
+        """A secret's name and its value as a setter's two arguments
+        (``props.setProperty("password", "x")``, ``os.Setenv("API_TOKEN", "x")``,
+        ``env::set_var(…)``, ``localStorage.setItem(…)``), and a flag and its value in an
+        argv written as JSON (``["--password", "x"]``)."""
+        for pair in _CALL_PAIR.finditer(hay):
+            name = text[pair.start(2) : pair.end(2)]
+            if hay[pair.start()] == "(":
+                callee = _CALLEE.search(hay, max(0, pair.start() - 40), pair.start())
+                if callee is None or not callee.group().endswith(_SETTERS):
+                    continue
+            elif name[:1] != "-":
+                continue  # ["password", "email"] is a list of names
+            if not is_secret_key(name.lstrip("-"), extra_keys):
+                continue
+            span = _value_span(text, pair.end(), unquoted=False)
+            if span is not None and not _is_kept_value(text, *span):
+                spans.append(span[:2])
 
     @staticmethod
     def _tool(
@@ -1241,7 +1581,9 @@ class ArgumentRule(_PairRule):
             stop = end.start() if end is not None else limit
             scanned = max(scanned, stop)
             for option in flag.finditer(text, begin, stop):
-                span = _value_span(text, option.end())
+                # An argv written as JSON: the flag's closing quote and a comma, then its value.
+                item = _NEXT_ITEM.match(text, option.end())
+                span = _value_span(text, option.end() if item is None else item.end())
                 if span is None:
                     continue
                 start, value_end, quoted = span
@@ -1261,6 +1603,11 @@ class ArgumentRule(_PairRule):
 JWK_PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "k", "oth"})
 _JWK_MEMBER = re.compile(
     r"(?<=[{,\s])(\\{0,7}[\"'])(?:d|p|q|dp|dq|qi|k)\1[ \t]*:[ \t]*\\{0,7}[\"']([A-Za-z0-9_+/=\-]{1,20000})"
+)
+# The same members named without quotes (YAML, a JavaScript object): their value must be
+# as long as a key's (16 characters or more), so "p: 3" near a "kty" stays.
+_JWK_BARE_MEMBER = re.compile(
+    r"(?:(?<=[{,\s])|(?<=\\n))(?:d|p|q|dp|dq|qi|k)[ \t]*:[ \t]*(\\{0,7}[\"']?)([A-Za-z0-9_+/=\-]{16,20000})"
 )
 # How far from its "kty" a member of the same key may stand (an RSA key of 4096 bits
 # is about 3 KB of JSON).
@@ -1293,6 +1640,7 @@ class JwkRule:
             start = opening if opening >= 0 else floor
             end = closing if closing >= 0 else ceiling
             spans += [member.span(2) for member in _JWK_MEMBER.finditer(text, start, end)]
+            spans += [member.span(2) for member in _JWK_BARE_MEMBER.finditer(text, start, end)]
         if not spans:
             return text
         text, replaced = _replace_spans(spans=spans, text=text, marker=self.marker)
@@ -1346,11 +1694,28 @@ class TableRule(_PairRule):
             columns = [i for i, n in enumerate(names) if _is_secret_column(n, extra_keys)]
             if not columns:
                 continue
+            if delimiter != "|" and _row_of_the_table_above(
+                text, line_start, eol, delimiter, len(cells), escaped
+            ):
+                continue  # "name,type,description" then "password,string,…": a row, no header
             pos = line_end + len(eol)
-            if delimiter == "|":  # a Markdown table needs its |---| line
+            # A Markdown table needs its |---| line; "email|password" without spaces is a
+            # pipe-separated file's header.
+            header_line = text[line_start:line_end]
+            first_pipe = header_line.find("|")
+            pipes = (
+                delimiter == "|"
+                and not header_line.startswith("|")
+                and not any(c in header_line[first_pipe:] for c in " \t")
+            )
+            if delimiter == "|":
                 rule_end = _line_around(text, pos, pos, eol, escaped)[1] if pos < len(text) else pos
-                if pos >= len(text) or not _TABLE_RULE.fullmatch(text, pos, rule_end):
+                if pos >= len(text):
                     continue
+                if not _TABLE_RULE.fullmatch(text, pos, rule_end):
+                    if not pipes:
+                        continue
+                    rule_end = line_end
                 # Words before the header's first pipe ("see | user | password |") are no
                 # column when the table's lines start with a pipe.
                 if text[line_start:line_end].strip()[:1] != "|" and text[pos:rule_end].strip()[:1] == "|":
@@ -1375,6 +1740,28 @@ class TableRule(_PairRule):
         text, replaced = _replace_spans(text, spans, self.marker)
         counts[self.name] += replaced
         return text
+
+
+def _row_of_the_table_above(
+    text: str, line_start: int, eol: str, delimiter: str, width: int, escaped: bool
+) -> bool:
+    """Whether the line before ``line_start`` is a header of names with as many cells: then
+    the line at ``line_start`` is a row of that table (a CSV that documents its fields,
+    "name,type,description" then "password,string,The password"), not a header."""
+    if line_start < len(eol) or not text.startswith(eol, line_start - len(eol)):
+        return False
+    above_end = line_start - len(eol)
+    above_start = text.rfind(eol, max(0, above_end - 4 * _HEADER_CELL_MAX * width), above_end)
+    if above_start < 0:
+        if above_end > 4 * _HEADER_CELL_MAX * width:
+            return False
+        above_start = 0
+    else:
+        above_start += len(eol)
+    above = _cells(text, above_start, above_end, delimiter, quote='\\"' if escaped else '"')
+    if above is None or len(above[1]) != width:
+        return False
+    return all(_HEADER_NAME_CELL.fullmatch(text[a:b].strip("*_`")) for a, b in above[1])
 
 
 # A header cell: a name of a few words ("password", "API Key", "db.password").
@@ -1466,6 +1853,8 @@ def _cells(
         c = b
         while c > a and text[c - 1] in " \t\r":
             c -= 1
+        if c - 2 >= a and text.startswith("\\r", c - 2):  # a CRLF line end inside a string
+            c -= 2
         cells.append((a, c))
         pos = b + len(delimiter)
     if delimiter == "|" and cells and cells[-1][0] >= cells[-1][1]:
@@ -1478,6 +1867,14 @@ def _is_secret_column(cell: str, extra_keys: frozenset[str]) -> bool:
     return 0 < len(name) <= _HEADER_CELL_MAX and len(name.split()) <= 3 and is_secret_key(name, extra_keys)
 
 
+# An HTTP client's basic auth: requests' auth=("user", "pw"), HTTPBasicAuth("user", "pw"),
+# httpx.BasicAuth(…), aiohttp.BasicAuth(login=…, password=…); the password is group 3.
+_BASIC_AUTH_CALL = re.compile(
+    r"(?<![A-Za-z0-9_])(?:(?:HTTP|Basic|Digest|HTTPBasic|HTTPDigest|Proxy)?Auth|auth[ \t]?=[ \t]?)\("
+    r"[ \t]{0,8}(?:login[ \t]*=[ \t]*)?"
+    r"(\\{0,7}[\"'])[^\"'\r\n\\]{0,256}\1[ \t]{0,8},[ \t]{0,8}(?:password[ \t]*=[ \t]*)?(\\{0,7}[\"'])"
+    r"([^\"'\r\n\\]{1,256})\2"
+)
 _B = r"(?<![A-Za-z0-9_\-])"  # a left boundary that also treats '-' and '_' as word parts
 
 DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
@@ -1557,7 +1954,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "hooks.slack",
         gate="/",
         pattern=re.compile(
-            r"hooks\.slack\.com\\?/(?:services|workflows|triggers)\\?/((?:[A-Za-z0-9_\-]|\\?/){8,300})"
+            r"hooks\.slack\.com\\{0,4}/(?:services|workflows|triggers)\\{0,4}/((?:[A-Za-z0-9_\-]|\\{0,4}/){8,300})"
         ),
         group=1,
     ),
@@ -1653,6 +2050,13 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             ("notion", ("ntn_", "secret_"), r"(?:ntn_[A-Za-z0-9]{46}|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))"),
         )
     ),
+    # Two more from gitleaks, gated by a capital letter prose rarely holds.
+    ValueRule(
+        "artifactory", "AKCp", re.compile(_B + r"AKCp[A-Za-z0-9]{69}(?![A-Za-z0-9])"), long=True, gate="K"
+    ),
+    ValueRule(
+        "clojars", "CLOJARS_", re.compile(_B + r"CLOJARS_[A-Za-z0-9]{60}(?![A-Za-z0-9])"), long=True, gate="J"
+    ),
     # Its literal holds no punctuation to test first; every match holds a '.'.
     ValueRule("airtable", "pat", re.compile(_B + r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"), long=True, gate="."),
     # A private key in base64 (a kubeconfig's client-key-data, a Kubernetes Secret's
@@ -1661,7 +2065,13 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     ValueRule(
         "base64-private-key",
         "LS0tLS1CRUdJTi",
-        re.compile(r"(?<![A-Za-z0-9+/=])LS0tLS1CRUdJTi[A-Za-z0-9+/]{0,20000}={0,2}"),
+        # A YAML block (``tls.key: |``) wraps it over indented lines: each further line is
+        # base64 and nothing else up to its end.
+        re.compile(
+            r"(?<![A-Za-z0-9+/=])LS0tLS1CRUdJTi[A-Za-z0-9+/]{0,20000}+"
+            r"(?:(?:\r?\n|\\{1,4}n)[ \t]{0,64}[A-Za-z0-9+/]{4,20000}+"
+            r"(?=={0,2}[ \t]{0,64}(?:[\r\n\"']|\\{1,4}[nr\"]|\Z))){0,400}={0,2}"
+        ),
         check=_is_encoded_private_key,
         long=True,
     ),
@@ -1669,14 +2079,42 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     # path, secure, expiry, name, value; tab-separated, or "\t" inside a JSON string.
     ValueRule(
         "cookie-file",
-        ("\tTRUE\t", "\tFALSE\t", "\\tTRUE\\t", "\\tFALSE\\t"),
+        ("TRUE\t", "FALSE\t", "TRUE\\", "FALSE\\"),
         re.compile(
-            r"(?:(?<![^\s\"'])|(?<=\\n))(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253}(\t|\\t)(?:TRUE|FALSE)\1"
+            r"(?:(?<![^\s\"'])|(?<=\\n))(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253}(\t|\\{1,4}t)(?:TRUE|FALSE)\1"
             r"[^\t\r\n\\]{1,1000}\1(?:TRUE|FALSE)\1[0-9]{1,20}\1[^\t\r\n\\]{0,1000}\1"
             r"\"?([^\t\r\n\\\"]{1,4000})"
         ),
         group=2,
     ),
+    # The same line with spaces for tabs (as a terminal or a chat shows it): the path
+    # starts with '/', the expiry is a number.
+    ValueRule(
+        "cookie-file",
+        (" TRUE ", " FALSE "),
+        gate="E",
+        pattern=re.compile(
+            r"(?<![^\s\"'])(?:#HttpOnly_)?[A-Za-z0-9._\-]{1,253} {1,8}(?:TRUE|FALSE) {1,8}/[^\s\\]{0,1000}"
+            r" {1,8}(?:TRUE|FALSE) {1,8}[0-9]{1,20} {1,8}[^\s\\]{1,1000} {1,8}([^\s\\\"]{1,4000})"
+        ),
+        group=1,
+    ),
+    # Passwords a tool takes in its own way: "echo <password> | docker login
+    # --password-stdin", and the user and password pair of an HTTP client's basic auth
+    # (Python's requests, httpx, aiohttp), gated by a character their literals hold that
+    # already gates other rules.
+    ValueRule(
+        "secret-argument",
+        "password-stdin",
+        pattern=re.compile(
+            r"(?<![A-Za-z0-9_\-])echo[ \t]{1,8}(?:-[a-z]{1,3}[ \t]{1,8})?(\\{0,7}[\"']?)(?![-$<`(])"
+            r"([^\s|\"';&\\]{1,256})\1"
+            r"[ \t]{0,8}\|[^|\r\n\\]{0,200}?--password-stdin"
+        ),
+        group=2,
+    ),
+    ValueRule("secret-argument", "Auth(", _BASIC_AUTH_CALL, group=3, gate="A"),
+    ValueRule("secret-argument", ("auth=(", "auth = ("), _BASIC_AUTH_CALL, group=3, gate="="),
     # .netrc: "machine host login user password secret" (one line or several), and
     # "default login … password …". The fields before "password" are up to eight words.
     ValueRule(
@@ -1684,8 +2122,10 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "passw",  # every match holds password or passwd
         re.compile(
             r"(?<![A-Za-z0-9_\-])(?:machine|default)(?=[ \t])"
-            r"(?:(?:[ \t\r\n]|\\[nrt]){1,64}(?!password(?![^\s\\]))[^\s\\]{1,256}){0,8}"
-            r"(?:[ \t\r\n]|\\[nrt]){1,64}(?:password|passwd)(?:[ \t]|\\t){1,64}([^\s\\]{1,1000})"
+            r"(?:(?:[ \t\r\n]|\\{1,4}[nrt]){1,64}(?!password(?![^\s\\]))[^\s\\]{1,256}){0,8}"
+            # A quoted password may hold spaces ("a b"); its quotes stay.
+            r"(?:[ \t\r\n]|\\{1,4}[nrt]){1,64}(?:password|passwd)(?:[ \t]|\\{1,4}t){1,64}\"?"
+            r"((?<=\")[^\"\r\n\\]{1,1000}(?=\")|(?<!\")[^\s\\\"]{1,1000})"
         ),
         group=1,
     ),
@@ -1718,7 +2158,9 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
     FoldedValueRule(
         "bearer",
         "bearer",
-        re.compile(r"(?i)(bearer)(\s+)(\S+)"),
+        # The token stops at a quote, a bracket, a pipe or a comma: "Bearer x"}} and
+        # -H 'Authorization: Bearer x' keep what closes them.
+        re.compile(r"(?i)(bearer)((?:\s|\\{1,4}(?:u00[aA]0|t))+)([^\s\"'`<>(){}\[\]|,;\\]+)"),
         group=3,
         check=_is_bearer_token,
     ),
@@ -1756,6 +2198,18 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         # the password). "host:8080/path@x" is a port and a path, not a password.
         re.compile(
             r"://[^\s:/?#\"]{0,256}:(?![0-9]{1,5}(?:[/?#\s\"]|\Z))((?:[^\s\":]|:(?!//)){1,256})@"
+            r"(?=[A-Za-z0-9._~%\-]{1,256}(?![A-Za-z0-9._~%\-@])|\[[0-9A-Za-z:.%]{2,100}\])"
+        ),
+        group=1,
+    ),
+    # The same URL as JSON may write it, each '/' escaped ("https:\\/\\/user:pw@host").
+    ValueRule(
+        "url-credentials",
+        "\\/",
+        gate="\\",
+        pattern=re.compile(
+            r":\\{1,4}/\\{1,4}/[^\s:/?#\"\\]{0,256}:(?![0-9]{1,5}(?:\\{1,4}/|[?#\s\"\\]|\Z))"
+            r"((?:[^\s\":\\]|\\{1,4}/){1,256})@"
             r"(?=[A-Za-z0-9._~%\-]{1,256}(?![A-Za-z0-9._~%\-@])|\[[0-9A-Za-z:.%]{2,100}\])"
         ),
         group=1,
@@ -1975,7 +2429,10 @@ class Redactor:
                 out[new_key] = self._report_child(value, counts, path, new_key, False, fields, memo)
             return out
         if isinstance(obj, list | tuple):
-            return [self._report_child(v, counts, path, i, True, fields, memo) for i, v in enumerate(obj)]
+            items = [self._report_child(v, counts, path, i, True, fields, memo) for i, v in enumerate(obj)]
+            if len(items) > 1 and type(items[0]) is str and _may_be_argv(items):
+                return self._argv(items, counts, fields, path)
+            return items
         return obj
 
     def _report_child(
@@ -2004,8 +2461,13 @@ class Redactor:
 
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
         counts = counts if counts is not None else Counter()
-        # Plain ASCII without a backslash (most strings) hides nothing: straight to the rules.
-        if text.isascii() and "\\" not in text:
+        # Plain ASCII without a backslash or an encoded character (most strings) hides
+        # nothing: straight to the rules.
+        if (
+            text.isascii()
+            and "\\" not in text
+            and (("&" not in text and "%" not in text) or not _may_encode_a_separator(text))
+        ):
             text = self._redact_shapes(text, counts)
         else:
             text = self._redact_visible(text, counts)
@@ -2045,10 +2507,21 @@ class Redactor:
         characters); otherwise as the first pass left it, unchanged but for what it
         replaced."""
         # Plain ASCII without a backslash (most text) hides nothing: two tests in C.
-        hidden = (not text.isascii() or "\\" in text) and (
-            ((not text.isascii() or "\\u" in text) and _INVISIBLE_IN_WORD.search(text) is not None)
-            or ("\\_" in text and _ESCAPED_UNDERSCORE.search(text) is not None)
-            or ("\\u" in text and _ESCAPED_LOOKALIKE.search(text) is not None)
+        ascii = text.isascii()
+        hidden = (
+            (not ascii or "\\" in text)
+            and (
+                ((not ascii or "\\u" in text) and _INVISIBLE_IN_WORD.search(text) is not None)
+                or ("\\_" in text and _ESCAPED_UNDERSCORE.search(text) is not None)
+                or ("\\u" in text and _ESCAPED_LOOKALIKE.search(text) is not None)
+                or (
+                    not ascii
+                    and _HAS_TOKEN_LOOKALIKE.search(text) is not None
+                    and _LOOKALIKE_IN_WORD.search(text) is not None
+                )
+            )
+        ) or (
+            (_may_encode_a_separator(text) or "\\u00" in text) and _ENCODED_IN_WORD.search(text) is not None
         )
         if not hidden:
             return self._redact_shapes(text, counts)
@@ -2057,6 +2530,11 @@ class Redactor:
         visible = _ESCAPED_UNDERSCORE.sub("", _INVISIBLE_IN_WORD.sub("", text))
         if "\\u" in visible:
             visible = _ESCAPED_LOOKALIKE.sub(_unescape_lookalike, visible)
+        if not visible.isascii():
+            # "ѕk-proj-…" (a Cyrillic "ѕ"): the look-alike letters of a token, read as ASCII.
+            visible = _LOOKALIKE_IN_WORD.sub(_as_ascii, visible)
+        # "sk&#45;proj&#45;…", "sk%2Dproj…", "sk\\u002dproj…": a token's '-' or '_' encoded.
+        visible = _ENCODED_IN_WORD.sub(_decoded_separator, visible)
         second: Counter[str] = Counter()
         again = self._redact_shapes(visible, second)
         # The second pass is kept when it left less of the text unreplaced than the first
@@ -2152,11 +2630,13 @@ class Redactor:
                 or "credential" in lowered
                 or "jwt" in lowered
                 or "bearer" in lowered
+                or "sessionid" in lowered
+                or "sessid" in lowered
             )
             if (
                 hinted
                 or (
-                    " -" in text
+                    _has_a_flag(text)
                     and (
                         "curl" in lowered
                         or "mysql" in lowered
@@ -2165,6 +2645,11 @@ class Redactor:
                         or "login" in lowered
                         or "redis-cli" in lowered
                         or "mongo" in lowered
+                        or "http " in lowered
+                        or "https " in lowered
+                        or "openssl" in lowered
+                        or "zip" in lowered
+                        or "7z" in lowered
                     )
                 )
                 or "dentified" in lowered
@@ -2201,6 +2686,30 @@ class Redactor:
         return False
 
     # -- internals ---------------------------------------------------------------
+
+    def _argv(
+        self,
+        items: list[Any],
+        counts: Counter[str],
+        fields: list[dict[str, Any]] | None = None,
+        path: str = "",
+    ) -> list[Any]:
+        """A command line given as a list (``["mysql", "-u", "root", "-pX"]``, ``["curl",
+        "-u", "a:X"]``, ``["--password", "X"]``): each flag and the item after one is
+        redacted again after the items before it, joined as the command reads, so the
+        argument rules see the tool and the flag. Only the item itself is replaced."""
+        for i, item in enumerate(items):
+            if i == 0 or not (item[:1] == "-" or items[i - 1][:1] == "-"):
+                continue
+            prefix = " ".join(items[:i]) + " "
+            local: Counter[str] = Counter()
+            cleaned = self._redact_shapes(prefix + item, local)
+            if cleaned.startswith(prefix) and cleaned[len(prefix) :] != item:
+                items[i] = cleaned[len(prefix) :]
+                counts.update(local)
+                if fields is not None:
+                    fields.append({"path": f"{path}[{i}]", "rules": dict(local)})
+        return items
 
     def _hidden(self, value: Any) -> tuple[Any, bool]:
         """The value under a secret's key: a string becomes the marker; an object or a
@@ -2261,10 +2770,42 @@ class Redactor:
                 out[new_key] = self._walk(value, counts, memo)
             return out
         if kind is list or kind is tuple or isinstance(obj, list | tuple):
-            return [self._walk(v, counts, memo) for v in obj]
+            items = [self._walk(v, counts, memo) for v in obj]
+            # A command line as a list of strings; most lists hold objects (checked first).
+            if len(items) > 1 and type(items[0]) is str and _may_be_argv(items):
+                return self._argv(items, counts)
+            return items
         if isinstance(obj, str):
             return self.redact_text(str(obj), counts)
         return obj
+
+
+MAX_ARGV_ITEMS = 64
+MAX_ARGV_CHARS = 4096
+
+
+def _may_be_argv(items: list[Any]) -> bool:
+    """A short list of strings with a flag in it: perhaps a command line."""
+    return (
+        1 < len(items) <= MAX_ARGV_ITEMS
+        and any(type(item) is str and item[:1] == "-" for item in items)
+        and all(type(item) is str for item in items)
+        and sum(map(len, items)) <= MAX_ARGV_CHARS
+    )
+
+
+def _has_a_flag(text: str) -> bool:
+    """Whether a '-' starts a word or a quoted item (" -p", and '"-p' in an argv written
+    as JSON). The first dashes are looked at one by one (each found by ``memchr``): two
+    two-character searches would read every character of the text."""
+    pos = text.find("-")
+    for _ in range(16):
+        if pos < 0:
+            return False
+        if pos > 0 and text[pos - 1] in ' "\t':
+            return True
+        pos = text.find("-", pos + 1)
+    return " -" in text or '"-' in text or "\t-" in text
 
 
 def _unreplaced(text: str) -> int:
