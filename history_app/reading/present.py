@@ -1,9 +1,11 @@
 """Server-side presentation, as data for the templates that draw it: collapsible JSON
 (a flat list of lines), folded long text, and the SVG charts' layout (the run waterfall,
 the stats bars and lines: coordinates and texts). No JavaScript draws anything, and no
-markup is written here: ``templates/history_app/includes/`` (``fold.html``, ``json.html``,
-``waterfall.html``, ``chart.html``) turn this data into HTML and SVG, escaping every value
-from a run as any template does, under a strict CSP (classes, never inline styles).
+markup is written here: ``templates/history_app/includes/`` (``fold.html``,
+``waterfall.html``, ``chart.html``) and, for the JSON trees, whose thousands of lines
+Django's engine drew too slowly, the Jinja2 template ``templates/jinja2/history_app/json.html``
+turn this data into HTML and SVG, escaping every value from a run as any template does,
+under a strict CSP (classes, never inline styles).
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ class Fold:
         return len(self.head) + len(self.rest)
 
     def __getitem__(self, name: str) -> Any:
-        return getattr(self, name)  # see JsonLine.__getitem__
+        # A Django template looks a name up by subscript first: answering it here spares
+        # the exception it raises on an object without one.
+        return getattr(self, name)
 
 
 def fold_text(text: str | None, limit: int = FOLD_TEXT_CHARS) -> Fold:
@@ -53,8 +57,9 @@ def fold_text(text: str | None, limit: int = FOLD_TEXT_CHARS) -> Fold:
 
 @dataclass(slots=True)
 class JsonLine:
-    """One line of a JSON tree, in document order (the template draws the tree from this
-    flat list, without recursion). ``kind``: "open" (a container's summary: ``key``,
+    """One line of a JSON tree, in document order (the Jinja2 template
+    ``templates/jinja2/history_app/json.html`` draws the tree from this flat list, without
+    recursion). ``kind``: "open" (a container's summary: ``key``,
     ``text`` its bracket, ``size``), "close" (``text`` its bracket), "leaf" (a scalar:
     ``css`` its colour class, empty for ``{}`` and ``[]``; ``fold`` the text), "deep" (a
     container past ``MAX_JSON_DEPTH``: ``fold`` its pretty-printed text). ``key`` is the
@@ -68,17 +73,12 @@ class JsonLine:
     comma: str = ""
     size: str = ""
 
-    def __getitem__(self, name: str) -> Any:
-        # A template looks a name up by subscript first: answering it here spares the
-        # exception it raises on an object without one (the tree has thousands of lines).
-        return getattr(self, name)
-
 
 @dataclass(frozen=True)
 class JsonView:
     """How a JSON value (or text that may be one) is shown: a tree of ``lines``, or, when
     too big for a tree, ``pretty`` text, or, when it is not JSON, plain ``text``
-    (``includes/json.html`` draws each)."""
+    (``templates/jinja2/history_app/json.html`` draws each: ``{% json_tree view %}``)."""
 
     lines: list[JsonLine] | None = None
     pretty: Fold | None = None

@@ -4,6 +4,7 @@ from datetime import datetime
 from typing import Any
 
 from django import template
+from django.template.loader import get_template
 from django.utils import timezone
 from django.utils.dateformat import format as format_date
 from django.utils.html import escape
@@ -56,16 +57,28 @@ def get_item(mapping: dict | None, key: Any) -> Any:
     return (mapping or {}).get(key)
 
 
-@register.inclusion_tag("history_app/includes/json.html")
-def json_text_tree(text: str) -> dict[str, Any]:
+@register.simple_tag
+def json_tree(view: present.JsonView) -> str:
+    """A ``present.JsonView`` drawn: ``{% json_tree view %}``. The markup is the Jinja2
+    template ``templates/jinja2/history_app/json.html`` (a tree has thousands of lines,
+    which Django's engine draws several times slower)."""
+    html = get_template("history_app/json.html", using="jinja2").render({"view": view})
+    # Jinja2 escaped every value as it drew (autoescaping, with Django's escaping:
+    # history_app/reading/jinja.py), so its output is markup; marked safe here, once, so
+    # that the Django template it goes into does not escape it again.
+    return mark_safe(html)  # noqa: S308
+
+
+@register.simple_tag
+def json_text_tree(text: str) -> str:
     """Stored JSON text as collapsible, highlighted JSON: ``{% json_text_tree text %}``."""
-    return {"view": present.json_text_view(text)}
+    return json_tree(present.json_text_view(text))
 
 
-@register.inclusion_tag("history_app/includes/json.html")
-def observation(text: str | None) -> dict[str, Any]:
+@register.simple_tag
+def observation(text: str | None) -> str:
     """An observation, as a JSON tree when it is an object or array, else folded text."""
-    return {"view": present.observation_view(text)}
+    return json_tree(present.observation_view(text))
 
 
 @register.inclusion_tag("history_app/includes/fold.html")
