@@ -507,6 +507,8 @@ def test_trade_offs(text, expected):
         ),
         # A command after a variable set for it keeps its words.
         ("PGPASSWORD=zK9pLm2vQ psql -h db", "PGPASSWORD=[REDACTED:key-value] psql -h db"),
+        ("/cb?token=zK9pLm2vQ&page=2", "/cb?token=[REDACTED:key-value]&page=2"),
+        ("a=1&amp;password=zK9pLm2vQ&amp;b=2", "a=1&amp;password=[REDACTED:key-value]&amp;b=2"),
         ("set -x; API_TOKEN=zK9pLm2vQ ./deploy.sh", "set -x; API_TOKEN=[REDACTED:key-value] ./deploy.sh"),
         (
             "AWS_SECRET_ACCESS_KEY=FAKEaws1sk aws s3 ls",

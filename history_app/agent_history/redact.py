@@ -483,8 +483,14 @@ _KV_CANDIDATE_ANY_CASE = re.compile("(?i)" + _KV_HINTS + r"([a-z0-9_.\-]{0,63})"
 # a value ("token => token.trim()" and "if password == given" are code, not secrets).
 _LOOSE_SEPARATORS = frozenset({":", "=", "：", "＝", "uff1a", "uff1d"})
 # An unquoted value: up to a space, a quote, a delimiter or an escape that ends a line or
-# a string inside a string ("\n", "\""); other backslashes belong to the value.
-_VALUE_TOKEN = re.compile(r"(?:[^\s\"',;&)}\]\\]|\\{1,8}(?![nrt\"'\\])){1,1000}")
+# a string inside a string ("\n", "\""); other backslashes belong to the value. An "&"
+# ends it only where a query string's next pair or an entity follows ("?token=v&page=2",
+# "&amp;"): elsewhere it is part of the value ("DB_PASSWORD=Tr0ub4dor&3xQz!").
+# A value never starts with "&" (Rust's "secret: &[u8]" is a type).
+_VALUE_CHAR = r"[^\s\"',;&)}\]\\]|\\{1,8}(?![nrt\"'\\])"
+_VALUE_TOKEN = re.compile(
+    rf"(?:{_VALUE_CHAR})(?:{_VALUE_CHAR}|&(?![A-Za-z_][A-Za-z0-9_.\-\[\]]{{0,64}}=|#?[A-Za-z0-9]{{1,10}};)){{0,999}}"
+)
 # The rest of a config's line after the first word of its value (YAML, .env, INI).
 _REST_OF_LINE = re.compile(r"(?:[^\r\n\"';\\]|\\{1,8}(?![nrt\"'\\])){0,1000}")
 # …up to the next pair on it ("password: a b  user: bob").
