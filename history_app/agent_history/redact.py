@@ -2369,24 +2369,14 @@ class Redactor:
 
     def redact_with_counts(self, obj: Any) -> tuple[Any, Counter[str]]:
         counts: Counter[str] = Counter()
-        return self._walk(obj, counts, {}), counts
+        return self._walk(obj, counts, _Memo(self)), counts
 
     def redact_with_report(self, obj: Any, path: str = "$") -> tuple[Any, Counter[str], list[dict[str, Any]]]:
         """Like ``redact_with_counts``, plus which fields changed and by which rules:
         ``[{"path": "$.iterations[0].thought", "rules": {"openai": 1}}]`` (never the values)."""
         counts: Counter[str] = Counter()
         fields: list[dict[str, Any]] = []
-        return self._walk_report(obj, counts, path, fields, {}), counts, fields
-
-    def _memo_text(self, text: str, memo: dict[str, tuple[str, Counter[str]]]) -> tuple[str, Counter[str]]:
-        """``text`` redacted, and the rules that fired, computed once per walk for each
-        text: a model call's messages repeat the run's input, thoughts and observations,
-        and roles and names repeat everywhere."""
-        found = memo.get(text)
-        if found is None:
-            local: Counter[str] = Counter()
-            found = memo[text] = (self.redact_text(text, local), local)
-        return found
+        return self._walk_report(obj, counts, path, fields, _Memo(self)), counts, fields
 
     def _walk_report(
         self,
@@ -2394,10 +2384,10 @@ class Redactor:
         counts: Counter[str],
         path: str,
         fields: list[dict[str, Any]],
-        memo: dict[str, tuple[str, Counter[str]]],
+        memo: _Memo,
     ) -> Any:
         if isinstance(obj, str):
-            cleaned, local = self._memo_text(obj, memo)
+            cleaned, local = memo[obj]
             if local:
                 fields.append({"path": path, "rules": dict(local)})
                 counts.update(local)
@@ -2449,14 +2439,14 @@ class Redactor:
         key: Any,
         index: bool,
         fields: list[dict[str, Any]],
-        memo: dict[str, tuple[str, Counter[str]]],
+        memo: _Memo,
     ) -> Any:
         """``_walk_report`` of a child (a dict's under ``key``, a list's at ``index`` ``key``),
         whose path is written only when a rule fired or it holds more values: most values
         of a transcript are plain numbers or texts no rule touches."""
         kind = type(value)
         if kind is str:
-            cleaned, local = memo.get(value) or self._memo_text(value, memo)
+            cleaned, local = memo[value]
             if local:
                 fields.append({"path": _child_path(path, key, index), "rules": dict(local)})
                 counts.update(local)
@@ -2472,7 +2462,8 @@ class Redactor:
         if (
             text.isascii()
             and "\\" not in text
-            and (("&" not in text and "%" not in text) or not _may_encode_a_separator(text))
+            and ("&" not in text or "&#" not in text)
+            and ("%" not in text or _PERCENT_SEPARATOR.search(text) is None)
         ):
             text = self._redact_shapes(text, counts)
         else:
@@ -2642,7 +2633,8 @@ class Redactor:
             if (
                 hinted
                 or (
-                    _has_a_flag(text)
+                    "-" in text  # most text has no dash: no call
+                    and _has_a_flag(text)
                     and (
                         "curl" in lowered
                         or "mysql" in lowered
@@ -2739,11 +2731,11 @@ class Redactor:
             return [item for item, _ in items], any(changed for _, changed in items)
         return value, False
 
-    def _walk(self, obj: Any, counts: Counter[str], memo: dict[str, tuple[str, Counter[str]]]) -> Any:
+    def _walk(self, obj: Any, counts: Counter[str], memo: _Memo) -> Any:
         # Exact type checks first: this runs once per value of a large transcript.
         kind = type(obj)
         if kind is str:
-            cleaned, local = self._memo_text(obj, memo)
+            cleaned, local = memo[obj]
             if local:
                 counts.update(local)
             return cleaned
@@ -2773,7 +2765,17 @@ class Redactor:
                         counts[_NAME_VALUE_RULE] += 1
                         out[new_key] = _NAME_VALUE_MARKER
                         continue
-                out[new_key] = self._walk(value, counts, memo)
+                # A text or a number (most values) without a call of its own.
+                kind = type(value)
+                if kind is str:
+                    cleaned, local = memo[value]
+                    if local:
+                        counts.update(local)
+                    out[new_key] = cleaned
+                elif value is None or kind is int or kind is float or kind is bool:
+                    out[new_key] = value
+                else:
+                    out[new_key] = self._walk(value, counts, memo)
             return out
         if kind is list or kind is tuple or isinstance(obj, list | tuple):
             items = [self._walk(v, counts, memo) for v in obj]
@@ -2784,6 +2786,34 @@ class Redactor:
         if isinstance(obj, str):
             return self.redact_text(str(obj), counts)
         return obj
+
+
+class _Memo(dict[str, tuple[str, Counter[str]]]):
+    """Each text of one walk redacted once, with the rules that fired: a dictionary
+    lookup for a text seen before (a model call's messages repeat the run's input,
+    thoughts and observations; roles and names repeat everywhere). A text no rule touched
+    (most) shares one empty count, not a ``Counter`` of its own (each costs a call)."""
+
+    __slots__ = ("redactor", "scratch")
+
+    def __init__(self, redactor: Redactor):
+        super().__init__()
+        self.redactor = redactor
+        self.scratch: Counter[str] = Counter()
+
+    def __missing__(self, text: str) -> tuple[str, Counter[str]]:
+        local = self.scratch
+        cleaned = self.redactor.redact_text(text, local)
+        if local:
+            self.scratch = Counter()
+            found = (cleaned, local)
+        else:
+            found = (cleaned, _NO_COUNTS)
+        self[text] = found
+        return found
+
+
+_NO_COUNTS: Counter[str] = Counter()  # never written: read by ``if local:`` only
 
 
 MAX_ARGV_ITEMS = 64
@@ -2803,14 +2833,19 @@ def _may_be_argv(items: list[Any]) -> bool:
 def _has_a_flag(text: str) -> bool:
     """Whether a '-' starts a word or a quoted item (" -p", and '"-p' in an argv written
     as JSON). The first dashes are looked at one by one (each found by ``memchr``): two
-    two-character searches would read every character of the text."""
+    two-character searches would read every character of the text (a short text's three
+    searches cost less than the loop)."""
+    if len(text) <= 32:
+        return " -" in text or '"-' in text or "\t-" in text
     pos = text.find("-")
-    for _ in range(16):
+    looked = 0
+    while looked < 16:
         if pos < 0:
             return False
         if pos > 0 and text[pos - 1] in ' "\t':
             return True
         pos = text.find("-", pos + 1)
+        looked += 1
     return " -" in text or '"-' in text or "\t-" in text
 
 
