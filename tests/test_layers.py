@@ -37,6 +37,9 @@ EDGE_MODULES = {
     "history_app.middleware",
     "history_app.reading.views",
     "history_app.reading.annotations_api",
+    # The Jinja2 engine's environment, named by settings.TEMPLATES, shares the template
+    # filters of templatetags/: configuration of the edge, like the templates themselves.
+    "history_app.reading.jinja",
     "history_app.access.project_pages",
     "history_app.access.lockout",
     "history_app.intake.api",
