@@ -77,7 +77,12 @@ def render(text: str | None, *, budget_ms: int | None = None) -> Rendering:
         budget_ms = settings.HISTORY_MARKDOWN_BUDGET_MS
     if nesting_depth(text) > MAX_NESTING:
         return _escaped(text, f"it nests lists or quotes more than {MAX_NESTING} levels deep")
-    converter = markdown.Markdown(extensions=[*EXTENSIONS, _Bounded(monotonic() + budget_ms / 1000)])
+    bounded = _Bounded()
+    converter = markdown.Markdown(extensions=[*EXTENSIONS, bounded])
+    # The budget is the conversion's alone: building the converter loads its extensions
+    # (the first time in a process, Python-Markdown reads every installed package's entry
+    # points, which took over 500 ms once in CI), a cost of the process, not of the text.
+    bounded.deadline = monotonic() + budget_ms / 1000
     try:
         rendered = converter.convert(text)
     except _OverBudget:
@@ -127,9 +132,9 @@ class _Bounded(Extension):
     """Checks the deadline before every block test, inline match and processing stage,
     and bounds the link patterns' look-ahead. Registered last, so it sees every processor."""
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.deadline = deadline
+        self.deadline = float("inf")  # set once the converter is built
 
     def check(self) -> None:
         if monotonic() >= self.deadline:
