@@ -36,6 +36,7 @@ from ..records import (
     type_errors,
 )
 from ..text import value_text
+from . import agno_times
 
 FRAMEWORK = "agno"
 STATUSES = {
@@ -469,10 +470,20 @@ def _base(payload: dict[str, Any], kind: str, name: str) -> Run:
     )
 
 
-def parse(payload: dict[str, Any], *, include_members: bool = True, tasks: Sequence[str] = ()) -> list[Run]:
-    """Runs from one agno run dict. ``tasks``: for a member run stored as its own row, the
-    tasks its team run delegated (``delegated_tasks`` of the parent), which settle where
-    its history blocks end."""
+def parse(
+    payload: dict[str, Any],
+    *,
+    include_members: bool = True,
+    tasks: Sequence[str] = (),
+    order_times: bool = True,
+) -> list[Run]:
+    """Runs from one agno run dict: the run, then the runs it holds (its members'
+    ``member_responses`` with ``include_members``, nested teams' members too, and a
+    workflow's step runs). ``tasks``: for a member run stored as its own row, the tasks its
+    team run delegated (``delegated_tasks`` of the parent), which settle where its history
+    blocks end. ``order_times``: place the times of these runs so that nothing sits outside
+    its parent (``agno_times.place_times``); an importer that reads a run's children from
+    other rows places them once it has them all."""
     if not payload.get("run_id"):
         raise RecordError([("$.run_id", "is required")])
     errors = _check(payload)
@@ -482,12 +493,16 @@ def parse(payload: dict[str, Any], *, include_members: bool = True, tasks: Seque
         if payload.get("step_results") is not None or (
             payload.get("workflow_id") and not payload.get("agent_id")
         ):
-            return [_workflow(payload)]
-        if payload.get("team_id") and not payload.get("agent_id"):
-            return _team(payload, include_members)
-        return [_agent(payload, tasks)]
+            runs = _workflow_runs(payload)
+        elif payload.get("team_id") and not payload.get("agent_id"):
+            runs = _team(payload, include_members)
+        else:
+            runs = [_agent(payload, tasks)]
     except (AttributeError, TypeError, KeyError) as exc:
         raise RecordError([("$", f"not a readable agno run: {exc}")]) from None
+    if order_times:
+        agno_times.place_times(runs)
+    return runs
 
 
 def _agent(payload: dict[str, Any], tasks: Sequence[str] = ()) -> Run:
@@ -504,35 +519,117 @@ def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
     run.iterations, _ = _tool_calls(payload)
     run.injected_contexts = _contexts(payload, run.agent_name)
     members = [m for m in payload.get("member_responses") or [] if isinstance(m, dict)]
-    by_agent = {m.get("agent_id"): m for m in members}
-    for iteration in run.iterations:
-        for call in iteration.tool_calls:
-            # A delegation to one member names it (``delegate_task_to_members`` hands the
-            # task to every member: their own runs say what each did).
-            if not (
-                is_delegation(call.tool, call.params)
-                and isinstance(call.params, dict)
-                and "member_id" in call.params
-            ):
-                continue
-            member_id = call.params.get("member_id")
-            member = by_agent.get(member_id, {})
-            run.member_interactions.append(
-                MemberInteraction(
-                    member=value_text(member.get("agent_name") or member_id) or "Unknown",
-                    task=value_text(call.params.get("task")) or "",
-                    response=call.result or call.error or "",
-                    member_run_id=value_text(member.get("run_id")),
-                )
+    for call in _delegations(run):
+        member_id = call.params.get("member_id")
+        run.member_interactions.append(
+            MemberInteraction(
+                member=value_text(member_id) or "Unknown",
+                task=value_text(call.params.get("task")) or "",
+                response=call.result or call.error or "",
             )
+        )
+    link_members(run, members)
     runs = [run]
     if include_members:
-        for member in members:
-            member = {**member, "parent_run_id": member.get("parent_run_id") or run.run_id}
-            own = [
-                i.task for i in run.member_interactions if i.member_run_id == value_text(member.get("run_id"))
-            ]
-            runs.append(_agent(member, delegated_tasks(payload, member.get("agent_id")) + own))
+        runs.extend(_member_runs(payload, run, members))
+    return runs
+
+
+def _delegations(run: Run) -> list[ToolCall]:
+    """The run's delegations to one member each, in order. A delegation to one member
+    names it; ``delegate_task_to_members`` hands the task to every member, whose own runs
+    say what each did."""
+    return [
+        call
+        for iteration in run.iterations
+        for call in iteration.tool_calls
+        if is_delegation(call.tool, call.params)
+        and isinstance(call.params, dict)
+        and "member_id" in call.params
+    ]
+
+
+def member_ids(member: dict[str, Any]) -> list[str]:
+    """What a delegation may call a member run's member: its agent or team id, and its
+    name (agno finds a member by either)."""
+    found = [member.get(key) for key in ("agent_id", "team_id", "agent_name", "team_name")]
+    return [str(value) for value in found if isinstance(value, str | int) and not isinstance(value, bool)]
+
+
+def member_name(member: dict[str, Any]) -> str | None:
+    """A member run's member as agno names it in its interactions: its name, else its id."""
+    return value_text(
+        member.get("agent_name") or member.get("team_name") or member.get("agent_id") or member.get("team_id")
+    )
+
+
+def link_members(run: Run, members: Sequence[dict[str, Any]]) -> None:
+    """Link each member interaction of a team run to the member run its delegation started,
+    among ``members`` (the run dicts of the team run's member runs, in the order they ran:
+    rows whose ``parent_run_id`` is the team run, or its ``member_responses``): the n-th
+    delegation to a member takes that member's n-th run, matched by the id the delegation
+    gives (``member_id``: an agent or team id, or a name), then by name regardless of case
+    and spacing. The interaction then names the member as agno does (its name, not the id
+    the model wrote), and ``member_run_id`` is the run's id. A delegation no run answers
+    keeps the id it gave."""
+    free = [m for m in members if isinstance(m, dict) and m.get("run_id") is not None]
+
+    def loose(text: str) -> str:
+        return "".join(text.lower().replace("-", " ").replace("_", " ").split())
+
+    for call, interaction in zip(_delegations(run), run.member_interactions, strict=False):
+        wanted = str(call.params.get("member_id"))
+        found = next((m for m in free if wanted in member_ids(m)), None)
+        if found is None:
+            found = next((m for m in free if loose(wanted) in {loose(i) for i in member_ids(m)}), None)
+        if found is None:
+            continue
+        free.remove(found)
+        interaction.member = member_name(found) or interaction.member
+        interaction.member_run_id = value_text(found.get("run_id"))
+
+
+def _member_runs(payload: dict[str, Any], team: Run, members: list[dict[str, Any]]) -> list[Run]:
+    """The team run's embedded member runs (``member_responses``) as runs under it; a
+    member that is itself a team brings its own members, at any depth."""
+    runs: list[Run] = []
+    for member in members:
+        member = {**member, "parent_run_id": member.get("parent_run_id") or team.run_id}
+        if member.get("team_id") and not member.get("agent_id"):
+            runs.extend(_team(member, include_members=True))
+            continue
+        own = [
+            i.task for i in team.member_interactions if i.member_run_id == value_text(member.get("run_id"))
+        ]
+        runs.append(_agent(member, delegated_tasks(payload, member.get("agent_id")) + own))
+    return runs
+
+
+def _workflow_runs(payload: dict[str, Any]) -> list[Run]:
+    """The workflow run and, under it, a run for each step executor run agno kept
+    (``step_executor_runs``: an agent's or a team's, with its model calls, tools and the
+    messages it was sent); a team step's member runs, which agno lists there too and in
+    the team run's ``member_responses``, once each."""
+    run = _workflow(payload)
+    runs = [run]
+    seen = {run.run_id}
+    tails = [run.input] + [
+        step["content"]
+        for step in payload.get("step_results") or []
+        if isinstance(step, dict) and isinstance(step.get("content"), str)
+    ]
+    for executor in payload.get("step_executor_runs") or []:
+        if not isinstance(executor, dict) or executor.get("run_id") is None:
+            continue
+        executor = {**executor, "parent_run_id": executor.get("parent_run_id") or run.run_id}
+        if executor.get("team_id") and not executor.get("agent_id"):
+            found = _team(executor, include_members=True)
+        else:
+            found = [_agent(executor, tails)]
+        for child in found:
+            if child.run_id not in seen:
+                seen.add(child.run_id)
+                runs.append(child)
     return runs
 
 
@@ -551,12 +648,11 @@ def _workflow(payload: dict[str, Any]) -> Run:
             continue
         name = value_text(step.get("step_name")) or f"step-{position}"
         executor = executors.get(step.get("step_run_id"), {})
-        calls = [call for it in _tool_calls(executor)[0] for call in it.tool_calls] if executor else []
+        # The step's model calls and tool calls belong to its step run (``_workflow_runs``).
         run.iterations.append(
             Iteration(
                 index=position,
                 name=name,
-                tool_calls=calls,
                 metadata={
                     "output": value_text(step.get("content")),
                     "executor": step.get("executor_name"),

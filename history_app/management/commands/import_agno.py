@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from history_app.agent_history import redact
-from history_app.agent_history.formats import agno
+from history_app.agent_history.formats import agno, agno_times
 from history_app.agent_history.records import RecordError
 from history_app.intake import ingestion
 from history_app.management.progress import show_progress
@@ -65,6 +65,67 @@ def delegations(rows: list[tuple]) -> dict[str, dict[str, Any]]:
         if isinstance(payload, dict) and payload.get("run_id") and payload.get("tools"):
             teams[str(payload["run_id"])] = {"tools": payload["tools"]}
     return teams
+
+
+def row_ids(source: str, schema: str) -> set[str]:
+    """The run id of every row, whatever ``--since`` reads: a run embedded in another
+    (``member_responses``) that is also a row of its own is imported from its row."""
+    if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
+        import psycopg
+
+        query = f'SELECT run_id FROM "{schema}".agno_runs'
+
+        try:
+            with psycopg.connect(
+                source.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+            ) as conn:
+                return {str(r[0]) for r in conn.execute(query).fetchall()}
+        except psycopg.Error as exc:
+            raise CommandError(f"cannot read agno tables in schema {schema!r}: {exc}") from None
+    db = sqlite3.connect(f"file:{Path(source).resolve()}?mode=ro", uri=True, timeout=10)
+    try:
+        return {str(r[0]) for r in db.execute("SELECT run_id FROM agno_runs").fetchall()}
+    finally:
+        db.close()
+
+
+def member_rows(rows: list[tuple]) -> dict[str, list[dict[str, Any]]]:
+    """Each run's member runs stored as rows of their own (``parent_run_id``), in the order
+    they ran, by the parent's run id: what ``agno.link_members`` links delegations to."""
+    children: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        try:
+            payload = json.loads(row[0])
+        except (TypeError, ValueError):
+            continue
+        parent = (payload.get("parent_run_id") if isinstance(payload, dict) else None) or row[2]
+        if isinstance(payload, dict) and parent and payload.get("run_id") is not None:
+            children.setdefault(str(parent), []).append(payload)
+    return children
+
+
+def link_member_rows(run, payload: dict, children: dict[str, list[dict[str, Any]]]) -> None:
+    """Link a team run's delegations to its member runs: the rows naming it as their
+    parent, else the copies it embeds (``member_responses``)."""
+    if run.kind != "team":
+        return
+    embedded = [m for m in payload.get("member_responses") or [] if isinstance(m, dict)]
+    for interaction in run.member_interactions:
+        interaction.member_run_id = None
+    agno.link_members(run, children.get(run.run_id) or embedded)
+
+
+def own_runs(runs: list, rows: set[str], emitted: set[str]) -> list:
+    """The runs parsed from one row that this import stores: the row's own run, and the
+    runs it embeds that are no row of their own and were not stored from another row
+    (a nested team's members are embedded both in the sub-team's row and in its parent's)."""
+    kept = []
+    for n, run in enumerate(runs):
+        if n and (run.run_id in rows or run.run_id in emitted):
+            continue
+        emitted.add(run.run_id)
+        kept.append(run)
+    return kept
 
 
 def rebuild_workflow_history(run, previous: list[dict], num_history_runs: int) -> None:
@@ -148,6 +209,12 @@ class Command(BaseCommand):
         # Member runs are rows of their own, written before their team's row; the tasks the
         # team delegated to each member settle where the blocks in its message end.
         teams = delegations(rows)
+        children = member_rows(rows)
+        stored_ids = row_ids(source, schema)
+        emitted: set[str] = set()
+        # Every row is read before any is stored: a run's times are placed with its
+        # member and step runs, which other rows may hold.
+        pending: list[tuple[int, list, str, list | None]] = []
         for number, (run_data, session_id, parent_run_id, user_id, status, created_at) in enumerate(
             rows, start=1
         ):
@@ -169,8 +236,6 @@ class Command(BaseCommand):
             payload.setdefault("created_at", created_at)
             if parent_run_id:
                 payload.setdefault("parent_run_id", parent_run_id)
-            # Member runs are rows of their own here; embedded copies would be duplicates.
-            payload["member_responses"] = []
             items, format_name = [payload], "agno"
             try:
                 team = teams.get(str(payload.get("parent_run_id")))
@@ -179,7 +244,8 @@ class Command(BaseCommand):
                     if team and payload.get("agent_id")
                     else []
                 )
-                runs = agno.parse(payload, tasks=tasks)
+                runs = own_runs(agno.parse(payload, tasks=tasks, order_times=False), stored_ids, emitted)
+                link_member_rows(runs[0], payload, children)
             except RecordError:
                 runs = None  # sent as it is: ingestion reports what is wrong, with its path
             if runs is not None:
@@ -196,7 +262,12 @@ class Command(BaseCommand):
                     previous = earlier_workflows.setdefault(str(payload.get("session_id")), [])
                     rebuild_workflow_history(runs[0], previous, workflow_history_runs)
                     previous.append(payload)
-                items, format_name = [run.to_dict() for run in runs], "native"
+                format_name = "native"
+            pending.append((number, items, format_name, runs))
+        agno_times.place_times(run for _, _, _, runs in pending for run in runs or ())
+        for number, items, format_name, runs in pending:
+            if runs is not None:
+                items = [run.to_dict() for run in runs]
             for result in ingestion.ingest_items(
                 items=items, format=format_name, source_format="agno", project_id=project_id
             ):

@@ -1,0 +1,333 @@
+"""Every run agno ran is a run here: a real agno team (a member agent with a tool and a
+sub-team of two members), and a workflow of two agent steps, all against the recording
+fake OpenAI server with agno's own SqliteDb, read back by ``import_agno``.
+
+What agno stores (checked on agno 3.1.10): the team run, its member runs and the sub-team
+run as rows of their own (``parent_run_id``); the sub-team's members only inside the
+sub-team's row (``member_responses``, kept when the team stores member responses); the
+workflow run as one row holding its step runs (``step_executor_runs``). Every time in
+whole seconds but the tools' timers."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from datetime import datetime
+
+import pytest
+from django.core.management import call_command
+
+from history_app import models
+from history_app.agent_history.formats import agno
+from history_app.store import mapper
+
+from . import conformance, fake_openai
+from .conftest import database_dump
+from .test_conformance import framework
+
+pytestmark = pytest.mark.django_db
+
+TEAM_QUESTION = "Tell me about Lyon."
+WORKFLOW_INPUT = "Write about Lyon"
+
+
+def _delegate(member_id: str, task: str) -> fake_openai.Answer:
+    return fake_openai.Answer(
+        tool_calls=[("delegate_task_to_member", json.dumps({"member_id": member_id, "task": task}))]
+    )
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: The first number.
+        b: The second number.
+    """
+    return a + b
+
+
+# Who sends each request, in order: the answer the server gives it.
+SCRIPT = [
+    ("Desk", _delegate("researcher", "Find facts about Lyon")),
+    ("Researcher", fake_openai.Answer(tool_calls=[("add", json.dumps({"a": 2, "b": 3}))])),
+    ("Researcher", fake_openai.Answer("Lyon has 500,000 people.")),
+    ("Desk", _delegate("review-board", "Review the facts")),
+    ("Review Board", _delegate("checker", "Check the facts")),
+    ("Checker", fake_openai.Answer("Checked.")),
+    ("Review Board", _delegate("editor", "Edit the text")),
+    ("Editor", fake_openai.Answer("Edited.")),
+    ("Review Board", fake_openai.Answer("Board: reviewed.")),
+    ("Desk", fake_openai.Answer("Lyon is big.")),
+    ("WF Researcher", fake_openai.Answer("Research done.")),
+    ("WF Writer", fake_openai.Answer("Post written.")),
+]
+
+
+@pytest.fixture(scope="module")
+def agno_db(tmp_path_factory):
+    """An agno SqliteDb after one team run and one workflow run, and the requests the
+    recording server received."""
+    framework("agno")
+    framework("sqlalchemy")
+    from agno.agent import Agent
+    from agno.db.sqlite import SqliteDb
+    from agno.models.openai import OpenAIChat
+    from agno.team import Team
+    from agno.workflow import Step, Workflow
+
+    path = tmp_path_factory.mktemp("agno") / "agno.db"
+    server = fake_openai.start([answer for _, answer in SCRIPT])
+    try:
+        db = SqliteDb(db_file=str(path))
+
+        def model():
+            return OpenAIChat(id="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+
+        researcher = Agent(
+            name="Researcher", id="researcher", model=model(), tools=[add], instructions="Find facts."
+        )
+        checker = Agent(name="Checker", id="checker", model=model(), instructions="Check.")
+        editor = Agent(name="Editor", id="editor", model=model(), instructions="Edit.")
+        board = Team(name="Review Board", id="review-board", model=model(), members=[checker, editor])
+        # store_member_responses: agno writes a sub-team's member runs nowhere else.
+        desk = Team(
+            name="Desk",
+            id="desk",
+            model=model(),
+            members=[researcher, board],
+            db=db,
+            store_member_responses=True,
+            share_member_interactions=True,
+        )
+        assert desk.run(TEAM_QUESTION, session_id="team-1").content == "Lyon is big."
+        workflow = Workflow(
+            name="Blog",
+            id="blog",
+            db=db,
+            steps=[
+                Step(name="research", agent=Agent(name="WF Researcher", model=model(), instructions="Research.")),
+                Step(name="write", agent=Agent(name="WF Writer", model=model(), instructions="Write.")),
+            ],
+        )
+        assert workflow.run(WORKFLOW_INPUT, session_id="wf-1").content == "Post written."
+    finally:
+        server.shutdown()
+    assert len(server.requests) == len(SCRIPT)
+    return path, server.requests
+
+
+def agno_rows(path) -> list[dict]:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [json.loads(r[0]) for r in db.execute("SELECT run_data FROM agno_runs ORDER BY created_at")]
+    finally:
+        db.close()
+
+
+def runs_agno_ran(path) -> dict[str, dict]:
+    """Every run in agno's database by id: the rows, and the runs they hold (member runs
+    of nested teams, workflow step runs), at any depth."""
+    found: dict[str, dict] = {}
+    pending = list(agno_rows(path))
+    while pending:
+        run = pending.pop(0)
+        found.setdefault(run["run_id"], run)
+        pending += [r for r in run.get("member_responses") or [] if isinstance(r, dict)]
+        pending += [r for r in run.get("step_executor_runs") or [] if isinstance(r, dict)]
+    return found
+
+
+def run_import(path) -> str:
+    out = io.StringIO()
+    call_command("import_agno", str(path), stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def calls_of(run: models.Run) -> list[dict]:
+    return [mapper.model_call_record(c).to_dict() for c in run.model_calls.order_by("position")]
+
+
+def test_every_run_agno_ran_is_a_run_with_the_calls_the_server_got(agno_db):
+    path, requests = agno_db
+    ran = runs_agno_ran(path)
+    rows = agno_rows(path)
+    # 4 rows (Researcher, Desk, Review Board, Blog), the sub-team's 2 members, 2 steps.
+    assert (len(rows), len(ran)) == (4, 8)
+    assert "8 created, 0 updated, 0 duplicate, 0 rejected" in run_import(path)
+    assert set(models.Run.objects.values_list("run_id", flat=True)) == set(ran)
+    named = {r.agent_name: r for r in models.Run.objects.all()}
+    assert set(named) == {name for name, _ in SCRIPT} | {"Blog"}
+
+    # Each run's model calls are exactly the requests its agent sent, message for message
+    # (agno sends its system message as "developer" and stores it as "system": the roles
+    # as agno stored them are a note, everything else must be equal).
+    for name, run in named.items():
+        sent = [request for (who, _), request in zip(SCRIPT, requests, strict=True) if who == name]
+        stored = calls_of(run)
+        assert len(stored) == len(sent), name
+        for request, call in zip(sent, stored, strict=True):
+            differences, _ = conformance.call_differences(request.body, call)
+            differences = [d for d in differences if not d.endswith("role 'developer' stored as 'system'")]
+            differences += conformance.answer_differences(request.answer, call)
+            assert differences == [], f"{name}: {differences}"
+        tokens = (fake_openai.PROMPT_TOKENS * len(sent), fake_openai.COMPLETION_TOKENS * len(sent))
+        assert (run.input_tokens, run.output_tokens) == tokens, name
+        assert (run.cost or 0) > 0 if sent else run.cost is None, name
+
+    # The steps: each a run under the workflow with its output, its model call and the
+    # message it was sent; the workflow's iterations name the step runs.
+    blog = named["Blog"]
+    steps = {r.agent_name: r for r in models.Run.objects.filter(parent_run_id=blog.run_id)}
+    assert {name: r.output for name, r in steps.items()} == {
+        "WF Researcher": "Research done.",
+        "WF Writer": "Post written.",
+    }
+    assert [it.metadata["step_run_id"] for it in blog.iterations.order_by("position")] == [
+        steps["WF Researcher"].run_id,
+        steps["WF Writer"].run_id,
+    ]
+    assert calls_of(steps["WF Writer"])[0]["messages"][-1]["content"] == "Research done."
+    # The tool the researcher called is a tool call of its run, with its result.
+    (tool,) = models.ToolCall.objects.filter(iteration__run=named["Researcher"])
+    assert (tool.tool, tool.result) == ("add", "5")
+
+
+def test_delegations_link_the_member_runs_agno_recorded(agno_db):
+    path, _ = agno_db
+    run_import(path)
+    by_name = {r.agent_name: r for r in models.Run.objects.all()}
+    desk, board = by_name["Desk"], by_name["Review Board"]
+    links = {
+        team.agent_name: [(mi.member, mi.member_run_id) for mi in team.member_interactions.order_by("position")]
+        for team in (desk, board)
+    }
+    assert links == {
+        "Desk": [("Researcher", by_name["Researcher"].run_id), ("Review Board", board.run_id)],
+        "Review Board": [("Checker", by_name["Checker"].run_id), ("Editor", by_name["Editor"].run_id)],
+    }
+    # The links are agno's own: each member run names its team run as its parent.
+    for team in (desk, board):
+        for mi in team.member_interactions.all():
+            assert models.Run.objects.get(run_id=mi.member_run_id).parent_run_id == team.run_id
+    # The sub-team's members are members, with the interactions agno gave them.
+    checker, editor = by_name["Checker"], by_name["Editor"]
+    assert (checker.kind, editor.kind, board.kind) == ("member", "member", "team")
+    (context,) = board.injected_contexts.filter(kind="member_interactions")
+    assert "Member: Researcher\nTask: Find facts about Lyon\nResponse: Lyon has 500,000 people." in context.text
+
+
+def _inside(child_start, child_end, start, end, what):
+    assert start <= child_start <= child_end <= end, f"{what}: {child_start}–{child_end} outside {start}–{end}"
+
+
+def test_no_time_sits_outside_its_parent_and_placed_times_are_marked(agno_db):
+    path, _ = agno_db
+    run_import(path)
+    runs = {r.run_id: r for r in models.Run.objects.all()}
+    for run in runs.values():
+        assert run.started_at and run.ended_at, run.agent_name
+        assert run.metadata["time_estimated"] is True
+        parent = runs.get(run.parent_run_id)
+        if parent is not None:
+            _inside(run.started_at, run.ended_at, parent.started_at, parent.ended_at, run.agent_name)
+        for call in run.model_calls.all():
+            _inside(call.started_at, call.ended_at, run.started_at, run.ended_at, f"{run.agent_name} call")
+            assert call.metadata["time_estimated"] is True
+        for tool in models.ToolCall.objects.filter(iteration__run=run):
+            _inside(tool.started_at, tool.ended_at, run.started_at, run.ended_at, f"{run.agent_name} {tool.tool}")
+        for step in run.iterations.exclude(started_at=None):
+            _inside(step.started_at, step.ended_at, run.started_at, run.ended_at, f"step {step.name}")
+    # A delegation spans the member run it started.
+    for team in (r for r in runs.values() if r.kind == "team"):
+        delegations = models.ToolCall.objects.filter(iteration__run=team, tool="delegate_task_to_member")
+        for call, mi in zip(
+            delegations.order_by("iteration__position", "position"),
+            team.member_interactions.order_by("position"),
+            strict=True,
+        ):
+            member = runs[mi.member_run_id]
+            _inside(member.started_at, member.ended_at, call.started_at, call.ended_at, mi.member)
+    # The tool agno timed to the microsecond keeps its time; the delegations, whose timers
+    # measured only the team's handling of the answer, are marked as placed.
+    (row,) = [r for r in agno_rows(path) if r.get("agent_id") == "researcher"]
+    timer = row["tools"][0]["metrics"]
+    (tool,) = models.ToolCall.objects.filter(tool="add")
+    assert tool.started_at.timestamp() == pytest.approx(timer["start_time"], abs=1e-6)
+    assert tool.ended_at.timestamp() == pytest.approx(timer["end_time"], abs=1e-6)
+    desk = next(r for r in runs.values() if r.agent_name == "Desk")
+    assert len(desk.metadata["estimated_tool_times"]) == 2
+    # And nothing starts before the whole second agno stored for it.
+    for payload in agno_rows(path):
+        start = runs[payload["run_id"]].started_at
+        assert start >= datetime.fromtimestamp(payload["created_at"], tz=start.tzinfo)
+
+
+def test_a_second_import_changes_nothing(agno_db):
+    path, _ = agno_db
+    run_import(path)
+    before = database_dump(exclude=("history_app_ingestreceipt",))
+    assert "0 created, 0 updated, 8 duplicate, 0 rejected" in run_import(path)
+    assert database_dump(exclude=("history_app_ingestreceipt",)) == before
+
+
+def test_an_import_of_part_of_the_database_is_completed_without_duplicates(agno_db):
+    """The workflow first (``--since`` its second), then everything: the runs already
+    there are left as they are, the others are added, each run once."""
+    path, _ = agno_db
+    (workflow,) = [r for r in agno_rows(path) if r.get("workflow_id")]
+    out = io.StringIO()
+    call_command("import_agno", str(path), "--since", str(workflow["created_at"]), stdout=out, stderr=io.StringIO())
+    assert models.Run.objects.filter(parent_run_id=workflow["run_id"]).count() == 2
+    assert "Read 4 agno run(s)" in run_import(path)
+    assert models.Run.objects.count() == len(runs_agno_ran(path)) == 8
+    assert "0 created, 0 updated, 8 duplicate" in run_import(path)
+
+
+def test_the_session_pages_show_the_nested_runs_and_their_links(agno_db, alice_client):
+    path, _ = agno_db
+    run_import(path)
+    by_name = {r.agent_name: r for r in models.Run.objects.all()}
+    rows = alice_client.get("/api/v1/sessions/team-1/timeline").json()["rows"]
+    shown = [(row["number"], row["run"]["agent_name"]) for row in rows if row["type"] == "run"]
+    assert shown == [
+        ("1", "Desk"),
+        ("1.1", "Researcher"),
+        ("1.2", "Review Board"),
+        ("1.2.1", "Checker"),
+        ("1.2.2", "Editor"),
+    ]
+    desk_row = rows[0]
+    assert [(mi["member"], mi["member_run_id"]) for mi in desk_row["member_interactions"]] == [
+        ("Researcher", by_name["Researcher"].run_id),
+        ("Review Board", by_name["Review Board"].run_id),
+    ]
+    page = alice_client.get("/p/default/sessions/wf-1/").content.decode()
+    for name in ("WF Researcher", "WF Writer"):
+        assert f'/p/default/runs/{by_name[name].run_id}/"' in page
+    # The team run's page links each delegation to the member run it started, by name.
+    desk_page = alice_client.get(f"/p/default/runs/{by_name['Desk'].run_id}/").content.decode()
+    assert "Started the member run of <strong>Review Board</strong>" in desk_page
+    assert f'/p/default/runs/{by_name["Review Board"].run_id}/' in desk_page
+    assert "times estimated" in desk_page
+    # A step run's page has its model call, its tokens and its cost.
+    step_page = alice_client.get(f"/p/default/runs/{by_name['WF Researcher'].run_id}/").content.decode()
+    assert "Model call 1" in step_page and "100 / 20" in step_page
+
+
+def test_a_run_output_read_alone_holds_its_nested_members_and_steps(agno_db):
+    """The library reads the same structure from a single run dict (a run output, or one
+    row): a team row's nested members at any depth, a workflow row's step runs."""
+    path, _ = agno_db
+    (board,) = [r for r in agno_rows(path) if r.get("team_id") == "review-board"]
+    team, *members = agno.parse(board)
+    assert [(m.agent_name, m.parent_run_id) for m in members] == [
+        ("Checker", team.run_id),
+        ("Editor", team.run_id),
+    ]
+    assert [i.member_run_id for i in team.member_interactions] == [m.run_id for m in members]
+    (workflow_row,) = [r for r in agno_rows(path) if r.get("workflow_id")]
+    workflow, *steps = agno.parse(workflow_row)
+    assert [s.agent_name for s in steps] == ["WF Researcher", "WF Writer"]
+    assert all(workflow.started_at <= s.started_at <= s.ended_at <= workflow.ended_at for s in steps)
