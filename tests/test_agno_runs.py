@@ -23,11 +23,12 @@ from history_app.agent_history.formats import agno
 from history_app.store import mapper
 
 from . import conformance, fake_openai
-from .conftest import database_dump
+from .conftest import FIXTURES, database_dump
 from .test_conformance import framework
 
 pytestmark = pytest.mark.django_db
 
+FIXTURE_DB = FIXTURES / "agno" / "agno.db"
 TEAM_QUESTION = "Tell me about Lyon."
 WORKFLOW_INPUT = "Write about Lyon"
 
@@ -107,7 +108,10 @@ def agno_db(tmp_path_factory):
             id="blog",
             db=db,
             steps=[
-                Step(name="research", agent=Agent(name="WF Researcher", model=model(), instructions="Research.")),
+                Step(
+                    name="research",
+                    agent=Agent(name="WF Researcher", model=model(), instructions="Research."),
+                ),
                 Step(name="write", agent=Agent(name="WF Writer", model=model(), instructions="Write.")),
             ],
         )
@@ -200,7 +204,9 @@ def test_delegations_link_the_member_runs_agno_recorded(agno_db):
     by_name = {r.agent_name: r for r in models.Run.objects.all()}
     desk, board = by_name["Desk"], by_name["Review Board"]
     links = {
-        team.agent_name: [(mi.member, mi.member_run_id) for mi in team.member_interactions.order_by("position")]
+        team.agent_name: [
+            (mi.member, mi.member_run_id) for mi in team.member_interactions.order_by("position")
+        ]
         for team in (desk, board)
     }
     assert links == {
@@ -215,16 +221,20 @@ def test_delegations_link_the_member_runs_agno_recorded(agno_db):
     checker, editor = by_name["Checker"], by_name["Editor"]
     assert (checker.kind, editor.kind, board.kind) == ("member", "member", "team")
     (context,) = board.injected_contexts.filter(kind="member_interactions")
-    assert "Member: Researcher\nTask: Find facts about Lyon\nResponse: Lyon has 500,000 people." in context.text
+    assert (
+        "Member: Researcher\nTask: Find facts about Lyon\nResponse: Lyon has 500,000 people." in context.text
+    )
 
 
 def _inside(child_start, child_end, start, end, what):
-    assert start <= child_start <= child_end <= end, f"{what}: {child_start}–{child_end} outside {start}–{end}"
+    assert start <= child_start <= child_end <= end, (
+        f"{what}: {child_start}–{child_end} outside {start}–{end}"
+    )
 
 
-def test_no_time_sits_outside_its_parent_and_placed_times_are_marked(agno_db):
-    path, _ = agno_db
-    run_import(path)
+def assert_times_nested() -> dict[str, models.Run]:
+    """Every stored run, model call, tool call and step lies inside its parent; returns
+    the runs by id."""
     runs = {r.run_id: r for r in models.Run.objects.all()}
     for run in runs.values():
         assert run.started_at and run.ended_at, run.agent_name
@@ -236,9 +246,18 @@ def test_no_time_sits_outside_its_parent_and_placed_times_are_marked(agno_db):
             _inside(call.started_at, call.ended_at, run.started_at, run.ended_at, f"{run.agent_name} call")
             assert call.metadata["time_estimated"] is True
         for tool in models.ToolCall.objects.filter(iteration__run=run):
-            _inside(tool.started_at, tool.ended_at, run.started_at, run.ended_at, f"{run.agent_name} {tool.tool}")
+            _inside(
+                tool.started_at, tool.ended_at, run.started_at, run.ended_at, f"{run.agent_name} {tool.tool}"
+            )
         for step in run.iterations.exclude(started_at=None):
             _inside(step.started_at, step.ended_at, run.started_at, run.ended_at, f"step {step.name}")
+    return runs
+
+
+def test_no_time_sits_outside_its_parent_and_placed_times_are_marked(agno_db):
+    path, _ = agno_db
+    run_import(path)
+    runs = assert_times_nested()
     # A delegation spans the member run it started.
     for team in (r for r in runs.values() if r.kind == "team"):
         delegations = models.ToolCall.objects.filter(iteration__run=team, tool="delegate_task_to_member")
@@ -278,7 +297,9 @@ def test_an_import_of_part_of_the_database_is_completed_without_duplicates(agno_
     path, _ = agno_db
     (workflow,) = [r for r in agno_rows(path) if r.get("workflow_id")]
     out = io.StringIO()
-    call_command("import_agno", str(path), "--since", str(workflow["created_at"]), stdout=out, stderr=io.StringIO())
+    call_command(
+        "import_agno", str(path), "--since", str(workflow["created_at"]), stdout=out, stderr=io.StringIO()
+    )
     assert models.Run.objects.filter(parent_run_id=workflow["run_id"]).count() == 2
     assert "Read 4 agno run(s)" in run_import(path)
     assert models.Run.objects.count() == len(runs_agno_ran(path)) == 8
@@ -309,7 +330,7 @@ def test_the_session_pages_show_the_nested_runs_and_their_links(agno_db, alice_c
     # The team run's page links each delegation to the member run it started, by name.
     desk_page = alice_client.get(f"/p/default/runs/{by_name['Desk'].run_id}/").content.decode()
     assert "Started the member run of <strong>Review Board</strong>" in desk_page
-    assert f'/p/default/runs/{by_name["Review Board"].run_id}/' in desk_page
+    assert f"/p/default/runs/{by_name['Review Board'].run_id}/" in desk_page
     assert "times estimated" in desk_page
     # A step run's page has its model call, its tokens and its cost.
     step_page = alice_client.get(f"/p/default/runs/{by_name['WF Researcher'].run_id}/").content.decode()
@@ -331,3 +352,14 @@ def test_a_run_output_read_alone_holds_its_nested_members_and_steps(agno_db):
     workflow, *steps = agno.parse(workflow_row)
     assert [s.agent_name for s in steps] == ["WF Researcher", "WF Writer"]
     assert all(workflow.started_at <= s.started_at <= s.ended_at <= workflow.ended_at for s in steps)
+
+
+def test_the_sample_database_of_every_kind_of_run_nests_its_times_too():
+    """agno's own sample database (agents with history, teams whose member runs are rows,
+    workflows, a failed run): every time inside its parent, every delegation linked."""
+    run_import(FIXTURE_DB)
+    runs = assert_times_nested()
+    for team in (r for r in runs.values() if r.kind == "team"):
+        for mi in team.member_interactions.all():
+            member = runs[mi.member_run_id]
+            assert (member.parent_run_id, member.agent_name) == (team.run_id, mi.member)

@@ -111,8 +111,11 @@ def test_what_a_delegation_call_is_is_decided_once():
 
 
 def test_workflow_run_has_one_iteration_per_step_and_the_history_it_was_given():
-    (run,) = agno.parse(by_id("98b70dc5-6b30-4b80-863c-1766f8ab5360"))
+    run, *steps = agno.parse(by_id("98b70dc5-6b30-4b80-863c-1766f8ab5360"))
     assert [it.name for it in run.iterations] == ["research", "write"]
+    # Each step ran as a run of its own, under the workflow run.
+    assert [it.metadata["step_run_id"] for it in run.iterations] == [s.run_id for s in steps]
+    assert all(s.parent_run_id == run.run_id and s.all_model_calls() for s in steps)
     assert run.iterations[1].metadata["output"].startswith("# Blog post")
     prompt = json.loads((AGNO / "prompts" / "050_workflow_run3_wf_researcher.json").read_text())["messages"][
         0
@@ -142,15 +145,16 @@ def run_import(*args) -> str:
 
 @pytest.mark.django_db
 def test_import_agno_stores_everything_once_with_provenance():
-    assert "30 created, 0 updated, 0 duplicate, 0 rejected" in run_import(str(DB))
+    # 30 rows, and the 2 step runs each of the 3 workflow runs holds.
+    assert "36 created, 0 updated, 0 duplicate, 0 rejected" in run_import(str(DB))
     assert models.Session.objects.count() == 6
-    assert models.Run.objects.count() == 30
+    assert models.Run.objects.count() == 36
     kinds = dict(
         models.Run.objects.values_list("kind").annotate(
             n=__import__("django.db.models", fromlist=["Count"]).Count("id")
         )
     )
-    assert kinds == {"agent": 12, "member": 10, "team": 5, "workflow": 3}
+    assert kinds == {"agent": 18, "member": 10, "team": 5, "workflow": 3}
     assert models.Run.objects.filter(status="failed").count() == 1
     # Every member run hangs under a stored team run.
     for member in models.Run.objects.filter(kind="member"):
@@ -191,9 +195,9 @@ def test_import_agno_stores_everything_once_with_provenance():
 
     # A second import changes nothing but the log of imports.
     before = database_dump(exclude=("history_app_ingestreceipt",))
-    assert "0 created, 0 updated, 30 duplicate" in run_import(str(DB))
+    assert "0 created, 0 updated, 36 duplicate" in run_import(str(DB))
     assert database_dump(exclude=("history_app_ingestreceipt",)) == before
-    assert [r.counts["duplicate"] for r in models.IngestReceipt.objects.all()] == [30, 0]
+    assert [r.counts["duplicate"] for r in models.IngestReceipt.objects.all()] == [36, 0]
 
 
 @pytest.mark.django_db
@@ -244,8 +248,8 @@ def test_import_agno_from_postgres():
     settings = connection.settings_dict
     url = f"postgresql://{settings['USER']}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
     try:
-        assert "30 created" in run_import(url, "--schema", "agnotest")
-        assert models.Run.objects.count() == 30
+        assert "36 created" in run_import(url, "--schema", "agnotest")
+        assert models.Run.objects.count() == 36
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP SCHEMA agnotest CASCADE")

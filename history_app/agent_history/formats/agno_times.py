@@ -52,6 +52,10 @@ class _Tree:
         self.durations = {run.run_id: _seconds(run.started_at, run.ended_at) for run in runs}
         self.floors = {run.run_id: run.started_at for run in runs}
         self.lengths: dict[str, float] = {}
+        self.kids: dict[str, list[Run]] = {}
+        for run in runs:
+            if run.parent_run_id in self.by_id and run.parent_run_id != run.run_id:
+                self.kids.setdefault(run.parent_run_id, []).append(run)
 
     def child(self, run_id: str | None, parent: Run) -> Run | None:
         child = self.by_id.get(run_id) if run_id else None
@@ -137,6 +141,7 @@ class _Placer:
         run.metadata["time_estimated"] = True
         estimated_tools: list[str] = []
         position = start
+        unlinked: datetime | None = None  # where a delegation no member run was linked to starts
         parts = self.tree.parts(run)
         for n, (kind, part, child) in enumerate(parts):
             if kind == "step":
@@ -151,11 +156,24 @@ class _Placer:
                 position, exact = self.tool(part, position)  # type: ignore[arg-type]
                 if not exact:
                     estimated_tools.append(part.call_id or part.tool)  # type: ignore[attr-defined]
+                if unlinked is None and is_delegation(part.tool, part.params):  # type: ignore[attr-defined]
+                    unlinked = part.started_at  # type: ignore[attr-defined]
+        position = max(position, self.unlinked_children(run, unlinked or start))
         end = max(_shift(start, self.tree.durations[run.run_id]), position)
         run.ended_at = end
         if estimated_tools:
             run.metadata["estimated_tool_times"] = estimated_tools
         return end
+
+    def unlinked_children(self, run: Run, start: datetime) -> datetime:
+        """Member runs of ``run`` no delegation was linked to (a delegation to every
+        member, say) run one after another from its first delegation that names no
+        member run (else from its start); returns when the last ends."""
+        position = start
+        for child in self.tree.kids.get(run.run_id, []):
+            if child.run_id not in self.placed:
+                position = self.run(child, position)
+        return position
 
     def model_call(self, call: ModelCall, position: datetime, following: tuple | None) -> datetime:
         """A call ends no earlier than the whole second agno stored as its answer's time,
