@@ -91,7 +91,13 @@ def agno_db(tmp_path_factory):
         )
         checker = Agent(name="Checker", id="checker", model=model(), instructions="Check.")
         editor = Agent(name="Editor", id="editor", model=model(), instructions="Edit.")
-        board = Team(name="Review Board", id="review-board", model=model(), members=[checker, editor])
+        board = Team(
+            name="Review Board",
+            id="review-board",
+            model=model(),
+            members=[checker, editor],
+            share_member_interactions=True,
+        )
         # store_member_responses: agno writes a sub-team's member runs nowhere else.
         desk = Team(
             name="Desk",
@@ -220,6 +226,13 @@ def test_delegations_link_the_member_runs_agno_recorded(agno_db):
     # The sub-team's members are members, with the interactions agno gave them.
     checker, editor = by_name["Checker"], by_name["Editor"]
     assert (checker.kind, editor.kind, board.kind) == ("member", "member", "team")
+    (context,) = editor.injected_contexts.filter(kind="member_interactions")
+    assert context.text.endswith(
+        "Member: Checker\nTask: Check the facts\nResponse: Checked.\n\n</member_interaction_context>\n"
+    )
+    first = editor.model_calls.order_by("position").first()
+    (user,) = [m for m in first.messages if m["role"] == "user"]
+    assert user["content"].startswith(context.text) and user["context"] == context.position
     (context,) = board.injected_contexts.filter(kind="member_interactions")
     assert (
         "Member: Researcher\nTask: Find facts about Lyon\nResponse: Lyon has 500,000 people." in context.text
