@@ -345,6 +345,13 @@ def test_the_session_pages_show_the_nested_runs_and_their_links(agno_db, alice_c
     assert "Started the member run of <strong>Review Board</strong>" in desk_page
     assert f"/p/default/runs/{by_name['Review Board'].run_id}/" in desk_page
     assert "times estimated" in desk_page
+    # The workflow run's page says which run each step ran as, and what it answered; its
+    # waterfall marks the times that were placed.
+    blog_page = alice_client.get(f"/p/default/runs/{by_name['Blog'].run_id}/").content.decode()
+    for name, output in (("WF Researcher", "Research done."), ("WF Writer", "Post written.")):
+        assert f'This step ran as the run <a href="/p/default/runs/{by_name[name].run_id}/">' in blog_page
+        assert output in blog_page
+    assert "(time estimated)" in blog_page and "(time estimated)" in desk_page
     # A step run's page has its model call, its tokens and its cost.
     step_page = alice_client.get(f"/p/default/runs/{by_name['WF Researcher'].run_id}/").content.decode()
     assert "Model call 1" in step_page and "100 / 20" in step_page

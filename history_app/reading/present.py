@@ -196,6 +196,8 @@ class Bar:
     start: datetime
     end: datetime | None
     href: str = ""
+    # The source did not time it this finely: its place was worked out (agno's import).
+    estimated: bool = False
 
 
 def _ms(delta: float) -> str:
@@ -222,8 +224,11 @@ def waterfall_bars(
     key) and their tool calls shown, where they carry start times: at most
     ``MAX_WATERFALL_BARS`` bars."""
     bars = []
+    placed_tools = run.metadata.get("estimated_tool_times") if isinstance(run.metadata, dict) else None
+    placed_tools = {t for t in placed_tools if isinstance(t, str)} if isinstance(placed_tools, list) else set()
     if run.started_at:
-        bars.append(Bar(run.agent_name or "run", "run", run.started_at, run.ended_at))
+        estimated = isinstance(run.metadata, dict) and run.metadata.get("time_estimated") is True
+        bars.append(Bar(run.agent_name or "run", "run", run.started_at, run.ended_at, estimated=estimated))
     for iteration, calls in parts:
         if iteration.started_at:
             label = f"iteration {iteration.index}" + (f" · {iteration.name}" if iteration.name else "")
@@ -234,6 +239,7 @@ def waterfall_bars(
                     iteration.started_at,
                     iteration.ended_at,
                     f"#iteration-{iteration.index}",
+                    estimated=iteration.metadata.get("time_estimated") is True,
                 )
             )
         for model_call in (model_calls or {}).get(iteration.pk, ()):
@@ -248,13 +254,22 @@ def waterfall_bars(
                             "history_app:model_call_detail",
                             args=[run.project.slug, run.run_id, model_call.number],
                         ),
+                        # Read as text from the JSON (true, 1 or "true" by database).
+                        estimated=getattr(model_call, "time_estimated", None) in (True, 1, "true", "1"),
                     )
                 )
         for call in calls:
             if call.started_at:
                 kind = "error" if call.error else "tool"
                 bars.append(
-                    Bar(call.tool, kind, call.started_at, call.ended_at, f"#iteration-{iteration.index}")
+                    Bar(
+                        call.tool,
+                        kind,
+                        call.started_at,
+                        call.ended_at,
+                        f"#iteration-{iteration.index}",
+                        estimated=(call.call_id or call.tool) in placed_tools,
+                    )
                 )
     return bars[:MAX_WATERFALL_BARS]
 
@@ -338,7 +353,8 @@ def waterfall_chart(
             WaterfallRow(
                 kind=bar.kind,
                 label=bar.label if len(bar.label) <= 34 else bar.label[:33] + "…",
-                tip=f"{bar.label}: starts at {_ms(start)}, lasts {_ms(length) if bar.end else 'unknown'}",
+                tip=f"{bar.label}: starts at {_ms(start)}, lasts {_ms(length) if bar.end else 'unknown'}"
+                + (" (time estimated)" if bar.estimated else ""),
                 href=bar.href,
                 x=round(label_w + plot_w * start / span, 1),
                 y=y + 3,

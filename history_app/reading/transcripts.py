@@ -191,9 +191,10 @@ def iteration_slice(*, run: models.Run, start: int = 0) -> IterationSlice:
 
 
 def _listed_calls(queryset: QuerySet) -> QuerySet:
-    """Model calls as lists show them: not their messages, answer or metadata."""
+    """Model calls as lists show them: not their messages, answer or metadata (only
+    whether the call holds a run's totals, and whether its times were placed)."""
     return queryset.defer("messages_json", "answer_json", "output", "metadata").annotate(
-        is_total=KT("metadata__aggregate")
+        is_total=KT("metadata__aggregate"), time_estimated=KT("metadata__time_estimated")
     )
 
 
