@@ -100,8 +100,12 @@ def member_rows(rows: list[tuple]) -> dict[str, list[dict[str, Any]]]:
             continue
         parent = (payload.get("parent_run_id") if isinstance(payload, dict) else None) or row[2]
         if isinstance(payload, dict) and parent and payload.get("run_id") is not None:
-            children.setdefault(str(parent), []).append(payload)
+            # Only what names the member: a whole run of every row would double the memory.
+            children.setdefault(str(parent), []).append({key: payload.get(key) for key in MEMBER_KEYS})
     return children
+
+
+MEMBER_KEYS = ("run_id", "agent_id", "team_id", "agent_name", "team_name")
 
 
 def link_member_rows(run, payload: dict, children: dict[str, list[dict[str, Any]]]) -> None:
