@@ -319,6 +319,26 @@ def test_an_import_of_part_of_the_database_is_completed_without_duplicates(agno_
     assert "0 created, 0 updated, 8 duplicate" in run_import(path)
 
 
+def test_runs_stored_earlier_another_way_are_brought_up_to_date_not_duplicated(agno_db):
+    """Each row sent to the endpoint on its own first (no member rows to link, times placed
+    row by row), then the import: no run is added twice, every run ends as a fresh import
+    stores it, and a further import changes nothing."""
+    from history_app.intake import ingestion
+
+    path, _ = agno_db
+    results = ingestion.ingest_items(items=agno_rows(path), format="agno")
+    assert all(not r.errors for r in results)
+    assert models.Run.objects.count() == 8
+    out = run_import(path)
+    assert "0 created" in out and "0 rejected" in out, out
+    updated = {r.run_id: r.content_hash for r in models.Run.objects.all()}
+    assert set(updated) == set(runs_agno_ran(path))
+    assert "0 created, 0 updated, 8 duplicate" in run_import(path)
+    models.Session.objects.all().delete()
+    assert "8 created" in run_import(path)
+    assert {r.run_id: r.content_hash for r in models.Run.objects.all()} == updated
+
+
 def test_the_session_pages_show_the_nested_runs_and_their_links(agno_db, alice_client):
     path, _ = agno_db
     run_import(path)
