@@ -225,7 +225,9 @@ def waterfall_bars(
     ``MAX_WATERFALL_BARS`` bars."""
     bars = []
     placed_tools = run.metadata.get("estimated_tool_times") if isinstance(run.metadata, dict) else None
-    placed_tools = {t for t in placed_tools if isinstance(t, str)} if isinstance(placed_tools, list) else set()
+    placed_tools = (
+        {t for t in placed_tools if isinstance(t, str)} if isinstance(placed_tools, list) else set()
+    )
     if run.started_at:
         estimated = isinstance(run.metadata, dict) and run.metadata.get("time_estimated") is True
         bars.append(Bar(run.agent_name or "run", "run", run.started_at, run.ended_at, estimated=estimated))
