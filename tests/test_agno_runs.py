@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 from django.core.management import call_command
@@ -403,3 +403,26 @@ def test_the_sample_database_of_every_kind_of_run_nests_its_times_too():
         for mi in team.member_interactions.all():
             member = runs[mi.member_run_id]
             assert (member.parent_run_id, member.agent_name) == (team.run_id, mi.member)
+
+
+def test_times_that_cannot_be_placed_in_range_are_left_as_agno_gave_them(ingest):
+    """A run stored ten seconds before the end of the range every store holds, whose model
+    call lasted longer than that: placing the call after the run's start would leave the
+    range, so the run keeps agno's own times, unmarked, and is stored (never a server
+    error)."""
+    late = int(datetime(9999, 12, 30, 23, 59, 49, tzinfo=UTC).timestamp())
+    payload = {
+        "run_id": "late",
+        "agent_id": "a",
+        "session_id": "late-1",
+        "created_at": late,
+        "metrics": {"duration": 5},
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "x", "created_at": late, "metrics": {"duration": 10**6}},
+        ],
+    }
+    assert ingest(payload).status_code == 200
+    run = models.Run.objects.get(run_id="late")
+    assert run.started_at.timestamp() == late and "time_estimated" not in run.metadata
+    assert "time_estimated" not in run.model_calls.get().metadata

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from ..records import Iteration, ModelCall, Run, ToolCall, is_delegation
+from ..records import Iteration, ModelCall, Run, ToolCall, check_time_range, is_delegation
 
 # The latest a run can have started after its whole-second created_at.
 _WITHIN_SECOND = timedelta(seconds=1) - timedelta(microseconds=1)
@@ -218,20 +218,47 @@ class _Placer:
         return iteration.ended_at
 
 
+def _timed(runs: Iterable[Run]) -> list[tuple[object, datetime | None, datetime | None, dict | None]]:
+    """Every run, iteration, model call and tool call of ``runs`` with its times and a copy
+    of its metadata, to put back if placing fails."""
+    found: list[tuple[object, datetime | None, datetime | None, dict | None]] = []
+    for run in runs:
+        found.append((run, run.started_at, run.ended_at, dict(run.metadata)))
+        for iteration in run.iterations:
+            found.append((iteration, iteration.started_at, iteration.ended_at, dict(iteration.metadata)))
+            found += [(c, c.started_at, c.ended_at, dict(c.metadata)) for c in iteration.model_calls]
+            found += [(c, c.started_at, c.ended_at, None) for c in iteration.tool_calls]
+        found += [(c, c.started_at, c.ended_at, dict(c.metadata)) for c in run.model_calls]
+    return found
+
+
 def place_times(runs: Iterable[Run]) -> None:
     """Order the times of ``runs`` (those of one import, parents and children together)
-    in place, each tree from its top-level run: see the module's docstring."""
+    in place, each tree from its top-level run: see the module's docstring. Where a tree's
+    times cannot be placed inside the range every store holds (figures no real run has),
+    they are all left as agno gave them."""
     runs = list(runs)
     tree = _Tree(runs)
-    for run in runs:
-        if run.parent_run_id in tree.by_id or run.started_at is None:
-            continue
-        offsets: list[float] = []
-        tree.anchors(run, 0.0, offsets)
-        floor = run.started_at
-        start = floor
-        if offsets:
-            exact = datetime.fromtimestamp(min(offsets), tz=floor.tzinfo) if floor.tzinfo else None
-            if exact is not None:
+    saved = _timed(runs)
+    try:
+        for run in runs:
+            if run.parent_run_id in tree.by_id or run.started_at is None:
+                continue
+            offsets: list[float] = []
+            tree.anchors(run, 0.0, offsets)
+            floor = run.started_at
+            start = floor
+            if offsets and floor.tzinfo is not None:
+                exact = datetime.fromtimestamp(min(offsets), tz=floor.tzinfo)
                 start = min(max(exact, floor), floor + _WITHIN_SECOND)
-        _Placer(tree).run(run, start)
+            _Placer(tree).run(run, start)
+        for item, *_ in _timed(runs):
+            for when in (item.started_at, item.ended_at):  # type: ignore[attr-defined]
+                if when is not None:
+                    check_time_range(when)
+    except (OverflowError, OSError, ValueError):
+        for item, started, ended, metadata in saved:
+            item.started_at, item.ended_at = started, ended  # type: ignore[attr-defined]
+            if metadata is not None:
+                item.metadata.clear()  # type: ignore[attr-defined]
+                item.metadata.update(metadata)  # type: ignore[attr-defined]
