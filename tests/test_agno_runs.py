@@ -426,3 +426,16 @@ def test_times_that_cannot_be_placed_in_range_are_left_as_agno_gave_them(ingest)
     run = models.Run.objects.get(run_id="late")
     assert run.started_at.timestamp() == late and "time_estimated" not in run.metadata
     assert "time_estimated" not in run.model_calls.get().metadata
+
+
+def test_a_delegation_no_run_answers_names_the_member_as_the_roster_does(agno_db):
+    """Without stored member responses agno keeps a sub-team's member runs nowhere: the
+    sub-team's delegations then name each member as the team's roster does (its name),
+    not by the id the model wrote, and link to no run."""
+    path, _ = agno_db
+    (board,) = [r for r in agno_rows(path) if r.get("team_id") == "review-board"]
+    (team,) = agno.parse({**board, "member_responses": []})
+    assert [(i.member, i.member_run_id) for i in team.member_interactions] == [
+        ("Checker", None),
+        ("Editor", None),
+    ]

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -529,6 +530,7 @@ def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
             )
         )
     link_members(run, members)
+    name_from_roster(run, payload)
     runs = [run]
     if include_members:
         runs.extend(_member_runs(payload, run, members))
@@ -587,6 +589,33 @@ def link_members(run: Run, members: Sequence[dict[str, Any]]) -> None:
         free.remove(found)
         interaction.member = member_name(found) or interaction.member
         interaction.member_run_id = value_text(found.get("run_id"))
+
+
+# A member in the roster agno writes into a team leader's system message.
+_ROSTER_ENTRY = re.compile(r'<member id="([^"]*)" name="([^"]*)"')
+
+
+def name_from_roster(run: Run, payload: dict[str, Any]) -> None:
+    """Name each member interaction no member run answers (agno kept none: a sub-team's
+    members when member responses are not stored) as the team's roster names it, the
+    ``<member id=… name=…>`` lines of the leader's system message, rather than by the id
+    the model wrote."""
+    unnamed = [i for i in run.member_interactions if i.member_run_id is None]
+    if not unnamed:
+        return
+    system = next(
+        (
+            m.get("content")
+            for m in payload.get("messages") or []
+            if isinstance(m, dict)
+            and m.get("role") in ("system", "developer")
+            and isinstance(m.get("content"), str)
+        ),
+        "",
+    )
+    names = dict(_ROSTER_ENTRY.findall(system[:100_000]))
+    for interaction in unnamed:
+        interaction.member = names.get(interaction.member) or interaction.member
 
 
 def _member_runs(payload: dict[str, Any], team: Run, members: list[dict[str, Any]]) -> list[Run]:
