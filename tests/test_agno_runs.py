@@ -439,3 +439,59 @@ def test_a_delegation_no_run_answers_names_the_member_as_the_roster_does(agno_db
         ("Checker", None),
         ("Editor", None),
     ]
+
+
+def test_a_workflow_step_run_by_a_team_brings_its_member_once(tmp_path):
+    """A team as a workflow step: agno lists its member's run both among the step runs
+    and inside the team run; here it is one member run under the team's step run."""
+    framework("agno")
+    framework("sqlalchemy")
+    from agno.agent import Agent
+    from agno.db.sqlite import SqliteDb
+    from agno.models.openai import OpenAIChat
+    from agno.team import Team
+    from agno.workflow import Step, Workflow
+
+    script = [
+        ("Review", _delegate("checker", "Check it")),
+        ("Checker", fake_openai.Answer("Checked.")),
+        ("Review", fake_openai.Answer("Team says ok.")),
+        ("Writer", fake_openai.Answer("Written.")),
+    ]
+    server = fake_openai.start([answer for _, answer in script])
+    try:
+
+        def model():
+            return OpenAIChat(id="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+
+        team = Team(
+            name="Review",
+            id="review",
+            model=model(),
+            members=[Agent(name="Checker", id="checker", model=model(), instructions="Check.")],
+        )
+        workflow = Workflow(
+            name="Flow",
+            id="flow",
+            db=SqliteDb(db_file=str(tmp_path / "agno.db")),
+            steps=[
+                Step(name="review", team=team),
+                Step(name="write", agent=Agent(name="Writer", model=model())),
+            ],
+        )
+        assert workflow.run("Go", session_id="wf-2").content == "Written."
+    finally:
+        server.shutdown()
+    assert "4 created" in run_import(tmp_path / "agno.db")
+    assert set(models.Run.objects.values_list("run_id", flat=True)) == set(
+        runs_agno_ran(tmp_path / "agno.db")
+    )
+    runs = assert_times_nested()
+    by_name = {r.agent_name: r for r in runs.values()}
+    assert by_name["Checker"].parent_run_id == by_name["Review"].run_id
+    assert by_name["Review"].parent_run_id == by_name["Flow"].run_id
+    (interaction,) = by_name["Review"].member_interactions.all()
+    assert (interaction.member, interaction.member_run_id) == ("Checker", by_name["Checker"].run_id)
+    for name, run in by_name.items():
+        sent = [request for (who, _), request in zip(script, server.requests, strict=True) if who == name]
+        assert [c["output"] for c in calls_of(run)] == [r.answer["content"] for r in sent], name
