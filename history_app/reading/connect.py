@@ -24,6 +24,9 @@ LOCAL_INGEST = "http://127.0.0.1:8000/api/v1/ingest"
 # The session every recipe puts its run in.
 SESSION = "ticket-4711"
 HEADING = "## Connect a framework"
+# Where a token made on the connect page waits, in the user's session, for the one page
+# that shows it.
+NEW_TOKEN_KEY = "history_connect_token"
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,10 @@ class Recipe:
     key: str  # the page's ``framework`` parameter
     title: str
     file: str  # in recipes/
-    instrumentation: str  # what records the run
+    instruments: tuple[str, ...]  # what records the run (code)
     session: str  # the code that names the run's session
     session_note: str  # what that code is
+    note: str = ""  # anything else the page says about it
 
     @property
     def code(self) -> str:
@@ -66,7 +70,7 @@ RECIPES = (
         "openai-agents",
         "OpenAI Agents SDK",
         "with_openai_agents.py",
-        "OpenAIAgentsInstrumentor",
+        ("OpenAIAgentsInstrumentor",),
         f'with using_session("{SESSION}"):',
         "OpenInference's context manager: every span started inside it carries the session id",
     ),
@@ -74,7 +78,7 @@ RECIPES = (
         "langgraph",
         "LangGraph and LangChain",
         "with_langgraph.py",
-        "LangChainInstrumentor",
+        ("LangChainInstrumentor",),
         f'{{"configurable": {{"thread_id": "{SESSION}"}}}}',
         "LangGraph's thread id is the session; a LangChain chain alone takes "
         f'metadata={{"session_id": "{SESSION}"}} in its config',
@@ -83,24 +87,27 @@ RECIPES = (
         "smolagents",
         "smolagents",
         "with_smolagents.py",
-        "SmolagentsInstrumentor and OpenAIInstrumentor",
+        ("SmolagentsInstrumentor", "OpenAIInstrumentor"),
         f'with using_session("{SESSION}"):',
-        "OpenInference's context manager; the OpenAI client's instrumentation beside smolagents' "
-        "keeps each model call's messages as they were sent",
+        "OpenInference's context manager",
+        "The OpenAI client's instrumentation beside smolagents' keeps each model call's messages "
+        "exactly as they were sent.",
     ),
     Recipe(
         "pydantic-ai",
         "Pydantic AI",
         "with_pydantic_ai.py",
-        "Agent.instrument_all (Pydantic AI's own, GenAI conventions)",
+        ("Agent.instrument_all",),
         f'conversation_id="{SESSION}"',
-        "Pydantic AI's conversation id (gen_ai.conversation.id) is the session",
+        "Pydantic AI's conversation id, reported as gen_ai.conversation.id, is the session",
+        "Pydantic AI's own instrumentation writes the GenAI conventions, which the dashboard reads: "
+        "no OpenInference package is needed.",
     ),
     Recipe(
         "agno",
         "agno",
         "with_agno.py",
-        "AgnoInstrumentor",
+        ("AgnoInstrumentor",),
         f'session_id="{SESSION}"',
         "agno's own session id, which the instrumentation reports as the session",
     ),
@@ -108,18 +115,21 @@ RECIPES = (
         "openai",
         "The OpenAI client",
         "with_openai_client.py",
-        "OpenAIInstrumentor, with an OITracer agent span around the calls",
+        ("OpenAIInstrumentor", "OITracer"),
         f'with using_session("{SESSION}"):',
-        "OpenInference's context manager; the function under @tracer.agent is one run",
+        "OpenInference's context manager",
+        "The function under @tracer.agent (an OITracer's agent span) is one run; the OpenAI calls "
+        "inside it are its model calls.",
     ),
     Recipe(
         "native",
         "The agent-history library",
         "with_native.py",
-        "AgentHistoryMiddleware and HttpSink (no OpenTelemetry: the native format)",
+        ("AgentHistoryMiddleware", "HttpSink"),
         f'session_id="{SESSION}"',
         "the middleware's session id; an agent built on autourgos takes the middleware as it is: "
         "Agent(llm=..., middleware=[history])",
+        "No OpenTelemetry: the library records the run itself and sends it in the native format.",
     ),
 )
 BY_KEY = {recipe.key: recipe for recipe in RECIPES}
@@ -153,10 +163,11 @@ def docs_section() -> str:
         lines += [
             f"### {one.title}",
             "",
-            f"- Recorded by: `{one.instrumentation}`",
+            "- Recorded by: " + " and ".join(f"`{name}`" for name in one.instruments),
             f"- Sent to: `{one.endpoint_path}`",
             f"- The session: `{one.session}` ({one.session_note})",
             "",
+            *([one.note, ""] if one.note else []),
             "```python",
             one.code.rstrip("\n"),
             "```",
