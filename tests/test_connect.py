@@ -243,3 +243,12 @@ def test_the_help_page_holds_the_same_recipes(client):
     for recipe in connect.RECIPES:
         assert f'id="{recipe.anchor}"' in page
         assert html.escape(recipe.code.splitlines()[-1], quote=False) in page
+
+
+def test_the_page_counts_its_queries(admin_client, django_assert_num_queries):
+    admin_client.get("/p/default/connect/")  # the project is remembered in the session
+    # The login session (2), the project with the user's role, the header's project menu.
+    with django_assert_num_queries(4):
+        assert admin_client.get("/p/default/connect/?framework=native").status_code == 200
+    with django_assert_num_queries(3):  # htmx's fragment: no project menu
+        admin_client.get("/p/default/connect/?framework=agno", HTTP_HX_REQUEST="true")
