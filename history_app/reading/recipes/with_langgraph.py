@@ -1,9 +1,8 @@
-# pip install langgraph langchain-openai openinference-instrumentation-langchain opentelemetry-sdk opentelemetry-exporter-otlp-proto-http
+# pip install langchain langchain-openai openinference-instrumentation-langchain opentelemetry-sdk opentelemetry-exporter-otlp-proto-http
 import os
 
-from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
-from langgraph.prebuilt import create_react_agent
+from langchain.agents import create_agent
+from langchain.tools import tool
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
@@ -27,9 +26,10 @@ def get_weather(city: str) -> str:
     return f"It is sunny in {city}."
 
 
-graph = create_react_agent(ChatOpenAI(model="gpt-4o-mini"), [get_weather], prompt="Answer briefly.")
+# A LangGraph graph: LangChain's agent is one (a StateGraph of your own is instrumented alike).
+agent = create_agent("openai:gpt-4o-mini", tools=[get_weather], system_prompt="Answer briefly.")
 # The thread_id is the session the run goes in (LangChain alone: metadata={"session_id": ...}).
 config = {"configurable": {"thread_id": "ticket-4711"}}
-state = graph.invoke({"messages": [("user", "What is the weather in Lima?")]}, config)
+state = agent.invoke({"messages": [{"role": "user", "content": "What is the weather in Lima?"}]}, config)
 print(state["messages"][-1].content)
 provider.force_flush()  # a short script: send the spans before it exits
