@@ -252,3 +252,16 @@ def test_the_page_counts_its_queries(admin_client, django_assert_num_queries):
         assert admin_client.get("/p/default/connect/?framework=native").status_code == 200
     with django_assert_num_queries(3):  # htmx's fragment: no project menu
         admin_client.get("/p/default/connect/?framework=agno", HTTP_HX_REQUEST="true")
+
+
+def test_a_token_waits_for_its_own_projects_page(admin_client):
+    other = models.Project.objects.create(slug="other", name="Other")
+    models.Membership.objects.create(
+        project=other, user=models.Membership.objects.get().user, role=models.Membership.ADMIN
+    )
+    admin_client.post("/p/default/connect/token/", {"framework": "native"})
+    assert "aht_" not in admin_client.get("/p/other/connect/").content.decode()
+    page = admin_client.get("/p/default/connect/?framework=native").content.decode()
+    assert (
+        "export TOKEN=aht_" in page and 'Sent to: <code id="endpoint">http://testserver/api/v1/ingest' in page
+    )

@@ -328,20 +328,20 @@ def token_create(request: HttpRequest) -> HttpResponse:
 def connect_token(request: HttpRequest) -> HttpResponse:
     """A new ingest token for the connect page's recipe (``framework``), named after it:
     back to the page, which shows it in the recipe's ``export TOKEN=`` line, once."""
-    chosen = connect.recipe(request.POST.get("framework", ""))
-    if chosen is None or not request.POST.get("framework"):
+    chosen = connect.BY_KEY.get(request.POST.get("framework", ""))
+    if chosen is None:
         names = ", ".join(r.key for r in connect.RECIPES)
         back = reverse("history_app:connect", args=[request.project.slug])
         context = {"message": f"framework: must be one of {names}", "field": "framework", "back": back}
         return render(request, "history_app/bad_request.html", context, status=400)
-    row, token = register_token(
+    _, token = register_token(
         name=f"connect: {chosen.title}",
         scopes=[models.IngestToken.INGEST],
         actor=request.user.get_username(),
         project=request.project,
     )
     # Post/redirect/get, as on the settings page: a reload does not make a second token.
-    request.session[connect.NEW_TOKEN_KEY] = {"token": token, "pk": row.pk, "project": request.project.slug}
+    request.session[connect.NEW_TOKEN_KEY] = {"token": token, "project": request.project.slug}
     url = reverse("history_app:connect", args=[request.project.slug])
     return HttpResponseRedirect(f"{url}?framework={chosen.key}#token")
 

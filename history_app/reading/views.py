@@ -565,9 +565,9 @@ def connect_page(request: HttpRequest, *, as_json: bool) -> HttpResponse:
     }
     if as_json:
         return JsonResponse(twins.connect(context))
-    new = request.session.pop(connect.NEW_TOKEN_KEY, None)  # shown this once, then gone
+    new = request.session.get(connect.NEW_TOKEN_KEY)
     if new is not None and new.get("project") == request.project.slug:
-        context["new_token"] = new["token"]
+        context["new_token"] = request.session.pop(connect.NEW_TOKEN_KEY)["token"]  # shown once
     response = render(request, _template(request, "connect", "recipe"), context)
     if "new_token" in context:
         response["Cache-Control"] = "no-store"  # the token is shown once, never kept by a cache
