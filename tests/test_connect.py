@@ -265,3 +265,13 @@ def test_a_token_waits_for_its_own_projects_page(admin_client):
     assert (
         "export TOKEN=aht_" in page and 'Sent to: <code id="endpoint">http://testserver/api/v1/ingest' in page
     )
+
+
+def test_switching_project_on_the_page_keeps_the_framework(admin_client):
+    other = models.Project.objects.create(slug="other", name="Other")
+    models.Membership.objects.create(
+        project=other, user=models.Membership.objects.get().user, role=models.Membership.VIEWER
+    )
+    referer = "http://testserver/p/default/connect/?framework=smolagents"
+    response = admin_client.get("/switch/other/", HTTP_REFERER=referer)
+    assert response["Location"] == "/p/other/connect/?framework=smolagents"

@@ -48,7 +48,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 # Pages that exist in every project: switching project on one of them opens the same page
 # (with its query: a search stays the same search) in the other.
-_SAME_PAGE = {"session_list", "stats", "receipt_list", "project_settings"}
+_SAME_PAGE = {"session_list", "stats", "receipt_list", "project_settings", "connect"}
 
 
 def _same_page(request: HttpRequest, project: models.Project, role: str) -> str | None:
