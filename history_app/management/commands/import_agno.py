@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import json
 import sqlite3
 from datetime import UTC, datetime
@@ -11,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from history_app.agent_history import redact
 from history_app.agent_history.formats import agno
 from history_app.agent_history.records import RecordError
+from history_app.agent_history.text import value_text
 from history_app.intake import ingestion
 from history_app.management.progress import show_progress
 from history_app.management.projects import add_project_argument, project_named
@@ -82,6 +84,71 @@ def rebuild_workflow_history(run, previous: list[dict], num_history_runs: int) -
         run.injected_contexts.append(rebuilt)
 
 
+HISTORY_FLAGS = {
+    "history_runs": "num_history_runs",
+    "history_messages": "num_history_messages",
+    "max_tool_calls_from_history": "max_tool_calls_from_history",
+}
+
+
+def history_flag(value: str) -> tuple[str, int]:
+    """One ``--history-runs``/``--history-messages``/``--max-tool-calls-from-history``
+    value: ``N`` for every agent and team, ``NAME=N`` for the one named (its name or id)."""
+    name, _, number = value.rpartition("=")
+    try:
+        count = int(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected N or NAME=N, N a whole number") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: N must be 0 or more")
+    return name.strip(), count
+
+
+def history_settings(options: dict[str, Any], payload: dict[str, Any]) -> dict[str, int | None] | None:
+    """The history settings an agent or team leader ran with, from the flags (agno stores
+    none of them): the values given for its name or id over those given for all; None
+    when neither ``--history-runs`` nor ``--history-messages`` covers it (it replayed
+    nothing). As in agno, a number of runs wins over a number of messages, except that a
+    number of messages given for this one by name replaces a number of runs given for all."""
+    names = {value_text(payload.get(key)) for key in ("agent_name", "agent_id", "team_name", "team_id")} - {None}
+    found: dict[str, int | None] = {}
+    named: set[str] = set()
+    for flag, setting in HISTORY_FLAGS.items():
+        for name, count in options.get(flag) or []:
+            if not name:
+                found.setdefault(setting, count)
+            elif name in names:
+                found[setting] = count
+                named.add(setting)
+    if "num_history_messages" in named and "num_history_runs" not in named:
+        found.pop("num_history_runs", None)
+    if found.get("num_history_runs") is None and found.get("num_history_messages") is None:
+        return None
+    if found.get("num_history_runs") is not None:
+        found.pop("num_history_messages", None)
+    return {setting: found.get(setting) for setting in HISTORY_FLAGS.values()}
+
+
+def add_replay(payload: dict[str, Any], previous: list[dict], settings: dict[str, int | None] | None):
+    """The run with the history agno replayed to it (a copy), and that replay; the run
+    itself when it replayed nothing, or when agno stored its replay
+    (``store_history_messages``: never added twice)."""
+    if settings is None or agno.has_stored_replay(payload):
+        return payload, None
+    replay = agno.replayed_history(previous, settings)
+    if not replay["messages"]:
+        return payload, None
+    return agno.with_replay(payload, replay["messages"]), replay
+
+
+def replays_history(payload: dict[str, Any]) -> bool:
+    """Whether a run is an agent's or a team leader's own (not a member's, nor a
+    workflow's): the runs agno replays history to, and from."""
+    if payload.get("parent_run_id") or payload.get("step_results") is not None:
+        return False
+    return bool(payload.get("agent_id") or payload.get("team_id")) and not payload.get("workflow_id")
+
+
 def parse_since(value: str | None) -> int | None:
     if not value:
         return None
@@ -108,11 +175,27 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--history-runs",
-            type=int,
-            default=None,
-            metavar="N",
-            help="The agents ran with add_history_to_context and num_history_runs=N: rebuild the replayed "
-            "history of each agent run from the stored runs (agno does not store it), marked as reconstructed.",
+            type=history_flag,
+            action="append",
+            metavar="[NAME=]N",
+            help="The agents and team leaders ran with add_history_to_context and num_history_runs=N (agno's "
+            "default 3); NAME=N for one agent or team (its name or id), repeatable: rebuild the messages agno "
+            "replayed to each of their model calls from the stored runs (agno does not store them), marked "
+            "as reconstructed. 0: replayed nothing.",
+        )
+        parser.add_argument(
+            "--history-messages",
+            type=history_flag,
+            action="append",
+            metavar="[NAME=]N",
+            help="As --history-runs, for num_history_messages=N (the last N messages of the session).",
+        )
+        parser.add_argument(
+            "--max-tool-calls-from-history",
+            type=history_flag,
+            action="append",
+            metavar="[NAME=]N",
+            help="With --history-runs or --history-messages: the agents ran with max_tool_calls_from_history=N.",
         )
         parser.add_argument(
             "--workflow-history-runs",
@@ -130,7 +213,7 @@ class Command(BaseCommand):
         source: str,
         since: str | None,
         schema: str,
-        history_runs: int | None,
+        history_runs: list[tuple[str, int]] | None = None,
         workflow_history_runs: int | None = None,
         project: str = "default",
         **options,
@@ -143,7 +226,13 @@ class Command(BaseCommand):
             rows = read_sqlite(source, since_epoch)
         problems: list[str] = []
         all_results: list[ingestion.ItemResult] = []
-        earlier: dict[tuple[str, str], list[dict]] = {}
+        history = {
+            "history_runs": history_runs,
+            "history_messages": options.get("history_messages"),
+            "max_tool_calls_from_history": options.get("max_tool_calls_from_history"),
+        }
+        # Each session's agent and team runs so far, oldest first: what agno replays from.
+        earlier: dict[str, list[dict]] = {}
         earlier_workflows: dict[str, list[dict]] = {}
         # Member runs are rows of their own, written before their team's row; the tasks the
         # team delegated to each member settle where the blocks in its message end.
@@ -179,19 +268,19 @@ class Command(BaseCommand):
                     if team and payload.get("agent_id")
                     else []
                 )
+                replay = None
+                if replays_history(payload):
+                    previous = earlier.setdefault(str(payload.get("session_id")), [])
+                    settings = history_settings(history, payload)
+                    sent, replay = add_replay(payload, previous, settings)
+                    previous.append(payload)
+                    payload = sent
                 runs = agno.parse(payload, tasks=tasks)
+                if replay is not None:
+                    agno.mark_reconstructed(runs[0], replay)
             except RecordError:
                 runs = None  # sent as it is: ingestion reports what is wrong, with its path
             if runs is not None:
-                if history_runs is not None and payload.get("agent_id") and not payload.get("parent_run_id"):
-                    previous = earlier.setdefault(
-                        (str(payload.get("session_id")), str(payload["agent_id"])), []
-                    )
-                    context = agno.reconstructed_history(previous, history_runs)
-                    if context is not None:
-                        context.step = runs[0].agent_name
-                        runs[0].injected_contexts.append(context)
-                    previous.append(payload)
                 if runs[0].kind == "workflow" and workflow_history_runs is not None:
                     previous = earlier_workflows.setdefault(str(payload.get("session_id")), [])
                     rebuild_workflow_history(runs[0], previous, workflow_history_runs)
