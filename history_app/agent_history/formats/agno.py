@@ -371,7 +371,9 @@ def replay_text(messages: list[dict[str, Any]]) -> str:
         for call in calls:
             function = call.get("function") if isinstance(call.get("function"), dict) else {}
             arguments = value_text(function.get("arguments")) or ""
-            lines.append(f"{role} calls {function.get('name')}({arguments}) · {value_text(call.get('id')) or ''}")
+            lines.append(
+                f"{role} calls {function.get('name')}({arguments}) · {value_text(call.get('id')) or ''}"
+            )
     return "\n".join(lines)
 
 

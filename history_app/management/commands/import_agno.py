@@ -110,7 +110,9 @@ def history_settings(options: dict[str, Any], payload: dict[str, Any]) -> dict[s
     when neither ``--history-runs`` nor ``--history-messages`` covers it (it replayed
     nothing). As in agno, a number of runs wins over a number of messages, except that a
     number of messages given for this one by name replaces a number of runs given for all."""
-    names = {value_text(payload.get(key)) for key in ("agent_name", "agent_id", "team_name", "team_id")} - {None}
+    names = {value_text(payload.get(key)) for key in ("agent_name", "agent_id", "team_name", "team_id")} - {
+        None
+    }
     found: dict[str, int | None] = {}
     named: set[str] = set()
     for flag, setting in HISTORY_FLAGS.items():
