@@ -131,16 +131,55 @@ def history_settings(options: dict[str, Any], payload: dict[str, Any]) -> dict[s
     return {setting: found.get(setting) for setting in HISTORY_FLAGS.values()}
 
 
-def add_replay(payload: dict[str, Any], previous: list[dict], settings: dict[str, int | None] | None):
-    """The run with the history agno replayed to it (a copy), and that replay; the run
-    itself when it replayed nothing, or when agno stored its replay
-    (``store_history_messages``: never added twice)."""
-    if settings is None or agno.has_stored_replay(payload):
-        return payload, None
-    replay = agno.replayed_history(previous, settings)
-    if not replay["messages"]:
-        return payload, None
-    return agno.with_replay(payload, replay["messages"]), replay
+def row_payload(row: tuple) -> dict[str, Any] | None:
+    """A row's ``run_data`` with the row's columns where it leaves a field out; None when
+    it is no JSON object (the import loop reports that)."""
+    run_data, session_id, parent_run_id, user_id, status, created_at = row
+    try:
+        payload = json.loads(run_data)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(payload, dict):
+        return None
+    for key, value in (("session_id", session_id), ("user_id", user_id), ("status", status)):
+        payload.setdefault(key, value)
+    payload.setdefault("created_at", created_at)
+    if parent_run_id:
+        payload.setdefault("parent_run_id", parent_run_id)
+    return payload
+
+
+def history_replays(rows: list[tuple], options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The replay agno sent each agent or team-leader run the flags cover, by run id
+    (``agno.replayed_history``), rebuilt from the earlier runs of its session among
+    ``rows`` (oldest first). A run whose replay agno stored (``store_history_messages``)
+    has none here: it is never added twice."""
+    earlier: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        payload = row_payload(row)
+        if payload is None or not payload.get("run_id") or not replays_history(payload):
+            continue
+        previous = earlier.setdefault(str(payload.get("session_id")), [])
+        settings = history_settings(options, payload)
+        if settings is not None and not agno.has_stored_replay(payload):
+            replay = agno.replayed_history(previous, settings)
+            if replay["messages"]:
+                found[str(payload["run_id"])] = replay
+        previous.append(payload)
+    return found
+
+
+def read_rows(source: str, schema: str, since: int | None) -> list[tuple]:
+    if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
+        return read_postgres(source, schema, since)
+    return read_sqlite(source, since)
+
+
+def history_rows(source: str, schema: str, since: int | None, rows: list[tuple]) -> list[tuple]:
+    """The rows replays are rebuilt from: every row, also with ``--since`` (a newer run
+    replays older ones, which that import does not read again)."""
+    return rows if since is None else read_rows(source, schema, None)
 
 
 def replays_history(payload: dict[str, Any]) -> bool:
@@ -222,10 +261,7 @@ class Command(BaseCommand):
     ):
         project_id = project_named(project).pk
         since_epoch = parse_since(since)
-        if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
-            rows = read_postgres(source, schema, since_epoch)
-        else:
-            rows = read_sqlite(source, since_epoch)
+        rows = read_rows(source, schema, since_epoch)
         problems: list[str] = []
         all_results: list[ingestion.ItemResult] = []
         history = {
@@ -233,8 +269,9 @@ class Command(BaseCommand):
             "history_messages": options.get("history_messages"),
             "max_tool_calls_from_history": options.get("max_tool_calls_from_history"),
         }
-        # Each session's agent and team runs so far, oldest first: what agno replays from.
-        earlier: dict[str, list[dict]] = {}
+        replays = {}
+        if history["history_runs"] or history["history_messages"]:
+            replays = history_replays(history_rows(source, schema, since_epoch, rows), history)
         earlier_workflows: dict[str, list[dict]] = {}
         # Member runs are rows of their own, written before their team's row; the tasks the
         # team delegated to each member settle where the blocks in its message end.
@@ -270,14 +307,10 @@ class Command(BaseCommand):
                     if team and payload.get("agent_id")
                     else []
                 )
-                replay = None
-                if replays_history(payload):
-                    previous = earlier.setdefault(str(payload.get("session_id")), [])
-                    settings = history_settings(history, payload)
-                    sent, replay = add_replay(payload, previous, settings)
-                    previous.append(payload)
-                    payload = sent
-                runs = agno.parse(payload, tasks=tasks)
+                replay = replays.get(str(payload.get("run_id")))
+                runs = agno.parse(
+                    agno.with_replay(payload, replay["messages"]) if replay else payload, tasks=tasks
+                )
                 if replay is not None:
                     agno.mark_reconstructed(runs[0], replay)
             except RecordError:
