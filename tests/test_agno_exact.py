@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from history_app import models
 
@@ -139,6 +140,8 @@ AGENTS = {
     "Runs": {"num_history_runs": 2},
     "Messages": {"num_history_messages": 5},
     "Tools": {"max_tool_calls_from_history": 1},
+    # agno stores this one's replay with each run: never added a second time.
+    "Stored": {"num_history_runs": 1, "store_history_messages": True},
 }
 # What they ran with, told to the importer: 3 for all, and what differs by name.
 FLAGS = [
@@ -159,11 +162,11 @@ def run_import(*args: str) -> str:
 def assert_every_call_exact(recording: Recording) -> None:
     exact, report, notes = conformance.match(recording.requests, stored_calls())
     assert report == [], "\n".join(report)
-    assert exact == len(recording.requests) == 34 and notes == []
+    assert exact == len(recording.requests) == 42 and notes == []
 
 
 def test_every_model_call_received_what_agno_sent(recording):
-    assert "18 created, 0 updated" in run_import(str(recording.path), *FLAGS)
+    assert "22 created, 0 updated" in run_import(str(recording.path), *FLAGS)
     assert_every_call_exact(recording)
     # The third run of "Runs" received its instructions, runs 1 and 2 (each a question, a
     # tool request, its result and an answer) and its question: ten messages.
@@ -229,7 +232,7 @@ def test_every_agno_block_rebuilds_byte_exact_in_the_inspector(recording, alice_
 def test_a_second_import_changes_nothing(recording):
     run_import(str(recording.path), *FLAGS)
     before = database_dump(exclude=("history_app_ingestreceipt",))
-    assert "0 created, 0 updated, 18 duplicate" in run_import(str(recording.path), *FLAGS)
+    assert "0 created, 0 updated, 22 duplicate" in run_import(str(recording.path), *FLAGS)
     assert database_dump(exclude=("history_app_ingestreceipt",)) == before
 
 
@@ -237,6 +240,52 @@ def test_importing_again_with_the_settings_brings_an_older_import_up_to_date(rec
     run_import(str(recording.path))
     third = models.Run.objects.filter(agent_name="Runs").order_by("started_at")[2]
     assert third.model_calls.order_by("position").first().message_count == 2
-    assert "0 created, 10 updated, 8 duplicate" in run_import(str(recording.path), *FLAGS)
+    assert "0 created, 10 updated, 12 duplicate" in run_import(str(recording.path), *FLAGS)
     assert_every_call_exact(recording)
     assert third.model_calls.order_by("position").first().message_count == 10
+
+
+def test_a_replay_agno_stored_is_kept_as_stored(recording):
+    run_import(str(recording.path), *FLAGS)
+    last = models.Run.objects.filter(agent_name="Stored").order_by("started_at").last()
+    call = last.model_calls.order_by("position").first()
+    # num_history_runs=1 as agno ran it, although --history-runs 3 covers it: one run replayed.
+    assert sum(m["part"] == "history" for m in call.messages) == 4
+    assert "reconstructed_history" not in call.metadata
+    (replay,) = last.injected_contexts.filter(kind="chat_history")
+    assert replay.reported is True
+
+
+def test_with_since_a_newer_run_still_replays_the_runs_before_it(recording, tmp_path):
+    # Every run but the last of each session is made a day older: --since reads only those.
+    copy = tmp_path / "agno.db"
+    copy.write_bytes(recording.path.read_bytes())
+    db = sqlite3.connect(copy)
+    last = {}
+    for run_id, session_id in db.execute(
+        "SELECT run_id, session_id FROM agno_runs WHERE parent_run_id IS NULL ORDER BY created_at, run_index"
+    ):
+        last[session_id] = run_id
+    with db:
+        db.execute(
+            "UPDATE agno_runs SET created_at = created_at - 86400, updated_at = updated_at - 86400 "
+            f"WHERE run_id NOT IN ({', '.join('?' * len(last))})",
+            list(last.values()),
+        )
+    (since,) = db.execute(
+        "SELECT MIN(created_at) FROM agno_runs WHERE run_id = ?", [next(iter(last.values()))]
+    ).fetchone()
+    db.close()
+    assert "5 created, 0 updated" in run_import(str(copy), *FLAGS, "--since", str(since - 3600))
+    # Each call of the five runs read is one the model received, history and all.
+    calls = stored_calls()
+    assert len(calls) == 4 * 2 + 3
+    exact, _, _ = conformance.match(recording.requests, calls)
+    assert exact == len(calls)
+
+
+def test_a_bad_history_flag_is_a_clear_error(recording):
+    with pytest.raises(CommandError, match="--history-runs: 'Runs=two': expected N or NAME=N"):
+        run_import(str(recording.path), "--history-runs", "Runs=two")
+    with pytest.raises(CommandError, match="N must be 0 or more"):
+        run_import(str(recording.path), "--history-messages", "-1")
