@@ -198,6 +198,12 @@ def test_the_replay_is_a_context_marked_reconstructed_with_its_settings(recordin
     )
     assert lines[2].startswith("tool (") and lines[2].endswith("): 5")
     assert "assistant: " not in lines[1]
+    # Each replayed message of the call is linked to it; its page names its sources.
+    first = third.model_calls.order_by("position").first()
+    assert [m.get("context") for m in first.messages if m["part"] == "history"] == [replay.position] * 8
+    body = alice_client.get(f"/api/v1/runs/{third.run_id}/contexts/{replay.position + 1}").json()
+    assert body["context"]["reported"] is False and "replayed from earlier runs" in body["notes"][0]
+    assert [s["run_id"] for s in body["sources"] if s["stored"]] == replay.source_run_ids
     # The model-call page says what was rebuilt, from which settings, and whose roles.
     call = third.model_calls.order_by("position").first()
     page = alice_client.get(f"/p/default/runs/{third.run_id}/model-calls/{call.number}/").content.decode()

@@ -135,6 +135,12 @@ def inspect(project: models.Project, run_id: str, position: int, params: Any) ->
             inspection.rerendered_diff = diff_lines(
                 context.text, inspection.rerendered, "sent", "re-rendered", budget
             )
+    elif context.kind == "chat_history":
+        inspection.notes.append(
+            "Chat history: the messages replayed from earlier runs, which the model received as messages "
+            "of their own (each model call lists them), shown here one line each; only history blocks "
+            "(workflow, team, member interactions, CoT) are re-rendered."
+        )
     else:
         inspection.notes.append(
             f"{context.get_kind_display()} is free text the agent wrote; only history blocks "
