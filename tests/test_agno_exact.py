@@ -98,7 +98,14 @@ def _drive_team(db, server) -> None:
         id="desk",
         model=model(),
         members=[
-            Agent(name="Researcher", id="researcher", model=model(), instructions="You find facts."),
+            # A member with history: the leader hands it its earlier member runs.
+            Agent(
+                name="Researcher",
+                id="researcher",
+                model=model(),
+                instructions="You find facts.",
+                add_history_to_context=True,
+            ),
             Agent(name="Writer", id="writer", model=model(), instructions="You write."),
         ],
         db=db,
@@ -150,7 +157,14 @@ FLAGS = [
     "--history-messages", "Messages=5",
     "--max-tool-calls-from-history", "Tools=1",
     "--history-runs", "Desk=1",
+    "--history-runs", "Researcher=3",
 ]  # fmt: skip
+
+
+def runs_of(name: str) -> list[models.Run]:
+    """The runs of an agent or team in the order agno wrote them (runs of one second have
+    the same start: the order of their rows breaks the tie)."""
+    return list(models.Run.objects.filter(agent_name=name).order_by("started_at", "id"))
 
 
 def run_import(*args: str) -> str:
@@ -170,7 +184,7 @@ def test_every_model_call_received_what_agno_sent(recording):
     assert_every_call_exact(recording)
     # The third run of "Runs" received its instructions, runs 1 and 2 (each a question, a
     # tool request, its result and an answer) and its question: ten messages.
-    third = models.Run.objects.filter(agent_name="Runs").order_by("started_at")[2]
+    third = runs_of("Runs")[2]
     first_call = third.model_calls.order_by("position").first()
     assert [m["role"] for m in first_call.messages] == [
         "developer",
@@ -185,8 +199,8 @@ def test_every_model_call_received_what_agno_sent(recording):
 
 def test_the_replay_is_a_context_marked_reconstructed_with_its_settings(recording, alice_client):
     run_import(str(recording.path), *FLAGS)
-    third = models.Run.objects.filter(agent_name="Runs").order_by("started_at")[2]
-    earlier = list(models.Run.objects.filter(agent_name="Runs").order_by("started_at")[:2])
+    third = runs_of("Runs")[2]
+    earlier = list(runs_of("Runs")[:2])
     (replay,) = third.injected_contexts.filter(kind="chat_history")
     assert replay.reported is False
     assert replay.source_run_ids == [run.run_id for run in earlier]
@@ -213,7 +227,7 @@ def test_the_replay_is_a_context_marked_reconstructed_with_its_settings(recordin
     assert "stored as <code>system</code>, sent as <code>developer</code>" in page
     # The leader of the team: its second run's calls received its first run (num_history_runs=1):
     # the question, two delegations with their results, and the answer.
-    leader = models.Run.objects.filter(kind="team").order_by("started_at")[1]
+    leader = runs_of("Desk")[1]
     for call in leader.model_calls.all():
         assert call.metadata["reconstructed_history"]["num_history_runs"] == 1
         assert sum(m["part"] == "history" for m in call.messages) == 6
@@ -227,8 +241,8 @@ def test_every_agno_block_rebuilds_byte_exact_in_the_inspector(recording, alice_
     assert {c.kind for c in blocks} == {"team_history", "member_interactions"}
     # The researcher of run 2 was given the team's history before its task: the writer's
     # interactions after it quote the task alone (what the rebuild must draw from).
-    researcher = models.Run.objects.filter(agent_name="Researcher").order_by("started_at")[1]
-    assert researcher.input.startswith("<team_history_context>")
+    researcher = runs_of("Researcher")[1]
+    assert researcher.input.startswith("<team_history_context>\n[run-1]")
     for context in blocks:
         answer = alice_client.get(f"/api/v1/runs/{context.run.run_id}/contexts/{context.position + 1}").json()
         assert answer["rebuild"]["verdict"] == "identical", (context.kind, answer["rebuild"]["diff"])
@@ -244,16 +258,33 @@ def test_a_second_import_changes_nothing(recording):
 
 def test_importing_again_with_the_settings_brings_an_older_import_up_to_date(recording):
     run_import(str(recording.path))
-    third = models.Run.objects.filter(agent_name="Runs").order_by("started_at")[2]
+    third = runs_of("Runs")[2]
     assert third.model_calls.order_by("position").first().message_count == 2
-    assert "0 created, 10 updated, 12 duplicate" in run_import(str(recording.path), *FLAGS)
+    assert "0 created, 11 updated, 11 duplicate" in run_import(str(recording.path), *FLAGS)
     assert_every_call_exact(recording)
     assert third.model_calls.order_by("position").first().message_count == 10
 
 
+def test_a_member_with_history_received_its_earlier_member_runs(recording):
+    run_import(str(recording.path), *FLAGS)
+    second = runs_of("Researcher")[1]
+    call = second.model_calls.get()
+    assert [(m["role"], m["part"]) for m in call.messages] == [
+        ("developer", "instructions"),
+        ("user", "history"),
+        ("assistant", "history"),
+        ("user", "input"),
+    ]
+    assert call.messages[1]["content"] == "Find facts about Lyon"
+    assert call.metadata["reconstructed_history"]["num_history_runs"] == 3
+    # The writer, whom no flag names, replayed nothing.
+    for writer in models.Run.objects.filter(agent_name="Writer"):
+        assert not writer.injected_contexts.filter(kind="chat_history").exists()
+
+
 def test_a_replay_agno_stored_is_kept_as_stored(recording):
     run_import(str(recording.path), *FLAGS)
-    last = models.Run.objects.filter(agent_name="Stored").order_by("started_at").last()
+    last = runs_of("Stored")[3]
     call = last.model_calls.order_by("position").first()
     # num_history_runs=1 as agno ran it, although --history-runs 3 covers it: one run replayed.
     assert sum(m["part"] == "history" for m in call.messages) == 4

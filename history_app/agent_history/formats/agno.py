@@ -61,6 +61,14 @@ def _input(payload: dict[str, Any]) -> str:
     value = payload.get("input")
     if isinstance(value, dict):
         value = value.get("input_content", value)
+    if isinstance(value, list):
+        # A member given its history by the leader gets it as messages before its own
+        # (flagged from_history): its input is its own last user message.
+        own = [
+            m for m in value if isinstance(m, dict) and m.get("role") == "user" and not m.get("from_history")
+        ]
+        if own:
+            value = own[-1].get("content")
     return value_text(value) or ""
 
 
@@ -381,14 +389,15 @@ def replay_text(messages: list[dict[str, Any]]) -> str:
 HISTORY_SKIP_STATUSES = {"PAUSED", "CANCELLED", "ERROR", "REGENERATED"}
 
 
-def replayable_runs(previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def replayable_runs(previous: list[dict[str, Any]], *, member_runs: bool = False) -> list[dict[str, Any]]:
     """The earlier runs of a session agno draws history from (``AgentSession.get_messages``,
-    ``TeamSession.get_messages``): its own runs, never a member's (``parent_run_id``), none
-    that was paused, cancelled, failed or regenerated."""
+    ``TeamSession.get_messages``): none that was paused, cancelled, failed or regenerated,
+    and no member's (``parent_run_id``) unless ``member_runs`` (a team member's own
+    history is its earlier member runs)."""
     return [
         run
         for run in previous
-        if not run.get("parent_run_id")
+        if (member_runs or not run.get("parent_run_id"))
         and str(run.get("status") or "COMPLETED").upper() not in HISTORY_SKIP_STATUSES
     ]
 
@@ -398,13 +407,15 @@ def history_messages(
     *,
     num_history_runs: int | None = None,
     num_history_messages: int | None = None,
+    member_runs: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The stored messages agno 3.1 replays to a run (``get_messages`` with
     ``last_n_runs=num_history_runs, limit=num_history_messages, skip_roles=["system"]``:
     the system message is skipped under agno's default ``system_message_role``), and the
-    runs they come from. ``previous``: the session's earlier runs, oldest first. As in
-    agno, ``num_history_runs`` wins when both are set."""
-    runs = replayable_runs(previous)
+    runs they come from. ``previous``: the session's earlier runs, oldest first. Both
+    bounds apply when both are given, as in ``get_messages`` (an agent keeps only its
+    ``num_history_runs`` when both are set; a team member may be given both)."""
+    runs = replayable_runs(previous, member_runs=member_runs)
     if num_history_runs is not None:
         runs = runs[-num_history_runs:] if num_history_runs > 0 else []
     picked = [
@@ -413,7 +424,7 @@ def history_messages(
         for m in run.get("messages") or []
         if isinstance(m, dict) and not m.get("from_history") and m.get("role") != "system"
     ]
-    if num_history_runs is None and num_history_messages is not None:
+    if num_history_messages is not None:
         picked = picked[-num_history_messages:] if num_history_messages > 0 else []
         # A tool result whose request was cut off is dropped, as agno does.
         while picked and picked[0][1].get("role") == "tool":
@@ -451,13 +462,17 @@ def filter_tool_calls(messages: list[dict[str, Any]], max_tool_calls: int) -> li
     return kept
 
 
-def replayed_history(previous: list[dict[str, Any]], settings: dict[str, int | None]) -> dict[str, Any]:
+def replayed_history(
+    previous: list[dict[str, Any]], settings: dict[str, int | None], *, member_runs: bool = False
+) -> dict[str, Any]:
     """The replay agno sent a run (``add_history_to_context``) under ``settings``
     (``num_history_runs``, ``num_history_messages``, ``max_tool_calls_from_history``),
     rebuilt from the session's earlier runs: ``{"messages", "source_run_ids",
     "settings"}``, the messages as agno stored them, in the order it sent them."""
     runs, limit = settings.get("num_history_runs"), settings.get("num_history_messages")
-    messages, sources = history_messages(previous, num_history_runs=runs, num_history_messages=limit)
+    messages, sources = history_messages(
+        previous, num_history_runs=runs, num_history_messages=limit, member_runs=member_runs
+    )
     max_tool_calls = settings.get("max_tool_calls_from_history")
     if max_tool_calls is not None:
         messages = filter_tool_calls(messages, max_tool_calls)

@@ -155,19 +155,62 @@ def history_replays(rows: list[tuple], options: dict[str, Any]) -> dict[str, dic
     ``rows`` (oldest first). A run whose replay agno stored (``store_history_messages``)
     has none here: it is never added twice."""
     earlier: dict[str, list[dict[str, Any]]] = {}
+    by_agent: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    payloads = [p for p in map(row_payload, rows) if p is not None and p.get("run_id")]
+    # agno writes a member's row before its team's: the leaders are known first.
+    teams = {str(p["run_id"]): p for p in payloads if p.get("team_id") and not p.get("agent_id")}
     found: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        payload = row_payload(row)
-        if payload is None or not payload.get("run_id") or not replays_history(payload):
-            continue
-        previous = earlier.setdefault(str(payload.get("session_id")), [])
-        settings = history_settings(options, payload)
-        if settings is not None and not agno.has_stored_replay(payload):
-            replay = agno.replayed_history(previous, settings)
-            if replay["messages"]:
-                found[str(payload["run_id"])] = replay
-        previous.append(payload)
+    for payload in payloads:
+        session = str(payload.get("session_id"))
+        replay = None
+        if replays_history(payload):
+            previous = earlier.setdefault(session, [])
+            replay = _replay(payload, previous, history_settings(options, payload))
+            previous.append(payload)
+        if is_member_run(payload):
+            own = by_agent.setdefault((session, str(payload["agent_id"])), [])
+            team = teams.get(str(payload.get("parent_run_id")), {})
+            settings = member_history_settings(options, payload, team)
+            replay = _replay(payload, own, settings, member_runs=True)
+            own.append(payload)
+        if replay is not None:
+            found[str(payload["run_id"])] = replay
     return found
+
+
+def _replay(
+    payload: dict[str, Any], previous: list[dict], settings: dict | None, *, member_runs: bool = False
+) -> dict[str, Any] | None:
+    """The replay a run was sent, if it replayed any and agno did not store it."""
+    if settings is None or agno.has_stored_replay(payload):
+        return None
+    replay = agno.replayed_history(previous, settings, member_runs=member_runs)
+    return replay if replay["messages"] else None
+
+
+def is_member_run(payload: dict[str, Any]) -> bool:
+    """An agent's run as a member of a team (not a workflow step's)."""
+    return bool(payload.get("parent_run_id") and payload.get("agent_id") and not payload.get("workflow_id"))
+
+
+def member_history_settings(
+    options: dict[str, Any], payload: dict[str, Any], team: dict[str, Any]
+) -> dict[str, int | None] | None:
+    """The history a team member with ``add_history_to_context`` was handed by its leader
+    (agno's ``_get_history_for_member_agent``): its earlier member runs of the session,
+    ``num_history_runs`` its own, else (when it set ``num_history_messages``) its team's,
+    else agno's 3; ``num_history_messages`` its own; ``max_tool_calls_from_history`` not
+    applied. Only flags given for the member by name count: a number given for all is the
+    leader's, and most members replay nothing."""
+    named = {flag: [(n, c) for n, c in options.get(flag) or [] if n] for flag in HISTORY_FLAGS}
+    own = history_settings(named, payload)
+    if own is None:
+        return None
+    if not own["num_history_runs"]:
+        leader = history_settings(options, team) if team else None
+        own["num_history_runs"] = (leader or {}).get("num_history_runs") or 3
+    own["max_tool_calls_from_history"] = None
+    return own
 
 
 def read_rows(source: str, schema: str, since: int | None) -> list[tuple]:
