@@ -7,6 +7,7 @@ nothing."""
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import sqlite3
@@ -326,3 +327,59 @@ def test_a_bad_history_flag_is_a_clear_error(recording):
         run_import(str(recording.path), "--history-runs", "Runs=two")
     with pytest.raises(CommandError, match="N must be 0 or more"):
         run_import(str(recording.path), "--history-messages", "-1")
+
+
+def _stored_runs(path: Path) -> dict[str, list[dict]]:
+    """Each session's top-level run rows, oldest first."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    sessions: dict[str, list[dict]] = {}
+    for (data,) in db.execute(
+        "SELECT run_data FROM agno_runs WHERE parent_run_id IS NULL ORDER BY created_at, run_index"
+    ):
+        run = json.loads(data)
+        sessions.setdefault(run["session_id"], []).append(run)
+    db.close()
+    return sessions
+
+
+@pytest.mark.parametrize("runs", [None, 0, 1, 2, 5])
+@pytest.mark.parametrize("limit", [None, 0, 1, 3, 6])
+@pytest.mark.parametrize("max_tool_calls", [None, 0, 1])
+def test_the_window_is_agnos_own(recording, runs, limit, max_tool_calls):
+    """The replay rebuilt from stored runs is the one agno's own ``get_messages`` and
+    ``filter_tool_calls`` pick from the same runs, message for message, whatever the bounds."""
+    from agno.run.agent import RunOutput
+    from agno.run.team import TeamRunOutput
+    from agno.session.agent import AgentSession
+    from agno.session.team import TeamSession
+    from agno.utils.message import copy_history_message, filter_tool_calls
+
+    from history_app.agent_history.formats import agno
+
+    for session_id, stored in _stored_runs(recording.path).items():
+        team = "team_id" in stored[0] and not stored[0].get("agent_id")
+        for n in range(len(stored) + 1):
+            earlier = stored[:n]
+            if team:
+                session = TeamSession(
+                    session_id=session_id, runs=[TeamRunOutput.from_dict(copy.deepcopy(r)) for r in earlier]
+                )
+            else:
+                session = AgentSession(
+                    session_id=session_id, runs=[RunOutput.from_dict(copy.deepcopy(r)) for r in earlier]
+                )
+            theirs = [
+                copy_history_message(m)
+                for m in session.get_messages(last_n_runs=runs, limit=limit, skip_roles=["system"])
+            ]
+            if max_tool_calls is not None:
+                filter_tool_calls(theirs, max_tool_calls)
+            settings = {
+                "num_history_runs": runs,
+                "num_history_messages": limit,
+                "max_tool_calls_from_history": max_tool_calls,
+            }
+            ours = agno.replayed_history(earlier, settings)["messages"]
+            assert [(m["id"], [c["id"] for c in m.get("tool_calls") or []]) for m in ours] == [
+                (m.id, [c["id"] for c in m.tool_calls or []]) for m in theirs
+            ], (session_id, n)

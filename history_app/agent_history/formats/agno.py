@@ -389,16 +389,23 @@ def replay_text(messages: list[dict[str, Any]]) -> str:
 HISTORY_SKIP_STATUSES = {"PAUSED", "CANCELLED", "ERROR", "REGENERATED"}
 
 
-def replayable_runs(previous: list[dict[str, Any]], *, member_runs: bool = False) -> list[dict[str, Any]]:
-    """The earlier runs of a session agno draws history from (``AgentSession.get_messages``,
-    ``TeamSession.get_messages``): none that was paused, cancelled, failed or regenerated,
-    and no member's (``parent_run_id``) unless ``member_runs`` (a team member's own
-    history is its earlier member runs)."""
+def replayable(run: dict[str, Any], *, member_runs: bool = False) -> bool:
+    """Whether agno draws history from an earlier run of the session
+    (``AgentSession.get_messages``, ``TeamSession.get_messages``): never one that was
+    paused, cancelled, failed or regenerated, and no member's (``parent_run_id``) unless
+    ``member_runs`` (a team member's own history is its earlier member runs)."""
+    if run.get("parent_run_id") and not member_runs:
+        return False
+    return str(run.get("status") or "COMPLETED").upper() not in HISTORY_SKIP_STATUSES
+
+
+def _own_messages(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages of a run that agno replays: not its system message (skipped under
+    agno's default ``system_message_role``), none that was itself replayed."""
     return [
-        run
-        for run in previous
-        if (member_runs or not run.get("parent_run_id"))
-        and str(run.get("status") or "COMPLETED").upper() not in HISTORY_SKIP_STATUSES
+        m
+        for m in run.get("messages") or []
+        if isinstance(m, dict) and not m.get("from_history") and m.get("role") != "system"
     ]
 
 
@@ -410,27 +417,34 @@ def history_messages(
     member_runs: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The stored messages agno 3.1 replays to a run (``get_messages`` with
-    ``last_n_runs=num_history_runs, limit=num_history_messages, skip_roles=["system"]``:
-    the system message is skipped under agno's default ``system_message_role``), and the
-    runs they come from. ``previous``: the session's earlier runs, oldest first. Both
-    bounds apply when both are given, as in ``get_messages`` (an agent keeps only its
-    ``num_history_runs`` when both are set; a team member may be given both)."""
-    runs = replayable_runs(previous, member_runs=member_runs)
-    if num_history_runs is not None:
-        runs = runs[-num_history_runs:] if num_history_runs > 0 else []
-    picked = [
-        (run, m)
-        for run in runs
-        for m in run.get("messages") or []
-        if isinstance(m, dict) and not m.get("from_history") and m.get("role") != "system"
-    ]
+    ``last_n_runs=num_history_runs, limit=num_history_messages, skip_roles=["system"]``),
+    and the runs they come from. ``previous``: the session's earlier runs, oldest first.
+    Both bounds apply when both are given, as in ``get_messages`` (an agent keeps only its
+    ``num_history_runs`` when both are set; a team member may be given both). Read from
+    the newest run back, as far as the bounds reach: a long session costs no more."""
+    if num_history_runs is not None and num_history_runs <= 0:
+        return [], []
+    picked: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    count = 0
+    for run in reversed(previous):
+        if num_history_runs is not None and len(picked) >= num_history_runs:
+            break
+        if num_history_messages is not None and count >= num_history_messages:
+            break
+        if replayable(run, member_runs=member_runs):
+            own = _own_messages(run)
+            picked.append((run, own))
+            count += len(own)
+    picked.reverse()
+    messages = [(run, m) for run, own in picked for m in own]
     if num_history_messages is not None:
-        picked = picked[-num_history_messages:] if num_history_messages > 0 else []
+        messages = messages[-num_history_messages:] if num_history_messages > 0 else []
         # A tool result whose request was cut off is dropped, as agno does.
-        while picked and picked[0][1].get("role") == "tool":
-            picked.pop(0)
-    sources = [run for run in runs if any(r is run for r, _ in picked)]
-    return [m for _, m in picked], sources
+        while messages and messages[0][1].get("role") == "tool":
+            messages.pop(0)
+    kept = {id(run) for run, _ in messages}
+    sources = [run for run, _ in picked if id(run) in kept]
+    return [m for _, m in messages], sources
 
 
 def filter_tool_calls(messages: list[dict[str, Any]], max_tool_calls: int) -> list[dict[str, Any]]:
