@@ -383,3 +383,21 @@ def test_the_window_is_agnos_own(recording, runs, limit, max_tool_calls):
             assert [(m["id"], [c["id"] for c in m.get("tool_calls") or []]) for m in ours] == [
                 (m.id, [c["id"] for c in m.tool_calls or []]) for m in theirs
             ], (session_id, n)
+
+
+@pytest.mark.parametrize("status", ["ERROR", "CANCELLED", "PAUSED", "REGENERATED", "RUNNING"])
+def test_runs_agno_skips_are_skipped_and_the_others_kept(recording, status):
+    from agno.run.agent import RunOutput
+    from agno.session.agent import AgentSession
+
+    from history_app.agent_history.formats import agno
+
+    stored = _stored_runs(recording.path)["runs-1"]
+    stored[1]["status"] = status
+    session = AgentSession(session_id="runs-1", runs=[RunOutput.from_dict(copy.deepcopy(r)) for r in stored])
+    for runs in (None, 2, 3):
+        theirs = [m.id for m in session.get_messages(last_n_runs=runs, skip_roles=["system"])]
+        replay = agno.replayed_history(stored, {"num_history_runs": runs})
+        assert [m["id"] for m in replay["messages"]] == theirs
+    # Over every run: the second is left out for the statuses agno skips.
+    assert (stored[1]["run_id"] in replay["source_run_ids"]) is (status == "RUNNING")
