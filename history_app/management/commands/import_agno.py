@@ -343,6 +343,9 @@ class Command(BaseCommand):
             # Member runs are rows of their own here; embedded copies would be duplicates.
             payload["member_responses"] = []
             items, format_name = [payload], "agno"
+            replay = replays.get(str(payload.get("run_id")))
+            if replay is not None:
+                payload = agno.with_replay(payload, replay["messages"])
             try:
                 team = teams.get(str(payload.get("parent_run_id")))
                 tasks = (
@@ -350,15 +353,12 @@ class Command(BaseCommand):
                     if team and payload.get("agent_id")
                     else []
                 )
-                replay = replays.get(str(payload.get("run_id")))
-                runs = agno.parse(
-                    agno.with_replay(payload, replay["messages"]) if replay else payload, tasks=tasks
-                )
-                if replay is not None:
-                    agno.mark_reconstructed(runs[0], replay)
+                runs = agno.parse(payload, tasks=tasks)
             except RecordError:
                 runs = None  # sent as it is: ingestion reports what is wrong, with its path
             if runs is not None:
+                if replay is not None:
+                    agno.mark_reconstructed(runs[0], replay)
                 if runs[0].kind == "workflow" and workflow_history_runs is not None:
                     previous = earlier_workflows.setdefault(str(payload.get("session_id")), [])
                     rebuild_workflow_history(runs[0], previous, workflow_history_runs)
