@@ -162,10 +162,11 @@ FLAGS = [
 ]  # fmt: skip
 
 
-def runs_of(name: str) -> list[models.Run]:
-    """The runs of an agent or team in the order agno wrote them (runs of one second have
-    the same start: the order of their rows breaks the tie)."""
-    return list(models.Run.objects.filter(agent_name=name).order_by("started_at", "id"))
+def run_of(name: str, asked: str) -> models.Run:
+    """The run of an agent or team that was asked ``asked`` (the end of its input: a
+    member's message may begin with history blocks). Found by what it was asked, never by
+    its start: runs of one second are placed within it, not necessarily in order."""
+    return models.Run.objects.get(agent_name=name, input__endswith=asked)
 
 
 def run_import(*args: str) -> str:
@@ -185,7 +186,7 @@ def test_every_model_call_received_what_agno_sent(recording):
     assert_every_call_exact(recording)
     # The third run of "Runs" received its instructions, runs 1 and 2 (each a question, a
     # tool request, its result and an answer) and its question: ten messages.
-    third = runs_of("Runs")[2]
+    third = run_of("Runs", "And 5+6?")
     first_call = third.model_calls.order_by("position").first()
     assert [m["role"] for m in first_call.messages] == [
         "developer",
@@ -200,8 +201,8 @@ def test_every_model_call_received_what_agno_sent(recording):
 
 def test_the_replay_is_a_context_marked_reconstructed_with_its_settings(recording, alice_client):
     run_import(str(recording.path), *FLAGS)
-    third = runs_of("Runs")[2]
-    earlier = list(runs_of("Runs")[:2])
+    third = run_of("Runs", "And 5+6?")
+    earlier = [run_of("Runs", "What is 2+3?"), run_of("Runs", "And 4+4?")]
     (replay,) = third.injected_contexts.filter(kind="chat_history")
     assert replay.reported is False
     assert replay.source_run_ids == [run.run_id for run in earlier]
@@ -228,7 +229,7 @@ def test_the_replay_is_a_context_marked_reconstructed_with_its_settings(recordin
     assert "stored as <code>system</code>, sent as <code>developer</code>" in page
     # The leader of the team: its second run's calls received its first run (num_history_runs=1):
     # the question, two delegations with their results, and the answer.
-    leader = runs_of("Desk")[1]
+    leader = run_of("Desk", "And Paris?")
     for call in leader.model_calls.all():
         assert call.metadata["reconstructed_history"]["num_history_runs"] == 1
         assert sum(m["part"] == "history" for m in call.messages) == 6
@@ -242,7 +243,7 @@ def test_every_agno_block_rebuilds_byte_exact_in_the_inspector(recording, alice_
     assert {c.kind for c in blocks} == {"team_history", "member_interactions"}
     # The researcher of run 2 was given the team's history before its task: the writer's
     # interactions after it quote the task alone (what the rebuild must draw from).
-    researcher = runs_of("Researcher")[1]
+    researcher = run_of("Researcher", "Find facts about Paris")
     assert researcher.input.startswith("<team_history_context>\n[run-1]")
     for context in blocks:
         answer = alice_client.get(f"/api/v1/runs/{context.run.run_id}/contexts/{context.position + 1}").json()
@@ -259,7 +260,7 @@ def test_a_second_import_changes_nothing(recording):
 
 def test_importing_again_with_the_settings_brings_an_older_import_up_to_date(recording):
     run_import(str(recording.path))
-    third = runs_of("Runs")[2]
+    third = run_of("Runs", "And 5+6?")
     assert third.model_calls.order_by("position").first().message_count == 2
     assert "0 created, 11 updated, 11 duplicate" in run_import(str(recording.path), *FLAGS)
     assert_every_call_exact(recording)
@@ -268,7 +269,7 @@ def test_importing_again_with_the_settings_brings_an_older_import_up_to_date(rec
 
 def test_a_member_with_history_received_its_earlier_member_runs(recording):
     run_import(str(recording.path), *FLAGS)
-    second = runs_of("Researcher")[1]
+    second = run_of("Researcher", "Find facts about Paris")
     call = second.model_calls.get()
     assert [(m["role"], m["part"]) for m in call.messages] == [
         ("developer", "instructions"),
@@ -285,7 +286,7 @@ def test_a_member_with_history_received_its_earlier_member_runs(recording):
 
 def test_a_replay_agno_stored_is_kept_as_stored(recording):
     run_import(str(recording.path), *FLAGS)
-    last = runs_of("Stored")[3]
+    last = run_of("Stored", "And 1+1?")
     call = last.model_calls.order_by("position").first()
     # num_history_runs=1 as agno ran it, although --history-runs 3 covers it: one run replayed.
     assert sum(m["part"] == "history" for m in call.messages) == 4
