@@ -310,6 +310,8 @@ def model_call_detail(request: HttpRequest, run_id: str, number: int, *, as_json
         "answer": model_calls.answer_row(call),
         "composition": model_calls.composition(call),
         "roles_note": model_calls.roles_note(call),
+        "roles_mapped": model_calls.roles_mapped(call),
+        "reconstructed": model_calls.reconstructed_note(call),
         # Old rows keep no answer message: the tools its iteration ran stand in for it.
         "asked_tools": [] if call.answer else _tools_asked_for(call),
         "asked_tools_limit": ASKED_TOOLS_SHOWN,
