@@ -298,8 +298,11 @@ def test_a_replay_agno_stored_is_kept_as_stored(recording):
 def test_with_since_a_newer_run_still_replays_the_runs_before_it(recording, tmp_path):
     # Every run but the last of each session is made a day older: --since reads only those.
     copy = tmp_path / "agno.db"
-    copy.write_bytes(recording.path.read_bytes())
+    # Through SQLite's backup: the newest rows may still be in the -wal file beside it.
+    source = sqlite3.connect(recording.path)
     db = sqlite3.connect(copy)
+    source.backup(db)
+    source.close()
     last = {}
     for run_id, session_id in db.execute(
         "SELECT run_id, session_id FROM agno_runs WHERE parent_run_id IS NULL ORDER BY created_at, run_index"
