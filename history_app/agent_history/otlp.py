@@ -1119,9 +1119,11 @@ class _Graph:
         if meta is None or meta["langgraph_node"] != span["name"]:
             return ""
         parent = self.meta.get(span["parent_span_id"])
-        if parent is not None and parent["langgraph_node"] == meta["langgraph_node"] and parent.get(
-            "langgraph_checkpoint_ns"
-        ) == meta.get("langgraph_checkpoint_ns"):
+        if (
+            parent is not None
+            and parent["langgraph_node"] == meta["langgraph_node"]
+            and parent.get("langgraph_checkpoint_ns") == meta.get("langgraph_checkpoint_ns")
+        ):
             return ""  # a span inside the node named as the node
         return meta["langgraph_node"]
 
@@ -1229,7 +1231,12 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
             )
         )
     if builder.members and run.kind == "agent":
-        run.kind = "team"
+        # Agents handing work to agents are a team; a workflow's or graph's steps
+        # (a span of no agent kind, or GenAI's invoke_workflow) run agents as a workflow.
+        workflow = span is not None and (
+            role(span) != AGENT or attributes.get("gen_ai.operation.name") == "invoke_workflow"
+        )
+        run.kind = "workflow" if workflow else "team"
     run.metadata = _run_metadata(span, trace)
     run.metadata.update(kept)
 
