@@ -280,3 +280,172 @@ def test_agno_sessions_follow_each_span_inside_one_trace(live_server, token, ali
     assert set(models.SpanBatch.objects.values_list("session__session_id", flat=True)) == {"team-s"}
     page = session_list(alice_client)
     assert "Weather in Paris?" in page and "Write about Lyon" in page
+
+
+# -- The rules, on hand-made spans (whatever the framework) -------------------------------
+
+
+def _assembled(*items):
+    from history_app.agent_history import otlp
+
+    from .otlp_spans import request
+
+    spans, errors, _ = otlp.read_request(request(*items))
+    assert errors == []
+    return otlp.assemble(spans)
+
+
+def _node(trace, span_id, parent, name, namespace, *, kind="CHAIN", start_ms=0, end_ms=10, **extra):
+    from .otlp_spans import span
+
+    metadata = {"langgraph_node": name, "langgraph_checkpoint_ns": namespace}
+    attributes = {"openinference.span.kind": kind, "metadata": json.dumps(metadata), **extra}
+    return span(trace, span_id, parent, name, attributes, start_ms=start_ms, end_ms=end_ms)
+
+
+def _llm(trace, span_id, parent, text, *, start_ms, node="", namespace=""):
+    from .otlp_spans import span
+
+    attributes = {
+        "openinference.span.kind": "LLM",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": text,
+    }
+    if node:
+        attributes["metadata"] = json.dumps({"langgraph_node": node, "langgraph_checkpoint_ns": namespace})
+    return span(trace, span_id, parent, "ChatOpenAI", attributes, start_ms=start_ms, end_ms=start_ms + 1)
+
+
+def test_a_graph_node_is_a_step_a_subgraph_a_member_run_and_a_plain_node_a_step_of_its_own():
+    from .otlp_spans import span
+
+    trace = "ab" * 16
+    state = json.dumps({"messages": [{"role": "user", "content": "Plan a trip"}]})
+    answer = json.dumps({"messages": [{"type": "ai", "data": {"content": "Go to Lyon."}}]})
+    runs = _assembled(
+        span(
+            trace,
+            "0000000000000001",
+            name="LangGraph",
+            attributes={"openinference.span.kind": "CHAIN", "input.value": state, "output.value": answer},
+            end_ms=100,
+        ),
+        # An AGENT node (any name with "agent" in it) is a step, not a member run.
+        _node(
+            trace, "0000000000000002", "0000000000000001", "planner_agent", "planner_agent:1", kind="AGENT"
+        ),
+        _llm(trace, "0000000000000003", "0000000000000002", "Lyon", start_ms=1, node="planner_agent"),
+        # A node that calls no model and no tool is a step of its own.
+        _node(trace, "0000000000000004", "0000000000000001", "fetch", "fetch:2", start_ms=20, end_ms=30),
+        # A node running a graph of its own (a deeper checkpoint namespace) is a member run.
+        _node(
+            trace, "0000000000000005", "0000000000000001", "research", "research:3", start_ms=40, end_ms=90
+        ),
+        _node(
+            trace,
+            "0000000000000006",
+            "0000000000000005",
+            "agent",
+            "research:3|agent:4",
+            start_ms=41,
+            end_ms=60,
+        ),
+        _llm(trace, "0000000000000007", "0000000000000006", "Found", start_ms=42, node="agent"),
+    )
+    top, member = runs
+    assert (top.kind, top.input, top.output) == ("workflow", "Plan a trip", "Go to Lyon.")
+    assert [(it.index, it.name, len(it.model_calls)) for it in top.iterations] == [
+        (1, "planner_agent", 1),
+        (2, "fetch", 0),
+    ]
+    assert (member.kind, member.agent_name, member.parent_run_id) == ("member", "research", top.run_id)
+    assert [(it.index, it.name) for it in member.iterations] == [(1, "agent")]
+
+
+def test_a_span_naming_another_session_starts_a_run_of_that_session_inside_the_trace():
+    from .otlp_spans import span
+
+    trace = "cd" * 16
+    agent = {"openinference.span.kind": "AGENT"}
+    runs = _assembled(
+        span(trace, "0000000000000001", name="desk", attributes={**agent, "session.id": "a"}, end_ms=100),
+        span(trace, "0000000000000002", "0000000000000001", "flow", {"session.id": "b"}, start_ms=10),
+        span(trace, "0000000000000003", "0000000000000002", "w", {**agent, "session.id": "b"}, start_ms=11),
+        span(trace, "0000000000000004", "0000000000000001", "m", {**agent, "session.id": "a"}, start_ms=50),
+    )
+    assert [
+        (r.run_id[-4:], r.kind, r.session_id, r.parent_run_id and r.parent_run_id[-4:]) for r in runs
+    ] == [
+        (trace[-4:], "team", "a", None),
+        ("0002", "workflow", "b", None),
+        ("0003", "member", "b", "0002"),
+        ("0004", "member", "a", trace[-4:]),
+    ]
+
+
+def test_a_tool_call_sits_with_the_model_call_that_asked_for_it_by_its_id():
+    from .otlp_spans import span
+
+    trace = "ef" * 16
+    asked = {
+        "openinference.span.kind": "LLM",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call_a",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "weather",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"city": "Paris"}',
+    }
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "weather", "tool_call.id": "call_a"}
+    runs = _assembled(
+        span(
+            trace, "0000000000000001", name="run", attributes={"openinference.span.kind": "AGENT"}, end_ms=100
+        ),
+        span(trace, "0000000000000002", "0000000000000001", "llm", asked, start_ms=1, end_ms=2),
+        _llm(trace, "0000000000000003", "0000000000000001", "thinking more", start_ms=3),
+        # Run after a later model call: still the first model call's.
+        span(
+            trace,
+            "0000000000000004",
+            "0000000000000001",
+            "weather",
+            {**tool, "input.value": "Paris"},
+            start_ms=5,
+        ),
+    )
+    (run,) = runs
+    assert [(it.index, [t.tool for t in it.tool_calls]) for it in run.iterations] == [
+        (1, ["weather"]),
+        (2, []),
+    ]
+    # The arguments the model asked for, where the tool span kept only a text.
+    assert run.iterations[0].tool_calls[0].params == {"city": "Paris"}
+
+
+def test_the_migration_numbers_stored_otlp_iterations_from_one(ingest, alice_client):
+    import importlib
+
+    from django.apps import apps
+
+    from .conftest import native
+
+    migration = importlib.import_module("history_app.migrations.0025_otlp_iterations_from_one")
+    iterations = [{"index": 0, "thought": "first"}, {"index": 1, "thought": "second"}]
+    assert (
+        ingest(
+            [native("old-otlp", iterations=iterations), native("native", iterations=iterations)]
+        ).status_code
+        == 200
+    )
+    models.Run.objects.filter(run_id="old-otlp").update(source_format="otlp")
+    old = models.Run.objects.get(run_id="old-otlp")
+    models.Annotation.objects.create(
+        project_id=old.project_id, run=old, kind="comment", text="see this", author="alice", iteration_index=1
+    )
+    migration.renumber(apps, None)
+    assert list(old.iterations.order_by("position").values_list("index", flat=True)) == [1, 2]
+    assert models.Annotation.objects.get().iteration_index == 2
+    native_run = models.Run.objects.get(run_id="native")
+    assert list(native_run.iterations.order_by("position").values_list("index", flat=True)) == [0, 1]
+    migration.renumber(apps, None)  # a second pass changes nothing
+    assert list(old.iterations.order_by("position").values_list("index", flat=True)) == [1, 2]
+    page = alice_client.get("/p/default/runs/old-otlp/").content.decode()
+    assert page.index('id="iteration-0"') < page.index('id="iteration-1"') < page.index('id="iteration-2"')

@@ -972,7 +972,7 @@ class _RunBuilder:
         self.run = run
         self.span = span
         # (role, span, graph node) of model and tool spans, in order; the graph node is
-        # the name of the graph node execution the span ran in ("" outside any).
+        # the span id of the graph node execution the span ran in ("" outside any).
         self.steps: list[tuple[str, Span, str]] = []
         self.nodes: list[tuple[Span, str]] = []  # graph node executions of the run
         self.members: list[Run] = []
@@ -1045,7 +1045,7 @@ def assemble(spans: list[Span]) -> list[Run]:
         step = graph.node(span)
         if step and not graph.runs_a_graph(span):
             owner.nodes.append((span, step))
-            return owner, step
+            return owner, span["span_id"]
         if kind == AGENT or step:
             member = _RunBuilder(
                 Run(
@@ -1143,7 +1143,10 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
             call, messages = _model_call(step)
             calls.append((call, messages))
             current = Iteration(
-                index=len(iterations) + 1, name=node[:255], model_calls=[call], started_at=call.started_at
+                index=len(iterations) + 1,
+                name=_node_name(trace, node),
+                model_calls=[call],
+                started_at=call.started_at,
             )
             iterations.append(current)
             for request in call.answer.tool_calls if call.answer is not None else ():
@@ -1163,12 +1166,15 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
                         tool.params = arguments
             else:
                 if current is None:
-                    current = Iteration(index=1, name=node[:255], started_at=_time(step["start"]))
+                    current = Iteration(
+                        index=1, name=_node_name(trace, node), started_at=_time(step["start"])
+                    )
                     iterations.append(current)
                 target = current
             target.tool_calls.append(tool)
+    stepped = {node for _, _, node in builder.steps}
     for node_span, node in builder.nodes:
-        if not any(n == node and span_contains(node_span, s) for _, s, n in builder.steps):
+        if node_span["span_id"] not in stepped:
             # A node that called no model and no tool: a step of its own.
             iterations.append(
                 Iteration(
@@ -1241,8 +1247,8 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     run.metadata.update(kept)
 
 
-def span_contains(outer: Span, inner: Span) -> bool:
-    return outer["start"] <= inner["start"] and (not outer["end"] or inner["end"] <= outer["end"])
+def _node_name(trace: _Trace, node: str) -> str:
+    return trace.by_id[node]["name"][:255] if node else ""
 
 
 def _has_text(attributes: Mapping[str, Any], key: str) -> bool:
