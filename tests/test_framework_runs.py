@@ -125,6 +125,35 @@ def test_openai_agents_sdk_one_run_per_runner_run_with_its_handoff(live_server, 
     assert "Weather in Paris?" in page and "Agent workflow" not in page
 
 
+def test_openai_agents_sdk_runs_in_one_trace_are_one_session_of_one_run_each(
+    live_server, token, alice_client
+):
+    agents = framework("agents")
+    import openai
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    agents.set_trace_processors([])
+
+    def body(server, tracer_provider):
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test")
+        model = agents.OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
+        helper = agents.Agent(name="helper", instructions="Help.", model=model)
+        # The SDK's own grouping: one trace around the conversation's runs.
+        with agents.trace("Conversation", group_id="chat-7"):
+            first = agents.Runner.run_sync(helper, "Hi")
+            agents.Runner.run_sync(helper, [*first.to_input_list(), {"role": "user", "content": "Again"}])
+
+    drive(live_server, token, [OpenAIAgentsInstrumentor()], body, [A("Hello."), A("Hello again.")])
+    runs = top_runs()
+    assert [(r.kind, r.agent_name, r.input, r.output) for r in runs] == [
+        ("team", "helper", "Hi", "Hello."),
+        ("team", "helper", "Again", "Hello again."),
+    ]
+    assert len({r.session_id for r in models.Run.objects.all()}) == 1
+    assert models.Run.objects.filter(kind="member").count() == 2
+    assert "Hi" in session_list(alice_client)
+
+
 def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, token, alice_client):
     framework("langgraph")
     from langchain_core.tools import tool

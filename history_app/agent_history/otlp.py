@@ -976,11 +976,34 @@ class _RunBuilder:
         self.steps: list[tuple[str, Span, str]] = []
         self.nodes: list[tuple[Span, str]] = []  # graph node executions of the run
         self.members: list[Run] = []
+        self.named_by: Span | None = None  # the span the run is named after, where not its own
+        self.runner_run = False  # an Agents SDK Runner.run's task span: a team, not a workflow
 
 
 # The trace name the OpenAI Agents SDK gives a run that names none: such a run is named
 # after the agent it started with.
 _DEFAULT_WORKFLOW_NAMES = frozenset({"Agent workflow"})
+AGENTS_SDK_SCOPE = "openinference.instrumentation.openai_agents"
+
+
+def _agents_sdk_tasks(trace: _Trace) -> list[Span]:
+    """The ``Runner.run`` calls of an OpenAI Agents SDK trace: the task spans (``CHAIN``,
+    holding the agents that ran) right under the trace's span. A trace holds several
+    where the user wrapped several runs in one ``agents.trace(...)``."""
+    root = trace.root
+    if root is None or root.get("scope") != AGENTS_SDK_SCOPE or role(root) != AGENT:
+        return []
+    return [
+        child
+        for child in trace.children.get(root["span_id"], [])
+        if _kind(child) == "CHAIN"
+        and any(role(inner) == AGENT for inner in trace.children.get(child["span_id"], []))
+    ]
+
+
+def _kind(span: Span) -> str:
+    kind = span["attributes"].get("openinference.span.kind")
+    return kind.upper() if isinstance(kind, str) else ""
 
 
 def assemble(spans: list[Span]) -> list[Run]:
@@ -1018,6 +1041,12 @@ def assemble(spans: list[Span]) -> list[Run]:
     builders = [top]
     wrappers = trace.wrapping_models()
     graph = _Graph(trace)
+    # Several Runner.run calls in one trace: one run each, in the trace's session (the
+    # first is the trace's run, named after it).
+    tasks = _agents_sdk_tasks(trace)
+    later_tasks = {span["span_id"] for span in tasks[1:]}
+    if later_tasks:
+        top.named_by = tasks[0]
 
     def visit(span: Span, owner: _RunBuilder, is_top: bool, node: str) -> tuple[_RunBuilder, str]:
         kind = role(span)
@@ -1028,6 +1057,19 @@ def assemble(spans: list[Span]) -> list[Run]:
             return owner, node
         if is_top:
             return owner, node
+        if span["span_id"] in later_tasks:
+            task = _RunBuilder(
+                Run(
+                    run_id=member_run_id(trace.trace_id, span["span_id"]),
+                    session_id=top.run.session_id,
+                    user_id=top.run.user_id,
+                    framework=framework,
+                ),
+                span,
+            )
+            task.runner_run = True
+            builders.append(task)
+            return task, ""
         own_session = session_key(_first_text(span["attributes"], SESSION_KEYS))[:255]
         if own_session and own_session != owner.run.session_id:
             # A run of another session, started inside this trace: a run of its own there.
@@ -1198,7 +1240,7 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
             iteration.thought = _thought(iteration.model_calls[0].output)
     attributes = span["attributes"] if span is not None else {}
     if span is not None:
-        run.agent_name = _run_name(span, builder)[:255]
+        run.agent_name = _run_name(builder.named_by or span, builder)[:255]
         run.started_at, run.ended_at = _time(span["start"]), _time(span["end"])
         if run.started_at and run.ended_at and run.ended_at < run.started_at:
             run.ended_at = run.started_at
@@ -1239,8 +1281,10 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     if builder.members and run.kind == "agent":
         # Agents handing work to agents are a team; a workflow's or graph's steps
         # (a span of no agent kind, or GenAI's invoke_workflow) run agents as a workflow.
-        workflow = span is not None and (
-            role(span) != AGENT or attributes.get("gen_ai.operation.name") == "invoke_workflow"
+        workflow = (
+            span is not None
+            and not builder.runner_run
+            and (role(span) != AGENT or attributes.get("gen_ai.operation.name") == "invoke_workflow")
         )
         run.kind = "workflow" if workflow else "team"
     run.metadata = _run_metadata(span, trace)
