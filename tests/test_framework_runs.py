@@ -193,6 +193,12 @@ def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, t
     page = session_list(alice_client)
     assert "Weather in Paris? (question 1)" in page and "{&quot;messages&quot;" not in page
     run_page = alice_client.get(f"/p/default/runs/{runs[0].run_id}/").content.decode()
+    # One click away on the run page: the whole state values the graph was given and gave.
+    assert "The whole input value the framework sent" in run_page
+    assert "The whole output value the framework sent" in run_page
+    assert (
+        "{&quot;messages&quot;: [[&quot;user&quot;, &quot;Weather in Paris? (question 1)&quot;]]}" in run_page
+    )
     assert ">Iteration 1</a> · agent" in run_page and ">Iteration 0<" not in run_page
     # A link saved when OTLP runs were numbered from 0 still lands on the first iteration.
     alias = run_page.index('id="iteration-0"')
