@@ -484,3 +484,50 @@ def test_the_migration_numbers_stored_otlp_iterations_from_one(ingest, alice_cli
     assert list(old.iterations.order_by("position").values_list("index", flat=True)) == [1, 2]
     page = alice_client.get("/p/default/runs/old-otlp/").content.decode()
     assert page.index('id="iteration-0"') < page.index('id="iteration-1"') < page.index('id="iteration-2"')
+
+
+def test_reassemble_traces_rewrites_stored_runs_and_deletes_those_the_mapping_no_longer_makes(
+    client, auth_headers, ingest, monkeypatch
+):
+    from django.core.management import call_command
+
+    from .conftest import native
+    from .otlp_spans import request, span
+    from .test_otlp import post
+
+    trace = "12" * 16
+    state = json.dumps({"messages": [["user", "Plan a trip"]]})
+    items = [
+        span(
+            trace,
+            "0000000000000001",
+            name="LangGraph",
+            attributes={"openinference.span.kind": "CHAIN", "input.value": state, "session.id": "t-1"},
+            end_ms=100,
+        ),
+        _node(trace, "0000000000000002", "0000000000000001", "agent", "agent:1", kind="AGENT"),
+        _llm(trace, "0000000000000003", "0000000000000002", "Go to Lyon.", start_ms=1, node="agent"),
+    ]
+    from history_app.agent_history import otlp
+
+    # Stored as an earlier version did: the graph's state as the run's input.
+    with monkeypatch.context() as patch:
+        patch.setattr(otlp, "_user_text", lambda value, side: None)
+        assert post(client, auth_headers, request(*items)).status_code == 200
+    assert models.Run.objects.get(run_id=trace).input == state
+    # What an earlier version made of the trace: a member run for the "agent" node, here
+    # in a session of its own, which it leaves empty when it goes.
+    stale = native(f"{trace}-0000000000000002", session_id="old-s", kind="member", parent_run_id=trace)
+    assert ingest([stale]).status_code == 200
+    call_command("reassemble_traces")
+    (run,) = models.Run.objects.all()
+    assert (run.run_id, run.input, run.output, run.session.session_id) == (
+        trace,
+        "Plan a trip",
+        "Go to Lyon.",
+        "t-1",
+    )
+    assert list(models.Session.objects.values_list("session_id", flat=True)) == ["t-1"]
+    assert models.Session.objects.get().run_count == 1
+    call_command("reassemble_traces")  # again: nothing changes
+    assert list(models.Run.objects.values_list("run_id", "input")) == [(trace, "Plan a trip")]
