@@ -154,19 +154,32 @@ def test_openai_agents_sdk_runs_in_one_trace_are_one_session_of_one_run_each(
     assert "Hi" in session_list(alice_client)
 
 
-def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, token, alice_client):
+@pytest.mark.parametrize("builder", ["create_react_agent", "create_agent"])
+def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, token, alice_client, builder):
     framework("langgraph")
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.prebuilt import create_react_agent
     from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    # LangGraph's prebuilt ReAct agent (its model node is "agent", which the
+    # instrumentation reports as an agent span) and LangChain 1's create_agent ("model").
+    node = "agent" if builder == "create_react_agent" else "model"
 
     def body(server, tracer_provider):
         model = ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
-        graph = create_react_agent(
-            model, [tool(weather)], prompt="You tell the weather.", checkpointer=InMemorySaver()
-        )
+        if builder == "create_react_agent":
+            from langgraph.prebuilt import create_react_agent
+
+            graph = create_react_agent(
+                model, [tool(weather)], prompt="You tell the weather.", checkpointer=InMemorySaver()
+            )
+        else:
+            from langchain.agents import create_agent
+
+            graph = create_agent(
+                model, [tool(weather)], system_prompt="You tell the weather.", checkpointer=InMemorySaver()
+            )
         config = {"configurable": {"thread_id": "thread-1"}}
         for n in (1, 2, 3):
             graph.invoke({"messages": [("user", f"Weather in Paris? (question {n})")]}, config)
@@ -182,7 +195,7 @@ def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, t
     for run in runs:
         # Node executions are the run's steps: the tool call sits with the model call that
         # asked for it, though the graph ran it in its "tools" node.
-        assert steps(run) == [(1, "agent", 1, ["weather"]), (2, "agent", 1, [])]
+        assert steps(run) == [(1, node, 1, ["weather"]), (2, node, 1, [])]
         call = run.tool_calls.get()
         asked = run.iterations.get(index=1).model_calls.get().answer["tool_calls"][0]
         assert (call.params, call.result, call.call_id) == ({"city": "Paris"}, "Sunny in Paris", asked["id"])
@@ -199,7 +212,7 @@ def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, t
     assert (
         "{&quot;messages&quot;: [[&quot;user&quot;, &quot;Weather in Paris? (question 1)&quot;]]}" in run_page
     )
-    assert ">Iteration 1</a> · agent" in run_page and ">Iteration 0<" not in run_page
+    assert f">Iteration 1</a> · {node}" in run_page and ">Iteration 0<" not in run_page
     # A link saved when OTLP runs were numbered from 0 still lands on the first iteration.
     alias = run_page.index('id="iteration-0"')
     assert run_page.index('id="iteration-1"') > alias and run_page.count('class="card iteration"') == 2
