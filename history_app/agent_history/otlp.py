@@ -40,6 +40,7 @@ from .records import (
     ModelMessage,
     Run,
     ToolCall,
+    ToolRequest,
     json_text_depth,
 )
 from .text import value_text
@@ -791,17 +792,37 @@ def _model_call(span: Span) -> tuple[ModelCall, list[ModelMessage]]:
     return call, messages
 
 
-def _tool_call(span: Span) -> ToolCall:
+def _tool_call(span: Span, trace: _Trace | None = None) -> ToolCall:
     attributes = span["attributes"]
     name = _first_text(attributes, ("gen_ai.tool.name", "tool.name")) or span["name"] or "tool"
     if "gen_ai.tool.call.arguments" in attributes:
         params = json_value(attributes["gen_ai.tool.call.arguments"])
     else:
-        params = json_value(attributes.get("input.value"))
+        params = _call_arguments(json_value(attributes.get("input.value")))
     if "gen_ai.tool.call.result" in attributes:
         result = attributes["gen_ai.tool.call.result"]
     else:
         result = attributes.get("output.value")
+    call_id = _first_text(attributes, ("gen_ai.tool.call.id", "tool_call.id"))
+    message = json_value(result)
+    if isinstance(message, dict) and message.get("type") == "tool" and isinstance(message.get("data"), dict):
+        # LangChain's ToolMessage, as its instrumentation serialises it: its content is
+        # the result, and it names the call it answers.
+        data = message["data"]
+        content = data.get("content")
+        result = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        call_id = call_id or (data.get("tool_call_id") if isinstance(data.get("tool_call_id"), str) else "")
+    parent = trace.by_id.get(span["parent_span_id"]) if trace is not None else None
+    if parent is not None and role(parent) == OTHER:
+        # LangGraph's tool node runs each call it was sent as ``{"tool_call": {...}}``:
+        # the call's arguments and id as the model asked for them.
+        sent = json_value(parent["attributes"].get("input.value"))
+        request = sent.get("tool_call") if isinstance(sent, dict) else None
+        if isinstance(request, dict) and request.get("name") == name:
+            if isinstance(request.get("id"), str):
+                call_id = call_id or request["id"]
+            if not isinstance(params, dict) and isinstance(request.get("args"), dict):
+                params = request["args"]
     failed = span["status"] == ERROR
     started, ended = _time(span["start"]), _time(span["end"])
     if started and ended and ended < started:
@@ -813,8 +834,24 @@ def _tool_call(span: Span) -> ToolCall:
         error=(_error_text(span) or "failed") if failed else None,
         started_at=started,
         ended_at=ended,
-        call_id=(_first_text(attributes, ("gen_ai.tool.call.id", "tool_call.id")) or None),
+        call_id=call_id[:255] or None,
     )
+
+
+# How smolagents' instrumentation records a tool's arguments: the Python call's.
+_PYTHON_CALL_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+
+
+def _call_arguments(params: Any) -> Any:
+    """A tool's arguments: where an instrumentation recorded the Python call that ran the
+    tool (``{"args": [], "kwargs": {"city": "Paris"}, ...}``), the arguments it was given."""
+    if isinstance(params, dict) and "kwargs" in params and params.keys() <= _PYTHON_CALL_KEYS:
+        args, kwargs = params.get("args"), params.get("kwargs")
+        if isinstance(kwargs, dict) and not args:
+            return kwargs
+        if isinstance(args, list) and not kwargs:
+            return args[0] if len(args) == 1 else args
+    return params
 
 
 def _error_text(span: Span) -> str:
@@ -934,14 +971,55 @@ class _RunBuilder:
     def __init__(self, run: Run, span: Span | None):
         self.run = run
         self.span = span
-        self.steps: list[tuple[str, Span]] = []  # (role, span) of model and tool spans, in order
+        # (role, span, graph node) of model and tool spans, in order; the graph node is
+        # the span id of the graph node execution the span ran in ("" outside any).
+        self.steps: list[tuple[str, Span, str]] = []
+        self.nodes: list[tuple[Span, str]] = []  # graph node executions of the run
         self.members: list[Run] = []
+        self.named_by: Span | None = None  # the span the run is named after, where not its own
+        self.runner_run = False  # an Agents SDK Runner.run's task span: a team, not a workflow
+
+
+# The trace name the OpenAI Agents SDK gives a run that names none: such a run is named
+# after the agent it started with.
+_DEFAULT_WORKFLOW_NAMES = frozenset({"Agent workflow"})
+AGENTS_SDK_SCOPE = "openinference.instrumentation.openai_agents"
+
+
+def _agents_sdk_tasks(trace: _Trace) -> list[Span]:
+    """The ``Runner.run`` calls of an OpenAI Agents SDK trace: the task spans (``CHAIN``,
+    holding the agents that ran) right under the trace's span. A trace holds several
+    where the user wrapped several runs in one ``agents.trace(...)``."""
+    root = trace.root
+    if root is None or root.get("scope") != AGENTS_SDK_SCOPE or role(root) != AGENT:
+        return []
+    return [
+        child
+        for child in trace.children.get(root["span_id"], [])
+        if _kind(child) == "CHAIN"
+        and any(role(inner) == AGENT for inner in trace.children.get(child["span_id"], []))
+    ]
+
+
+def _kind(span: Span) -> str:
+    kind = span["attributes"].get("openinference.span.kind")
+    return kind.upper() if isinstance(kind, str) else ""
 
 
 def assemble(spans: list[Span]) -> list[Run]:
     """The runs of one trace's spans (all of one ``trace_id``): the trace's run first
     (``run_id`` = the trace id; ``running`` until the trace's root span has arrived), then
-    a member run for each agent span under it (``<trace id>-<span id>``)."""
+    a member run for each agent span under it (``<trace id>-<span id>``).
+
+    Where a run begins is read from the spans' kinds and attributes, so that a run is what
+    the framework's user calls one:
+
+    - a graph node execution (LangGraph: ``metadata.langgraph_node``) is a step of the
+      graph's run, whatever its span kind, unless it runs a graph of its own (a subgraph:
+      then a member run);
+    - a span that names a session other than its run's (``session.id``,
+      ``gen_ai.conversation.id``) starts a run of that session, however it is nested (agno
+      runs a workflow under the span of the team run before it, in one trace)."""
     if not spans:
         return []
     trace = _Trace(spans)
@@ -962,69 +1040,207 @@ def assemble(spans: list[Span]) -> list[Run]:
     )
     builders = [top]
     wrappers = trace.wrapping_models()
+    graph = _Graph(trace)
+    # Several Runner.run calls in one trace: one run each, in the trace's session (the
+    # first is the trace's run, named after it).
+    tasks = _agents_sdk_tasks(trace)
+    later_tasks = {span["span_id"] for span in tasks[1:]}
+    if later_tasks:
+        top.named_by = tasks[0]
 
-    def visit(span: Span, owner: _RunBuilder, is_top: bool) -> _RunBuilder:
+    def visit(span: Span, owner: _RunBuilder, is_top: bool, node: str) -> tuple[_RunBuilder, str]:
         kind = role(span)
         if span["span_id"] in wrappers:
-            return owner
-        if kind == AGENT and not is_top:
-            member = _RunBuilder(
+            return owner, node
+        if kind in (MODEL, TOOL):
+            owner.steps.append((kind, span, node))
+            return owner, node
+        if is_top:
+            return owner, node
+        if span["span_id"] in later_tasks:
+            task = _RunBuilder(
                 Run(
                     run_id=member_run_id(trace.trace_id, span["span_id"]),
                     session_id=top.run.session_id,
+                    user_id=top.run.user_id,
+                    framework=framework,
+                ),
+                span,
+            )
+            task.runner_run = True
+            builders.append(task)
+            return task, ""
+        own_session = session_key(_first_text(span["attributes"], SESSION_KEYS))[:255]
+        if own_session and own_session != owner.run.session_id:
+            # A run of another session, started inside this trace: a run of its own there.
+            other = _RunBuilder(
+                Run(
+                    run_id=member_run_id(trace.trace_id, span["span_id"]),
+                    session_id=own_session,
+                    user_id=_first_text(span["attributes"], USER_KEYS)[:255] or top.run.user_id,
+                    framework=framework,
+                ),
+                span,
+            )
+            builders.append(other)
+            return other, ""
+        step = graph.node(span)
+        if step and not graph.runs_a_graph(span):
+            owner.nodes.append((span, step))
+            return owner, span["span_id"]
+        if kind == AGENT or step:
+            member = _RunBuilder(
+                Run(
+                    run_id=member_run_id(trace.trace_id, span["span_id"]),
+                    session_id=owner.run.session_id,
                     kind="member",
                     parent_run_id=owner.run.run_id,
-                    user_id=top.run.user_id,
+                    user_id=owner.run.user_id,
                     framework=framework,
                 ),
                 span,
             )
             builders.append(member)
             owner.members.append(member.run)
-            return member
-        if kind in (MODEL, TOOL):
-            owner.steps.append((kind, span))
-        return owner
+            return member, ""
+        return owner, node
 
     # Depth first, in start order, without recursion (a trace may nest thousands deep).
-    stack = [(root, top, root is trace.root) for root in reversed(trace.roots)]
+    stack = [(root, top, root is trace.root, "") for root in reversed(trace.roots)]
     while stack:
-        span, owner, is_top = stack.pop()
-        owner = visit(span, owner, is_top)
-        stack.extend((child, owner, False) for child in reversed(trace.children.get(span["span_id"], [])))
+        span, owner, is_top, node = stack.pop()
+        owner, node = visit(span, owner, is_top, node)
+        stack.extend(
+            (child, owner, False, node) for child in reversed(trace.children.get(span["span_id"], []))
+        )
+    agents = {
+        _first_text(s["attributes"], AGENT_NAME_KEYS) or s["name"]
+        for s in trace.by_id.values()
+        if role(s) == AGENT
+    }
     for builder in reversed(builders):  # members first: their runs fill their parents' interactions
-        _fill(builder, trace)
+        _fill(builder, trace, agents)
     # How many spans the trace's run was assembled from: a server that keeps a trace's
     # spans tells by it how many arrived since (``SPAN_COUNT_KEY``).
     top.run.metadata[SPAN_COUNT_KEY] = len(trace.by_id)
     return [builder.run for builder in builders]
 
 
-def _fill(builder: _RunBuilder, trace: _Trace) -> None:
+class _Graph:
+    """The graph node executions of a trace (LangGraph's, as OpenInference's LangChain
+    instrumentation reports them: every span of a node carries ``metadata`` with
+    ``langgraph_node`` and ``langgraph_checkpoint_ns``; the node's own span is named
+    after it). A node whose spans hold a deeper checkpoint namespace runs a subgraph."""
+
+    def __init__(self, trace: _Trace):
+        self.trace = trace
+        self.meta: dict[str, dict[str, Any]] = {}
+        for span_id, span in trace.by_id.items():
+            meta = json_value(span["attributes"].get("metadata"))
+            if isinstance(meta, dict) and isinstance(meta.get("langgraph_node"), str):
+                self.meta[span_id] = meta
+        self.parents_of_subgraphs: set[str] = set()
+        for span_id in self.meta:
+            if not self.node(trace.by_id[span_id]):
+                continue
+            depth = self._depth(span_id)
+            parent, hops = trace.by_id[span_id]["parent_span_id"], 0
+            while parent and parent in trace.by_id and hops < 256:
+                if self.node(trace.by_id[parent]) and self._depth(parent) < depth:
+                    self.parents_of_subgraphs.add(parent)
+                    break
+                parent, hops = trace.by_id[parent]["parent_span_id"], hops + 1
+
+    def _depth(self, span_id: str) -> int:
+        namespace = self.meta[span_id].get("langgraph_checkpoint_ns")
+        return namespace.count("|") if isinstance(namespace, str) else 0
+
+    def node(self, span: Span) -> str:
+        """The node's name where ``span`` is a node execution's own span, else ""."""
+        meta = self.meta.get(span["span_id"])
+        if meta is None or meta["langgraph_node"] != span["name"]:
+            return ""
+        parent = self.meta.get(span["parent_span_id"])
+        if (
+            parent is not None
+            and parent["langgraph_node"] == meta["langgraph_node"]
+            and parent.get("langgraph_checkpoint_ns") == meta.get("langgraph_checkpoint_ns")
+        ):
+            return ""  # a span inside the node named as the node
+        return meta["langgraph_node"]
+
+    def runs_a_graph(self, span: Span) -> bool:
+        return span["span_id"] in self.parents_of_subgraphs
+
+
+def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     run, span = builder.run, builder.span
     calls: list[tuple[ModelCall, list[ModelMessage]]] = []
     iterations: list[Iteration] = []
     current: Iteration | None = None
-    for kind, step in sorted(builder.steps, key=lambda item: span_order(item[1])):
+    asked: dict[str, tuple[Iteration, ToolRequest]] = {}  # tool call id → the iteration that asked
+    tools: list[tuple[ToolCall, Span]] = []
+    for kind, step, node in sorted(builder.steps, key=lambda item: span_order(item[1])):
         if kind == MODEL:
             call, messages = _model_call(step)
             calls.append((call, messages))
-            current = Iteration(index=len(iterations), model_calls=[call], started_at=call.started_at)
+            current = Iteration(
+                index=len(iterations) + 1,
+                name=_node_name(trace, node),
+                model_calls=[call],
+                started_at=call.started_at,
+            )
             iterations.append(current)
+            for request in call.answer.tool_calls if call.answer is not None else ():
+                if request.id:
+                    asked.setdefault(request.id, (current, request))
         else:
-            if current is None:
-                current = Iteration(index=0, started_at=_time(step["start"]))
-                iterations.append(current)
-            current.tool_calls.append(_tool_call(step))
+            tool = _tool_call(step, trace)
+            tools.append((tool, step))
+            found = asked.get(tool.call_id or "")
+            if found is not None:
+                # With the model call that asked for it (a graph runs tools in a node of
+                # their own, after the model's).
+                target, request = found
+                if not isinstance(tool.params, dict | list):
+                    arguments = json_value(request.arguments)
+                    if isinstance(arguments, dict | list):
+                        tool.params = arguments
+            else:
+                if current is None:
+                    current = Iteration(
+                        index=1, name=_node_name(trace, node), started_at=_time(step["start"])
+                    )
+                    iterations.append(current)
+                target = current
+            target.tool_calls.append(tool)
+    stepped = {node for _, _, node in builder.steps}
+    for node_span, node in builder.nodes:
+        if node_span["span_id"] not in stepped:
+            # A node that called no model and no tool: a step of its own.
+            iterations.append(
+                Iteration(
+                    index=0,
+                    name=node[:255],
+                    started_at=_time(node_span["start"]),
+                    ended_at=_time(node_span["end"]),
+                    metadata={"otel.span_id": node_span["span_id"]},
+                )
+            )
+    if builder.nodes:
+        iterations.sort(key=lambda it: (it.started_at is None, it.started_at or EARLIEST_TIME))
+    for number, iteration in enumerate(iterations, start=1):
+        iteration.index = number
     _mark_parts(calls)
     for iteration in iterations:
         ends = [c.ended_at for c in iteration.model_calls + iteration.tool_calls if c.ended_at]  # type: ignore[operator]
-        iteration.ended_at = max(ends) if ends else None
+        if ends:
+            iteration.ended_at = max(ends)
         if iteration.model_calls and iteration.tool_calls:
             iteration.thought = _thought(iteration.model_calls[0].output)
     attributes = span["attributes"] if span is not None else {}
     if span is not None:
-        run.agent_name = (_first_text(attributes, AGENT_NAME_KEYS) or span["name"])[:255]
+        run.agent_name = _run_name(builder.named_by or span, builder)[:255]
         run.started_at, run.ended_at = _time(span["start"]), _time(span["end"])
         if run.started_at and run.ended_at and run.ended_at < run.started_at:
             run.ended_at = run.started_at
@@ -1034,8 +1250,16 @@ def _fill(builder: _RunBuilder, trace: _Trace) -> None:
     else:  # the root span has not arrived: what has is shown, the run still running
         starts = [t for t in (_time(s["start"]) for s in trace.by_id.values()) if t]
         run.started_at = min(starts) if starts else None
-    run.input = _run_input(attributes, calls)
-    run.output = _run_output(attributes, calls) if span is not None else None
+    kept: dict[str, Any] = {}
+    run.input = _run_input(attributes, calls, kept)
+    run.output = _run_output(attributes, calls, kept) if span is not None else None
+    handoff = _handoff(tools, run.agent_name, agents)
+    if handoff and (not calls or not calls[-1][0].output) and "output.value" not in attributes:
+        run.output = handoff  # the run ended handing the conversation to another agent
+    if builder.members and not calls and not _has_text(attributes, "input.value"):
+        run.input = run.input or builder.members[0].input
+        if span is not None and not _has_text(attributes, "output.value"):
+            run.output = _last_member(builder.members).output
     if iterations and run.output is not None and iterations[-1].model_calls:
         last = iterations[-1]
         if not last.tool_calls and last.model_calls[0].output == run.output:
@@ -1055,8 +1279,58 @@ def _fill(builder: _RunBuilder, trace: _Trace) -> None:
             )
         )
     if builder.members and run.kind == "agent":
-        run.kind = "team"
+        # Agents handing work to agents are a team; a workflow's or graph's steps
+        # (a span of no agent kind, or GenAI's invoke_workflow) run agents as a workflow.
+        workflow = (
+            span is not None
+            and not builder.runner_run
+            and (role(span) != AGENT or attributes.get("gen_ai.operation.name") == "invoke_workflow")
+        )
+        run.kind = "workflow" if workflow else "team"
     run.metadata = _run_metadata(span, trace)
+    run.metadata.update(kept)
+
+
+def _node_name(trace: _Trace, node: str) -> str:
+    return trace.by_id[node]["name"][:255] if node else ""
+
+
+def _has_text(attributes: Mapping[str, Any], key: str) -> bool:
+    return attributes.get(key) not in (None, "")
+
+
+def _last_member(members: list[Run]) -> Run:
+    return max(members, key=lambda m: (m.ended_at is not None, m.ended_at or EARLIEST_TIME))
+
+
+def _run_name(span: Span, builder: _RunBuilder) -> str:
+    """The run's agent: its name attribute; else the span's name without the method that a
+    framework's instrumentation appends (smolagents' ``weather_agent.run``); a run under a
+    framework's default workflow name is named after the agent it started with."""
+    named = _first_text(span["attributes"], AGENT_NAME_KEYS)
+    if named:
+        return named
+    name = span["name"]
+    if name in _DEFAULT_WORKFLOW_NAMES and builder.members:
+        return builder.members[0].agent_name or name
+    for suffix in (".run", ".arun", ".invoke", ".ainvoke"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _handoff(tools: list[tuple[ToolCall, Span]], agent: str, agents: set[str]) -> str:
+    """Where the run's last tool call handed the conversation to another agent (the
+    OpenAI Agents SDK's handoff: a tool span from this agent, ``input.value``, to another,
+    ``output.value``), what it says: ``handoff to <agent>``."""
+    if not tools:
+        return ""
+    tool, step = tools[-1]
+    attributes = step["attributes"]
+    source, target = attributes.get("input.value"), attributes.get("output.value")
+    if source == agent and isinstance(target, str) and target in agents and target != agent:
+        return f"handoff to {target}"
+    return ""
 
 
 def _thought(output: str | None) -> str | None:
@@ -1125,10 +1399,16 @@ def _mark_parts(calls: list[tuple[ModelCall, list[ModelMessage]]]) -> None:
             call.messages.append(message)
 
 
-def _run_input(attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[ModelMessage]]]) -> str:
+def _run_input(
+    attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[ModelMessage]]], kept: dict[str, Any]
+) -> str:
     value = attributes.get("input.value")
     if value is not None:
-        return _as_text(value)
+        text = _user_text(value, "input")
+        if text is None:
+            return _as_text(value)
+        kept["input.value"] = value  # the whole value, one click away (the run's metadata)
+        return text
     for call, _ in calls[:1]:
         inputs = [m.content for m in call.messages if m.part == "input"]
         if inputs:
@@ -1137,14 +1417,90 @@ def _run_input(attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[
 
 
 def _run_output(
-    attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[ModelMessage]]]
+    attributes: Mapping[str, Any], calls: list[tuple[ModelCall, list[ModelMessage]]], kept: dict[str, Any]
 ) -> str | None:
     for key in ("output.value", "final_result", "gen_ai.output.text"):
         if attributes.get(key) is not None:
-            return _as_text(attributes[key])
+            text = _user_text(attributes[key], "output")
+            if text is None:
+                return _as_text(attributes[key])
+            kept[key] = attributes[key]
+            return text
     if calls:
         return calls[-1][0].output
     return None
+
+
+# Keys under which a framework's run input (smolagents' ``task``) or output holds the
+# user's text.
+_INPUT_KEYS = ("task", "input", "query", "question", "prompt", "message", "user_input")
+_OUTPUT_KEYS = ("output", "final_answer", "answer", "result", "response")
+_USER_ROLES = frozenset({"user", "human", "HumanMessage", "HumanMessageChunk"})
+_ASSISTANT_ROLES = frozenset({"assistant", "ai", "AIMessage", "AIMessageChunk", "model"})
+
+
+def _user_text(value: Any, side: str) -> str | None:
+    """The user's text in a run's structured input or output: a graph state's last user
+    message (input) or its last answer with text (output), the messages of a request, a
+    framework's arguments' ``task``; None where the value is not such a structure (it is
+    then shown as it came)."""
+    data = json_value(value)
+    if isinstance(data, dict):
+        messages = data.get("messages")
+        if isinstance(messages, list) and messages:
+            found = _last_message(messages, _USER_ROLES if side == "input" else _ASSISTANT_ROLES)
+            if found is not None:
+                return found
+        for key in _INPUT_KEYS if side == "input" else _OUTPUT_KEYS:
+            item = data.get(key)
+            if isinstance(item, str) and item.strip():
+                return item
+    if isinstance(data, list) and data and side == "input":
+        return _last_message(data, _USER_ROLES)
+    return None
+
+
+def _last_message(messages: list[Any], roles: frozenset[str]) -> str | None:
+    for message in reversed(messages[-1000:]):
+        role, content = _role_and_content(message)
+        if role in roles:
+            text = _content_text(content)
+            if text:
+                return text
+    return None
+
+
+def _role_and_content(message: Any) -> tuple[str, Any]:
+    """A message's role and content in the shapes frameworks serialise them in: a dict
+    with ``role`` (OpenAI), LangChain's ``{"type": "human", "data": {...}}`` and its
+    ``{"lc": 1, "id": [..., "HumanMessage"], "kwargs": {...}}``, and a pair
+    ``["user", "text"]``."""
+    if isinstance(message, list) and len(message) == 2 and isinstance(message[0], str):
+        return message[0], message[1]
+    if not isinstance(message, dict):
+        return "", None
+    if isinstance(message.get("role"), str):
+        return message["role"], message.get("content")
+    if isinstance(message.get("data"), dict) and isinstance(message.get("type"), str):
+        return message["type"], message["data"].get("content")
+    if isinstance(message.get("kwargs"), dict) and isinstance(message.get("id"), list) and message["id"]:
+        return str(message["id"][-1]), message["kwargs"].get("content")
+    if isinstance(message.get("type"), str) and "content" in message:
+        return message["type"], message.get("content")
+    return "", None
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content.strip() and content
+    if isinstance(content, list):
+        texts = [
+            part if isinstance(part, str) else part.get("text")
+            for part in content
+            if isinstance(part, str) or (isinstance(part, dict) and isinstance(part.get("text"), str))
+        ]
+        return "\n".join(t for t in texts if t)
+    return ""
 
 
 def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:

@@ -524,3 +524,55 @@ def _drop_left_sessions(stored: list[tuple[ingestion.ItemResult, str]], project_
         models.Session.objects.filter(project_id=project_id, session_id__in=left, run_count=0).exclude(
             Exists(models.Run.objects.filter(session=OuterRef("pk")))
         ).delete()
+
+
+def reassemble_traces(project_id: int, *, batch: int = 100) -> tuple[int, int]:
+    """Every trace kept in the project assembled again from its kept spans, after the
+    mapping from spans to runs changed (``manage.py reassemble_traces``): its runs are
+    rewritten in place (same ids), and the runs an earlier mapping made of it that this
+    one does not make (``<trace id>-<span id>``: LangGraph's nodes were member runs) are
+    deleted, with their sessions where they leave one empty. Each batch of traces is one
+    transaction under the traces' locks, as a request's. Returns (traces, runs deleted)."""
+    from history_app.store import rollups, search
+
+    trace_ids = sorted(
+        set(models.SpanBatch.objects.filter(project_id=project_id).values_list("trace_id", flat=True))
+    )
+    redactor = ingestion.server_redactor()
+    deleted = 0
+    for start in range(0, len(trace_ids), batch):
+        chunk = trace_ids[start : start + batch]
+        with transaction.atomic():
+            _lock_traces(chunk, project_id)
+            kept, _ = kept_spans(chunk, project_id)
+            plans = {
+                trace_id: _plan(trace_id, [], kept[trace_id], redactor, None)
+                for trace_id in chunk
+                if kept[trace_id]
+            }
+            _lock_session_slots(plans, project_id)
+            outcome = Outcome()
+            results = _write(plans, outcome, project_id)
+            if any(r.status in ("retry", "rejected") for r in results):
+                raise RuntimeError(f"traces could not be stored again: {outcome.message()}")
+            made = {r.run_id for r in results}
+            stale = [
+                pk
+                for trace_id, plan in plans.items()
+                if plan.pending
+                for pk, run_id in models.Run.objects.filter(
+                    project_id=project_id, run_id__startswith=f"{otlp.trace_run_id(trace_id)}-"
+                ).values_list("pk", "run_id")
+                if run_id not in made
+            ]
+            if stale:
+                sessions = set(models.Run.objects.filter(pk__in=stale).values_list("session_id", flat=True))
+                search.unindex_stored(stale)
+                rollups.take_off_stored(stale)
+                models.Run.objects.filter(pk__in=stale).delete()
+                deleted += len(stale)
+                for session in models.Session.objects.filter(pk__in=sessions):
+                    writer.recount(session)
+                    if not session.run_count and not session.pinned:
+                        session.delete()
+    return len(trace_ids), deleted

@@ -1,0 +1,546 @@
+"""The runs a framework's user recognises (issue #33): real frameworks, through their
+OpenInference instrumentation (Pydantic AI through its own), call the recording fake
+OpenAI server and send their spans over OTLP to a live test server; each test asserts the
+runs, sessions, session titles, inputs, outputs, iterations (numbered from 1) and where
+the tool calls sit, as the pages and the API show them.
+
+What each framework's runs look like is documented in the OTLP help page
+(``history_app/docs/opentelemetry.md``, "What each framework's runs look like")."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+
+import pytest
+
+from history_app import models
+
+from . import fake_openai
+from .test_conformance import framework
+from .test_otlp_live import provider
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+A = fake_openai.Answer
+
+
+def weather(city: str) -> str:
+    """Get the weather in a city.
+
+    Args:
+        city: The city.
+    """
+    return f"Sunny in {city}"
+
+
+def drive(live_server, token, instrumentors, body, script=None) -> fake_openai.FakeServer:
+    """Run ``body(server)`` with the instrumentations sending to the live server."""
+    server = fake_openai.start(script)
+    tracer_provider = provider(live_server, token, "protobuf")
+    for instrumentor in instrumentors:
+        instrumentor.instrument(tracer_provider=tracer_provider)
+    try:
+        contextvars.copy_context().run(body, server, tracer_provider)
+        assert tracer_provider.force_flush(30_000)
+        tracer_provider.shutdown()
+    finally:
+        for instrumentor in instrumentors:
+            instrumentor.uninstrument()
+        server.shutdown()
+    return server
+
+
+def top_runs() -> list[models.Run]:
+    return list(models.Run.objects.filter(parent_run_id__isnull=True).order_by("started_at", "id"))
+
+
+def steps(run: models.Run) -> list[tuple[int, str, int, list[str]]]:
+    """(index, name, model calls, tool calls) of each iteration of ``run``, in order."""
+    return [
+        (it.index, it.name, it.model_calls.count(), [c.tool for c in it.tool_calls.all()])
+        for it in run.iterations.order_by("position")
+    ]
+
+
+def session_list(client) -> str:
+    return client.get("/p/default/").content.decode()
+
+
+def test_openai_agents_sdk_one_run_per_runner_run_with_its_handoff(live_server, token, alice_client):
+    agents = framework("agents")
+    import openai
+    from openinference.instrumentation import using_session
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    agents.set_trace_processors([])  # nothing to OpenAI's own exporter
+    script = []
+    for city in ("Paris", "Lyon"):
+        script += [
+            A(tool_calls=[("transfer_to_weather_agent", "{}")]),
+            A(tool_calls=[("weather", json.dumps({"city": city}))]),
+            A(f"Sunny in {city}."),
+        ]
+
+    def body(server, tracer_provider):
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test")
+        model = agents.OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
+        weather_agent = agents.Agent(
+            name="weather_agent",
+            instructions="You tell the weather.",
+            model=model,
+            tools=[agents.function_tool(weather)],
+        )
+        triage = agents.Agent(
+            name="triage", instructions="Hand weather questions off.", model=model, handoffs=[weather_agent]
+        )
+        # What groups a conversation's runs into one session: OpenInference's session.
+        with using_session("weather-chat"):
+            first = agents.Runner.run_sync(triage, "Weather in Paris?")
+            agents.Runner.run_sync(
+                triage, [*first.to_input_list(), {"role": "user", "content": "And in Lyon?"}]
+            )
+
+    server = drive(live_server, token, [OpenAIAgentsInstrumentor()], body, script)
+    assert len(server.requests) == 6
+    runs = top_runs()
+    assert [(r.kind, r.agent_name, r.input, r.output) for r in runs] == [
+        ("team", "triage", "Weather in Paris?", "Sunny in Paris."),
+        ("team", "triage", "And in Lyon?", "Sunny in Lyon."),
+    ]
+    assert models.Run.objects.count() == 6
+    assert {r.session.session_id for r in models.Run.objects.all()} == {"weather-chat"}
+    first = runs[0]
+    handoffs = list(first.member_interactions.values_list("member", "task", "response"))
+    assert handoffs == [
+        ("triage", "Weather in Paris?", "handoff to weather_agent"),
+        ("weather_agent", "Weather in Paris?", "Sunny in Paris."),
+    ]
+    members = {r.agent_name: r for r in models.Run.objects.filter(kind="member", parent_run_id=first.run_id)}
+    assert steps(members["triage"]) == [(1, "", 1, ["handoff to weather_agent"])]
+    assert steps(members["weather_agent"]) == [(1, "", 1, ["weather"]), (2, "", 1, [])]
+    call = members["weather_agent"].tool_calls.get()
+    assert (call.params, call.result) == ({"city": "Paris"}, "Sunny in Paris")
+    page = session_list(alice_client)
+    assert "Weather in Paris?" in page and "Agent workflow" not in page
+
+
+def test_openai_agents_sdk_runs_in_one_trace_are_one_session_of_one_run_each(
+    live_server, token, alice_client
+):
+    agents = framework("agents")
+    import openai
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    agents.set_trace_processors([])
+
+    def body(server, tracer_provider):
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test")
+        model = agents.OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
+        helper = agents.Agent(name="helper", instructions="Help.", model=model)
+        # The SDK's own grouping: one trace around the conversation's runs.
+        with agents.trace("Conversation", group_id="chat-7"):
+            first = agents.Runner.run_sync(helper, "Hi")
+            agents.Runner.run_sync(helper, [*first.to_input_list(), {"role": "user", "content": "Again"}])
+
+    drive(live_server, token, [OpenAIAgentsInstrumentor()], body, [A("Hello."), A("Hello again.")])
+    runs = top_runs()
+    assert [(r.kind, r.agent_name, r.input, r.output) for r in runs] == [
+        ("team", "helper", "Hi", "Hello."),
+        ("team", "helper", "Again", "Hello again."),
+    ]
+    assert len({r.session_id for r in models.Run.objects.all()}) == 1
+    assert models.Run.objects.filter(kind="member").count() == 2
+    assert "Hi" in session_list(alice_client)
+
+
+@pytest.mark.parametrize("builder", ["create_react_agent", "create_agent"])
+def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, token, alice_client, builder):
+    framework("langgraph")
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.memory import InMemorySaver
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    # LangGraph's prebuilt ReAct agent (its model node is "agent", which the
+    # instrumentation reports as an agent span) and LangChain 1's create_agent ("model").
+    node = "agent" if builder == "create_react_agent" else "model"
+
+    def body(server, tracer_provider):
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+        if builder == "create_react_agent":
+            from langgraph.prebuilt import create_react_agent
+
+            graph = create_react_agent(
+                model, [tool(weather)], prompt="You tell the weather.", checkpointer=InMemorySaver()
+            )
+        else:
+            from langchain.agents import create_agent
+
+            graph = create_agent(
+                model, [tool(weather)], system_prompt="You tell the weather.", checkpointer=InMemorySaver()
+            )
+        config = {"configurable": {"thread_id": "thread-1"}}
+        for n in (1, 2, 3):
+            graph.invoke({"messages": [("user", f"Weather in Paris? (question {n})")]}, config)
+
+    server = drive(live_server, token, [LangChainInstrumentor()], body)
+    assert len(server.requests) == 6
+    assert models.Run.objects.count() == 3  # no member run for the "agent" node
+    runs = top_runs()
+    assert [(r.kind, r.input, r.output) for r in runs] == [
+        ("agent", f"Weather in Paris? (question {n})", fake_openai.ANSWER) for n in (1, 2, 3)
+    ]
+    assert {r.session.session_id for r in runs} == {"thread-1"}
+    for run in runs:
+        # Node executions are the run's steps: the tool call sits with the model call that
+        # asked for it, though the graph ran it in its "tools" node.
+        assert steps(run) == [(1, node, 1, ["weather"]), (2, node, 1, [])]
+        call = run.tool_calls.get()
+        asked = run.iterations.get(index=1).model_calls.get().answer["tool_calls"][0]
+        assert (call.params, call.result, call.call_id) == ({"city": "Paris"}, "Sunny in Paris", asked["id"])
+        # The graph's whole state is one click away: the run's metadata.
+        state = json.loads(run.metadata["input.value"])
+        assert state == {"messages": [["user", run.input]]}
+        assert json.loads(run.metadata["output.value"])["messages"][-1]["data"]["content"] == run.output
+    page = session_list(alice_client)
+    assert "Weather in Paris? (question 1)" in page and "{&quot;messages&quot;" not in page
+    run_page = alice_client.get(f"/p/default/runs/{runs[0].run_id}/").content.decode()
+    # One click away on the run page: the whole state values the graph was given and gave.
+    assert "The whole input value the framework sent" in run_page
+    assert "The whole output value the framework sent" in run_page
+    assert (
+        "{&quot;messages&quot;: [[&quot;user&quot;, &quot;Weather in Paris? (question 1)&quot;]]}" in run_page
+    )
+    assert f">Iteration 1</a> · {node}" in run_page and ">Iteration 0<" not in run_page
+    # A link saved when OTLP runs were numbered from 0 still lands on the first iteration.
+    alias = run_page.index('id="iteration-0"')
+    assert run_page.index('id="iteration-1"') > alias and run_page.count('class="card iteration"') == 2
+
+
+def test_smolagents_run_is_the_task_with_the_tools_arguments(live_server, token):
+    framework("smolagents")
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    def body(server, tracer_provider):
+        model = OpenAIServerModel(model_id="gpt-4o-mini", api_base=server.base_url, api_key="sk-test")
+        agent = ToolCallingAgent(tools=[tool(weather)], model=model, max_steps=4, name="weather_agent")
+        agent.run("Weather in Paris?")
+
+    script = [
+        A(tool_calls=[("weather", '{"city": "Paris"}')]),
+        A(tool_calls=[("final_answer", '{"answer": "Sunny in Paris."}')]),
+    ]
+    drive(live_server, token, [SmolagentsInstrumentor(), OpenAIInstrumentor()], body, script)
+    (run,) = models.Run.objects.all()
+    assert (run.agent_name, run.input, run.output) == (
+        "weather_agent",
+        "Weather in Paris?",
+        "Sunny in Paris.",
+    )
+    assert json.loads(run.metadata["input.value"])["task"] == "Weather in Paris?"
+    assert steps(run) == [(1, "", 1, ["weather"]), (2, "", 1, ["final_answer"])]
+    params = [c.params for c in run.tool_calls.order_by("iteration__position")]
+    assert params == [{"city": "Paris"}, {"answer": "Sunny in Paris."}]
+
+
+def test_pydantic_ai_runs_are_the_users_text(live_server, token, alice_client):
+    from pydantic_ai import Agent
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    def body(server, tracer_provider):
+        model = OpenAIChatModel(
+            "gpt-4o-mini", provider=OpenAIProvider(base_url=server.base_url, api_key="sk-test")
+        )
+        agent = Agent(model, name="weather", instructions="You tell the weather.")
+        agent.instrument = InstrumentationSettings(tracer_provider=tracer_provider)
+        agent.tool_plain(weather)
+        first = agent.run_sync("Weather in Paris?")
+        agent.run_sync("And in Lyon?", message_history=first.all_messages())
+
+    drive(live_server, token, [], body)
+    runs = top_runs()
+    assert [(r.agent_name, r.input, r.output) for r in runs] == [
+        ("weather", "Weather in Paris?", fake_openai.ANSWER),
+        ("weather", "And in Lyon?", fake_openai.ANSWER),
+    ]
+    # Pydantic AI names the conversation (gen_ai.conversation.id): one session.
+    assert len({r.session_id for r in runs}) == 1
+    for run in runs:
+        assert steps(run) == [(1, "", 1, ["weather"]), (2, "", 1, [])]
+    assert "Weather in Paris?" in session_list(alice_client)
+
+
+def test_agno_sessions_follow_each_span_inside_one_trace(live_server, token, alice_client):
+    framework("agno")
+    from agno.agent import Agent
+    from agno.db.in_memory import InMemoryDb
+    from agno.models.openai import OpenAIChat
+    from agno.team import Team
+    from agno.workflow import Step, Workflow
+    from openinference.instrumentation.agno import AgnoInstrumentor
+
+    script = [
+        A(tool_calls=[("delegate_task_to_member", json.dumps({"member_id": "researcher", "task": "Paris"}))]),
+        A(tool_calls=[("weather", '{"city": "Paris"}')]),
+        A("Sunny in Paris."),
+        A("It is sunny in Paris."),
+        A("Lyon is lovely."),
+    ]
+
+    def body(server, tracer_provider):
+        def model():
+            return OpenAIChat(id="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+
+        member = Agent(
+            name="Researcher", id="researcher", model=model(), instructions="You find facts.", tools=[weather]
+        )
+        team = Team(name="desk", model=model(), members=[member], db=InMemoryDb())
+        team.run("Weather in Paris?", session_id="team-s")
+        writer = Agent(name="Writer", model=model(), instructions="You write.")
+        flow = Workflow(name="report", steps=[Step(name="write", agent=writer)], db=InMemoryDb())
+        flow.run("Write about Lyon", session_id="flow-s")
+
+    drive(live_server, token, [AgnoInstrumentor()], body, script)
+    by_session = {
+        s.session_id: list(s.runs.order_by("started_at").values_list("kind", "agent_name", "input", "output"))
+        for s in models.Session.objects.all()
+    }
+    assert by_session == {
+        "team-s": [
+            ("team", "desk", "Weather in Paris?", "It is sunny in Paris."),
+            ("member", "Researcher", "Paris", "Sunny in Paris."),
+        ],
+        "flow-s": [
+            ("workflow", "report", "Write about Lyon", "Lyon is lovely."),
+            ("member", "Writer", "Write about Lyon", "Lyon is lovely."),
+        ],
+    }
+    researcher = models.Run.objects.get(agent_name="Researcher")
+    assert steps(researcher) == [(1, "", 1, ["weather"]), (2, "", 1, [])]
+    team = models.Run.objects.get(agent_name="desk")
+    assert steps(team) == [(1, "", 1, ["delegate_task_to_member"]), (2, "", 1, [])]
+    # The trace's kept spans go with the session of its root (the team's).
+    assert set(models.SpanBatch.objects.values_list("session__session_id", flat=True)) == {"team-s"}
+    page = session_list(alice_client)
+    assert "Weather in Paris?" in page and "Write about Lyon" in page
+
+
+# -- The rules, on hand-made spans (whatever the framework) -------------------------------
+
+
+def _assembled(*items):
+    from history_app.agent_history import otlp
+
+    from .otlp_spans import request
+
+    spans, errors, _ = otlp.read_request(request(*items))
+    assert errors == []
+    return otlp.assemble(spans)
+
+
+def _node(trace, span_id, parent, name, namespace, *, kind="CHAIN", start_ms=0, end_ms=10, **extra):
+    from .otlp_spans import span
+
+    metadata = {"langgraph_node": name, "langgraph_checkpoint_ns": namespace}
+    attributes = {"openinference.span.kind": kind, "metadata": json.dumps(metadata), **extra}
+    return span(trace, span_id, parent, name, attributes, start_ms=start_ms, end_ms=end_ms)
+
+
+def _llm(trace, span_id, parent, text, *, start_ms, node="", namespace=""):
+    from .otlp_spans import span
+
+    attributes = {
+        "openinference.span.kind": "LLM",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": text,
+    }
+    if node:
+        attributes["metadata"] = json.dumps({"langgraph_node": node, "langgraph_checkpoint_ns": namespace})
+    return span(trace, span_id, parent, "ChatOpenAI", attributes, start_ms=start_ms, end_ms=start_ms + 1)
+
+
+def test_a_graph_node_is_a_step_a_subgraph_a_member_run_and_a_plain_node_a_step_of_its_own():
+    from .otlp_spans import span
+
+    trace = "ab" * 16
+    state = json.dumps({"messages": [{"role": "user", "content": "Plan a trip"}]})
+    answer = json.dumps({"messages": [{"type": "ai", "data": {"content": "Go to Lyon."}}]})
+    runs = _assembled(
+        span(
+            trace,
+            "0000000000000001",
+            name="LangGraph",
+            attributes={"openinference.span.kind": "CHAIN", "input.value": state, "output.value": answer},
+            end_ms=100,
+        ),
+        # An AGENT node (any name with "agent" in it) is a step, not a member run.
+        _node(
+            trace, "0000000000000002", "0000000000000001", "planner_agent", "planner_agent:1", kind="AGENT"
+        ),
+        _llm(trace, "0000000000000003", "0000000000000002", "Lyon", start_ms=1, node="planner_agent"),
+        # A node that calls no model and no tool is a step of its own.
+        _node(trace, "0000000000000004", "0000000000000001", "fetch", "fetch:2", start_ms=20, end_ms=30),
+        # A node running a graph of its own (a deeper checkpoint namespace) is a member run.
+        _node(
+            trace, "0000000000000005", "0000000000000001", "research", "research:3", start_ms=40, end_ms=90
+        ),
+        _node(
+            trace,
+            "0000000000000006",
+            "0000000000000005",
+            "agent",
+            "research:3|agent:4",
+            start_ms=41,
+            end_ms=60,
+        ),
+        _llm(trace, "0000000000000007", "0000000000000006", "Found", start_ms=42, node="agent"),
+    )
+    top, member = runs
+    assert (top.kind, top.input, top.output) == ("workflow", "Plan a trip", "Go to Lyon.")
+    assert [(it.index, it.name, len(it.model_calls)) for it in top.iterations] == [
+        (1, "planner_agent", 1),
+        (2, "fetch", 0),
+    ]
+    assert (member.kind, member.agent_name, member.parent_run_id) == ("member", "research", top.run_id)
+    assert [(it.index, it.name) for it in member.iterations] == [(1, "agent")]
+
+
+def test_a_span_naming_another_session_starts_a_run_of_that_session_inside_the_trace():
+    from .otlp_spans import span
+
+    trace = "cd" * 16
+    agent = {"openinference.span.kind": "AGENT"}
+    runs = _assembled(
+        span(trace, "0000000000000001", name="desk", attributes={**agent, "session.id": "a"}, end_ms=100),
+        span(trace, "0000000000000002", "0000000000000001", "flow", {"session.id": "b"}, start_ms=10),
+        span(trace, "0000000000000003", "0000000000000002", "w", {**agent, "session.id": "b"}, start_ms=11),
+        span(trace, "0000000000000004", "0000000000000001", "m", {**agent, "session.id": "a"}, start_ms=50),
+    )
+    assert [
+        (r.run_id[-4:], r.kind, r.session_id, r.parent_run_id and r.parent_run_id[-4:]) for r in runs
+    ] == [
+        (trace[-4:], "team", "a", None),
+        ("0002", "workflow", "b", None),
+        ("0003", "member", "b", "0002"),
+        ("0004", "member", "a", trace[-4:]),
+    ]
+
+
+def test_a_tool_call_sits_with_the_model_call_that_asked_for_it_by_its_id():
+    from .otlp_spans import span
+
+    trace = "ef" * 16
+    asked = {
+        "openinference.span.kind": "LLM",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call_a",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "weather",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"city": "Paris"}',
+    }
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "weather", "tool_call.id": "call_a"}
+    runs = _assembled(
+        span(
+            trace, "0000000000000001", name="run", attributes={"openinference.span.kind": "AGENT"}, end_ms=100
+        ),
+        span(trace, "0000000000000002", "0000000000000001", "llm", asked, start_ms=1, end_ms=2),
+        _llm(trace, "0000000000000003", "0000000000000001", "thinking more", start_ms=3),
+        # Run after a later model call: still the first model call's.
+        span(
+            trace,
+            "0000000000000004",
+            "0000000000000001",
+            "weather",
+            {**tool, "input.value": "Paris"},
+            start_ms=5,
+        ),
+    )
+    (run,) = runs
+    assert [(it.index, [t.tool for t in it.tool_calls]) for it in run.iterations] == [
+        (1, ["weather"]),
+        (2, []),
+    ]
+    # The arguments the model asked for, where the tool span kept only a text.
+    assert run.iterations[0].tool_calls[0].params == {"city": "Paris"}
+
+
+def test_the_migration_numbers_stored_otlp_iterations_from_one(ingest, alice_client):
+    import importlib
+
+    from django.apps import apps
+
+    from .conftest import native
+
+    migration = importlib.import_module("history_app.migrations.0025_otlp_iterations_from_one")
+    iterations = [{"index": 0, "thought": "first"}, {"index": 1, "thought": "second"}]
+    assert (
+        ingest(
+            [native("old-otlp", iterations=iterations), native("native", iterations=iterations)]
+        ).status_code
+        == 200
+    )
+    models.Run.objects.filter(run_id="old-otlp").update(source_format="otlp")
+    old = models.Run.objects.get(run_id="old-otlp")
+    models.Annotation.objects.create(
+        project_id=old.project_id, run=old, kind="comment", text="see this", author="alice", iteration_index=1
+    )
+    migration.renumber(apps, None)
+    assert list(old.iterations.order_by("position").values_list("index", flat=True)) == [1, 2]
+    assert models.Annotation.objects.get().iteration_index == 2
+    native_run = models.Run.objects.get(run_id="native")
+    assert list(native_run.iterations.order_by("position").values_list("index", flat=True)) == [0, 1]
+    migration.renumber(apps, None)  # a second pass changes nothing
+    assert list(old.iterations.order_by("position").values_list("index", flat=True)) == [1, 2]
+    page = alice_client.get("/p/default/runs/old-otlp/").content.decode()
+    assert page.index('id="iteration-0"') < page.index('id="iteration-1"') < page.index('id="iteration-2"')
+
+
+def test_reassemble_traces_rewrites_stored_runs_and_deletes_those_the_mapping_no_longer_makes(
+    client, auth_headers, ingest, monkeypatch
+):
+    from django.core.management import call_command
+
+    from .conftest import native
+    from .otlp_spans import request, span
+    from .test_otlp import post
+
+    trace = "12" * 16
+    state = json.dumps({"messages": [["user", "Plan a trip"]]})
+    items = [
+        span(
+            trace,
+            "0000000000000001",
+            name="LangGraph",
+            attributes={"openinference.span.kind": "CHAIN", "input.value": state, "session.id": "t-1"},
+            end_ms=100,
+        ),
+        _node(trace, "0000000000000002", "0000000000000001", "agent", "agent:1", kind="AGENT"),
+        _llm(trace, "0000000000000003", "0000000000000002", "Go to Lyon.", start_ms=1, node="agent"),
+    ]
+    from history_app.agent_history import otlp
+
+    # Stored as an earlier version did: the graph's state as the run's input.
+    with monkeypatch.context() as patch:
+        patch.setattr(otlp, "_user_text", lambda value, side: None)
+        assert post(client, auth_headers, request(*items)).status_code == 200
+    assert models.Run.objects.get(run_id=trace).input == state
+    # What an earlier version made of the trace: a member run for the "agent" node, here
+    # in a session of its own, which it leaves empty when it goes.
+    stale = native(f"{trace}-0000000000000002", session_id="old-s", kind="member", parent_run_id=trace)
+    assert ingest([stale]).status_code == 200
+    call_command("reassemble_traces")
+    (run,) = models.Run.objects.all()
+    assert (run.run_id, run.input, run.output, run.session.session_id) == (
+        trace,
+        "Plan a trip",
+        "Go to Lyon.",
+        "t-1",
+    )
+    assert list(models.Session.objects.values_list("session_id", flat=True)) == ["t-1"]
+    assert models.Session.objects.get().run_count == 1
+    call_command("reassemble_traces")  # again: nothing changes
+    assert list(models.Run.objects.values_list("run_id", "input")) == [(trace, "Plan a trip")]
