@@ -554,6 +554,25 @@ def test_smolagents_through_openinference_is_stored_exactly(live_server, token):
     assert models.ModelCall.objects.count() == 4
 
 
+def drive(live_server, token, instrumentors, body, script=None) -> fake_openai.FakeServer:
+    """Run ``body(server)`` with the instrumentations sending to the live server, in a copy
+    of the context: a framework that leaves a span attached must not parent the spans of
+    the tests after it."""
+    server = fake_openai.start(script)
+    tracer_provider = provider(live_server, token, "protobuf")
+    for instrumentor in instrumentors:
+        instrumentor.instrument(tracer_provider=tracer_provider)
+    try:
+        contextvars.copy_context().run(body, server, tracer_provider)
+        assert tracer_provider.force_flush(30_000)
+        tracer_provider.shutdown()
+    finally:
+        for instrumentor in instrumentors:
+            instrumentor.uninstrument()
+        server.shutdown()
+    return server
+
+
 def fake_openai_final_answer(live_server, token, instrumentors, body):
     """smolagents ends a run only through its ``final_answer`` tool: the script asks for
     ``add`` then for ``final_answer``, twice."""
@@ -563,21 +582,7 @@ def fake_openai_final_answer(live_server, token, instrumentors, body):
         fake_openai.Answer(tool_calls=[("add", '{"a": 4, "b": 4}')]),
         fake_openai.Answer(tool_calls=[("final_answer", '{"answer": "8"}')]),
     ]
-    server = fake_openai.start(answers)
-    tracer_provider = provider(live_server, token, "protobuf")
-    for instrumentor in instrumentors:
-        instrumentor.instrument(tracer_provider=tracer_provider)
-    try:
-        # In a copy of the context: a framework that leaves a span attached must not
-        # parent the spans of the tests after it.
-        contextvars.copy_context().run(body, server, tracer_provider)
-        assert tracer_provider.force_flush(30_000)
-        tracer_provider.shutdown()
-    finally:
-        for instrumentor in instrumentors:
-            instrumentor.uninstrument()
-        server.shutdown()
-    return server
+    return drive(live_server, token, instrumentors, body, answers)
 
 
 # -- The native format ----------------------------------------------------------------------

@@ -9,7 +9,6 @@ What each framework's runs look like is documented in the OTLP help page
 
 from __future__ import annotations
 
-import contextvars
 import json
 
 import pytest
@@ -17,8 +16,7 @@ import pytest
 from history_app import models
 
 from . import fake_openai
-from .test_conformance import framework
-from .test_otlp_live import provider
+from .test_conformance import drive, framework
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,23 +30,6 @@ def weather(city: str) -> str:
         city: The city.
     """
     return f"Sunny in {city}"
-
-
-def drive(live_server, token, instrumentors, body, script=None) -> fake_openai.FakeServer:
-    """Run ``body(server)`` with the instrumentations sending to the live server."""
-    server = fake_openai.start(script)
-    tracer_provider = provider(live_server, token, "protobuf")
-    for instrumentor in instrumentors:
-        instrumentor.instrument(tracer_provider=tracer_provider)
-    try:
-        contextvars.copy_context().run(body, server, tracer_provider)
-        assert tracer_provider.force_flush(30_000)
-        tracer_provider.shutdown()
-    finally:
-        for instrumentor in instrumentors:
-            instrumentor.uninstrument()
-        server.shutdown()
-    return server
 
 
 def top_runs() -> list[models.Run]:

@@ -697,7 +697,7 @@ def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
     run.iterations, _ = _tool_calls(payload)
     run.injected_contexts = _contexts(payload, run.agent_name)
     members = [m for m in payload.get("member_responses") or [] if isinstance(m, dict)]
-    for call in _delegations(run):
+    for call in agno_times.delegations(run):
         member_id = call.params.get("member_id")
         run.member_interactions.append(
             MemberInteraction(
@@ -712,20 +712,6 @@ def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
     if include_members:
         runs.extend(_member_runs(payload, run, members))
     return runs
-
-
-def _delegations(run: Run) -> list[ToolCall]:
-    """The run's delegations to one member each, in order. A delegation to one member
-    names it; ``delegate_task_to_members`` hands the task to every member, whose own runs
-    say what each did."""
-    return [
-        call
-        for iteration in run.iterations
-        for call in iteration.tool_calls
-        if is_delegation(call.tool, call.params)
-        and isinstance(call.params, dict)
-        and "member_id" in call.params
-    ]
 
 
 def member_ids(member: dict[str, Any]) -> list[str]:
@@ -756,7 +742,7 @@ def link_members(run: Run, members: Sequence[dict[str, Any]]) -> None:
     def loose(text: str) -> str:
         return "".join(text.lower().replace("-", " ").replace("_", " ").split())
 
-    for call, interaction in zip(_delegations(run), run.member_interactions, strict=False):
+    for call, interaction in zip(agno_times.delegations(run), run.member_interactions, strict=False):
         wanted = str(call.params.get("member_id"))
         found = next((m for m in free if wanted in member_ids(m)), None)
         if found is None:

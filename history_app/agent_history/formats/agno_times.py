@@ -43,6 +43,20 @@ def _seconds(start: datetime | None, end: datetime | None) -> float:
     return max((end - start).total_seconds(), 0.0)
 
 
+def delegations(run: Run) -> list[ToolCall]:
+    """The run's delegations to one member each, in order. A delegation to one member
+    names it; ``delegate_task_to_members`` hands the task to every member, whose own runs
+    say what each did."""
+    return [
+        call
+        for iteration in run.iterations
+        for call in iteration.tool_calls
+        if is_delegation(call.tool, call.params)
+        and isinstance(call.params, dict)
+        and "member_id" in call.params
+    ]
+
+
 class _Tree:
     """The runs of one import by id, with the member run each delegation started and the
     run each workflow step ran."""
@@ -65,17 +79,10 @@ class _Tree:
         """(kind, part, child run) in the order agno ran them: each iteration's model
         calls, then its tool calls (a delegation with the member run it started), or the
         step run of a workflow step."""
-        delegations = [
-            call
-            for iteration in run.iterations
-            for call in iteration.tool_calls
-            if is_delegation(call.tool, call.params)
-            and isinstance(call.params, dict)
-            and "member_id" in call.params
-        ]
+        delegated = delegations(run)
         members = {
             id(call): self.child(interaction.member_run_id, run)
-            for call, interaction in zip(delegations, run.member_interactions, strict=False)
+            for call, interaction in zip(delegated, run.member_interactions, strict=False)
         }
         found: list[tuple[str, object, Run | None]] = []
         for iteration in run.iterations:
