@@ -487,9 +487,19 @@ _LOOSE_SEPARATORS = frozenset({":", "=", "：", "＝", "uff1a", "uff1d"})
 # ends it only where a query string's next pair or an entity follows ("?token=v&page=2",
 # "&amp;"): elsewhere it is part of the value ("DB_PASSWORD=Tr0ub4dor&3xQz!").
 # A value never starts with "&" (Rust's "secret: &[u8]" is a type).
+#
+# The other characters that end an unquoted value do so only where they end it: a quote,
+# ';' or ',' followed by a space, the end, or the next pair ("Server=x;Password=y;Db=z",
+# "{user: a, password: b}"), and a closing bracket that nothing in the value opened,
+# followed by anything but a letter or a digit ("f(password=x)", "[token=x]"). Elsewhere
+# they are part of the password ("Abc9x;cTail", "9x#k2$m(t)y_u+i", "Abc'def").
 _VALUE_CHAR = r"[^\s\"',;&)}\]\\]|\\{1,8}(?![nrt\"'\\])"
+_NEXT_NAME = r"[A-Za-z_][A-Za-z0-9_.\-\[\]]{0,64}"
 _VALUE_TOKEN = re.compile(
-    rf"(?:{_VALUE_CHAR})(?:{_VALUE_CHAR}|&(?![A-Za-z_][A-Za-z0-9_.\-\[\]]{{0,64}}=|#?[A-Za-z0-9]{{1,10}};)){{0,999}}"
+    rf"(?:{_VALUE_CHAR})(?:\((?:[^\s()\"'\\]){{0,64}}\)|{_VALUE_CHAR}"
+    rf"|&(?!{_NEXT_NAME}=|#?[A-Za-z0-9]{{1,10}};)"
+    rf"|[;,](?!{_NEXT_NAME}[=:])(?=[A-Za-z0-9!#$%*+/?@^_~\-])"
+    rf"|[\"')}}\]](?=[A-Za-z0-9])){{0,999}}"
 )
 # The rest of a config's line after the first word of its value (YAML, .env, INI).
 _REST_OF_LINE = re.compile(r"(?:[^\r\n\"';\\]|\\{1,8}(?![nrt\"'\\])){0,1000}")
@@ -692,7 +702,12 @@ def _is_code(text: str, start: int, end: int, name: str) -> bool:
         return False
     dotted, opening = reference.group(1), reference.group(2)
     if opening:  # get_token(, os.environ[, bcrypt.hashpw(password.encode(
-        return True
+        # …but not a password that holds a bracket ("Abc9x(Tail", "Pa[ss9"): a call's or a
+        # subscript's bracket is closed, not followed by a letter or a digit, or followed by
+        # an argument list's comma (HTTPBasicAuth(username, password), ENC[AES256,data:…]).
+        after = value[reference.end() : reference.end() + 1]
+        closer = ")" if opening == "(" else "]"
+        return closer in value or not after.isalnum() or text[end : end + 1] in (",", closer)
     if reference.end() != len(value):
         return False
     if (dotted and text[end : end + 1] in ("(", "[")) or text[end : end + 1] == "(":
@@ -1035,7 +1050,9 @@ _HEADER_NAME = re.compile(
     r"\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
 )
 _AUTH_SCHEME = re.compile(r"(?:[A-Za-z][A-Za-z0-9_\-]{0,30}|\[REDACTED:[a-z0-9\-]{1,40}\])[ \t]+")
-_CREDENTIAL_TOKEN = re.compile(r"[^\s\"',;&\\{}\[\]()<>]{1,4000}")
+_CREDENTIAL_TOKEN = re.compile(
+    r"[^\s\"',;&\\{}\[\]()<>](?:[^\s\"',;&\\{}\[\]()<>]|[\"',;{}\[\]()<>](?=[A-Za-z0-9])){0,3999}"
+)
 # Parameters (Digest's username="…", response="…"; cookies' a=1; b=2) run to the line end.
 _CREDENTIAL_PARAMS = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,40}=(?:[^\r\n\\]|\\(?![nr])){0,4000}")
 
@@ -2166,7 +2183,11 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "bearer",
         # The token stops at a quote, a bracket, a pipe or a comma: "Bearer x"}} and
         # -H 'Authorization: Bearer x' keep what closes them.
-        re.compile(r"(?i)(bearer)((?:\s|\\{1,4}(?:u00[aA]0|t))+)([^\s\"'`<>(){}\[\]|,;\\]+)"),
+        # A closing mark followed by a letter or a digit is the token's own ("abc)def").
+        re.compile(
+            r"(?i)(bearer)((?:\s|\\{1,4}(?:u00[aA]0|t))+)"
+            r"([^\s\"'`<>(){}\[\]|,;\\](?:[^\s\"'`<>(){}\[\]|,;\\]|[\"'`<>(){}\[\]|,;](?=[A-Za-z0-9]))*+)"
+        ),
         group=3,
         check=_is_bearer_token,
     ),
