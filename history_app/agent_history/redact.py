@@ -137,10 +137,28 @@ _NEUTRAL_LAST_WORDS = frozenset(
         "rounds",
         "iterations",
         "format",
+        "valid",
+        "invalid",
+        "validation",
+        "validator",
     }
 )
 # Words that describe a secret wherever they follow its word ("token_expires_in").
-_DESCRIBING = frozenset({"expires", "expiry", "expiration", "ttl", "lifetime", "count", "length", "type"})
+_DESCRIBING = frozenset(
+    {
+        "expires",
+        "expiry",
+        "expiration",
+        "ttl",
+        "lifetime",
+        "count",
+        "length",
+        "type",
+        "timeout",
+        "age",
+        "reset",
+    }
+)
 # "<prefix>_key" is an ordinary key (a lookup key, not a credential) for these prefixes.
 _PLAIN_KEY_PREFIXES = frozenset(
     {
@@ -406,6 +424,9 @@ class FoldedValueRule(ValueRule):
         return super().apply(text, counts, extra_keys)
 
 
+_AUTH_PARAM = re.compile(r"[a-z_]{2,20}=(?:\\{0,7}\"|[a-z_]{1,40}(?:,|\Z))")
+
+
 def _is_bearer_token(match: re.Match[str]) -> bool:
     """The token after ``Bearer`` (any case, any whitespace), up to the next whitespace:
     a secret when it holds a digit or a symbol, or is 16 letters or more, or 8 after
@@ -417,6 +438,9 @@ def _is_bearer_token(match: re.Match[str]) -> bool:
         return False
     # "token_type: Bearer" then the next line's "expires_in: 3600": a key, not a token.
     if token.endswith(":") or ("\n" in match.group(2) and _KEY_AHEAD.match(token)):
+        return False
+    # A challenge's parameters (WWW-Authenticate: Bearer realm="example"), not a token.
+    if _AUTH_PARAM.match(token):
         return False
     if not core.isalpha():
         return True
@@ -645,7 +669,24 @@ def _is_kept_value(text: str, start: int, end: int, quoted: bool) -> bool:
         return True
     value = text[start:end] if quoted else text[start:end].split(None, 1)[0]
     # A template fills the value in later: ${{ secrets.TOKEN }}, {{ vault_pw }}, $(cat f).
-    return value.lower() in _KV_NOT_SECRET_VALUES or value.startswith(_TEMPLATE_OPENERS)
+    return (
+        value.lower() in _KV_NOT_SECRET_VALUES
+        or value.startswith(_TEMPLATE_OPENERS)
+        or (quoted and value.strip().lower() in _SCHEME_WORDS)  # "Bearer " + token
+        or _is_placeholder_value(value)
+    )
+
+
+# What documentation writes where a secret goes: <your-api-key-here>, sk-..., your-key-here,
+# ********, changeme; and what another tool left where one was: [REDACTED], ***REDACTED***.
+_PLACEHOLDER_VALUE = re.compile(
+    r"<[A-Za-z_][^<>\r\n]{0,99}>|[A-Za-z0-9_\-]{0,12}(?:\.{3}|…)|[*•]{3,}|(?i:your[-_][a-z0-9_\-]{1,60})"
+    r"|(?i:change[-_]?me|change[-_]?it)|\[REDACTED[^\]\r\n]{0,40}\]|\*{1,3}REDACTED\*{1,3}"
+)
+
+
+def _is_placeholder_value(value: str) -> bool:
+    return len(value) <= 120 and _PLACEHOLDER_VALUE.fullmatch(value) is not None
 
 
 # How a template or a shell expansion starts (GitHub Actions, Jinja, Helm, shell, ERB,
@@ -675,6 +716,9 @@ _ENV_REFERENCE = re.compile(r"\$[A-Z_][A-Z0-9_]{0,200}")
 _DEFAULT_AFTER_TYPE = re.compile(r"[^\S\r\n]{0,8}=[^\S\r\n]{0,8}(?=[\"'])")
 
 
+_OPERATOR_AHEAD = re.compile(r"[ \t]{0,8}(?:[<>!=]=|&&|\|\||[<>+*/%?])")
+
+
 def _is_code(text: str, start: int, end: int, name: str) -> bool:
     """Whether the unquoted value at ``start`` is code rather than a secret: a type
     (``password: str``), a call (``get_token()``), a subscript or an attribute
@@ -689,7 +733,9 @@ def _is_code(text: str, start: int, end: int, name: str) -> bool:
         rest = text[start + len(value) : start + len(value) + 200].lstrip(" \t")
         if _is_placeholder(rest) or rest.startswith("`"):
             return True
-    if value.strip("*•xX") == "" and len(value) >= 3:
+    if value.strip("*•xX") == "" and len(value) >= 3 or value.strip(".…") == "":
+        return True
+    if value.startswith(("./", "../", "~/")):  # a file's path (--from-file=password=./pw.txt)
         return True
     bare = value.lstrip("&*").removeprefix("'static").lstrip()
     base = re.split(r"[\[<|,;)=?]", bare, maxsplit=1)[0]
@@ -707,14 +753,25 @@ def _is_code(text: str, start: int, end: int, name: str) -> bool:
         # an argument list's comma (HTTPBasicAuth(username, password), ENC[AES256,data:…]).
         after = value[reference.end() : reference.end() + 1]
         closer = ")" if opening == "(" else "]"
-        return closer in value or not after.isalnum() or text[end : end + 1] in (",", closer)
+        return (
+            bool(dotted)
+            or closer in value
+            or not after.isalnum()
+            or any(c in "='\"" for c in value[reference.end() :])
+            or text[end : end + 1] in (",", closer)
+        )
     if reference.end() != len(value):
         return False
     if (dotted and text[end : end + 1] in ("(", "[")) or text[end : end + 1] == "(":
         return True
     if dotted:
-        # A dotted value followed by code punctuation, or naming a secret (config.api_key).
-        return is_secret_key(value.rsplit(".", 1)[-1]) or text[end : end + 1] in (")", ";", ",")
+        # A dotted value followed by code punctuation or an operator, or naming a secret
+        # (config.api_key, password.length >= 12).
+        return (
+            is_secret_key(value.rsplit(".", 1)[-1])
+            or text[end : end + 1] in (")", ";", ",")
+            or _OPERATOR_AHEAD.match(text, end) is not None
+        )
     # A variable named like the secret: the name itself, one of its words, or an
     # identifier of several words that names a secret (api_key=OPENAI_API_KEY); a single
     # word ("password: secret") is a value.
@@ -810,6 +867,8 @@ class KeyValueRule(_PairRule):
                 # YAML: an anchor or a tag before the value ("password: &pw x", "!!str x").
                 properties = _YAML_PROPERTIES.match(text, pos)
                 if properties is not None:
+                    if _YAML_LOCAL_TAG.search(properties.group()):
+                        continue  # !vault, !Ref, !secret: encrypted, or a reference to the value
                     pos = properties.end()
             if span is None:
                 whole = loose and name[:1] != "-" and _takes_the_line(text, start, name, match.span("sep"))
@@ -830,6 +889,8 @@ class KeyValueRule(_PairRule):
                         continue
             elif _is_kept_value(text, *span):
                 continue
+            if _not_a_secret_here(text, start, name, span):
+                continue
             spans.append(span[:2])
             done = span[1]
         if "variable" in lowered:
@@ -846,6 +907,32 @@ class KeyValueRule(_PairRule):
         return text
 
 
+_PATH_LIKE = re.compile(r"[A-Za-z0-9_.\-]{1,100}(?:/[A-Za-z0-9_.\-]{1,100}){1,20}")
+
+
+def _not_a_secret_here(text: str, start: int, name: str, span: tuple[int, int, bool]) -> bool:
+    """A pair whose value the text around it says is no secret: a model's sampled token
+    beside its "logprob", the "secret:" part of an ARN, a secret's id that is its path
+    (AWS's SecretId='prod/db'), and Python's "pass: the statement…" in prose."""
+    lowered = name.lower()
+    if lowered == "token" and "logprob" in text[max(0, start - 200) : span[1] + 200]:
+        return True
+    if lowered in ("secret", "secrets") and text[start - 1 : start] == ":":
+        # arn:aws:secretsmanager:region:account:secret:prod/db-AbCdEf
+        begin = max(text.rfind(" ", 0, start), text.rfind("\n", 0, start), text.rfind('"', 0, start)) + 1
+        if text.startswith("arn:", begin) or text.startswith("n:arn:", begin - 1):
+            return True
+    value = text[span[0] : span[1]]
+    words = key_words(name)
+    if words[-2:] in (["secret", "id"], ["secret", "name"], ["secret", "arn"]) and (
+        _PATH_LIKE.fullmatch(value) or value.startswith("arn:")
+    ):
+        return True
+    return lowered == "pass" and not span[2] and value.split(None, 1)[0].lower() in _ARG_PROSE_WORDS
+
+
+# A YAML tag of the application's own (one '!'), not YAML's (!!str, !!binary).
+_YAML_LOCAL_TAG = re.compile(r"(?:^|[ \t])![A-Za-z]")
 # A YAML anchor or tag before a value.
 _YAML_PROPERTIES = re.compile(r"(?:(?:&[A-Za-z0-9_\-]{1,64}|!{1,2}[A-Za-z0-9_\-]{1,64})[ \t]{1,8}){1,2}")
 # A type annotation, then a default that is a string: "password: Optional[str] = 'x'",
@@ -1094,9 +1181,12 @@ class HeaderRule(_PairRule):
                     text, scheme.end()
                 ):
                     pos = scheme.end()
+                elif scheme.group().strip().lower() in _SCHEME_WORDS:
+                    continue  # "Bearer " + token: code adds the credential
             value = _CREDENTIAL_PARAMS.match(text, pos) or _CREDENTIAL_TOKEN.match(text, pos)
             if (
                 value is None
+                or value.group().lower() in _SCHEME_WORDS  # a bare "Authorization: Bearer"
                 or text.startswith(_MARKER_START, pos)
                 or value.group().lower() in _KV_NOT_SECRET_VALUES
                 or _is_placeholder(text[pos : pos + 200])
@@ -1617,7 +1707,11 @@ class ArgumentRule(_PairRule):
                     if colon < 0:
                         continue  # no password: curl asks for it
                     start = colon + 1
-                if value_end > start and not _is_kept_value(text, start, value_end, True):
+                if (
+                    value_end > start
+                    and not _is_kept_value(text, start, value_end, True)
+                    and not _is_placeholder(text[start:value_end])
+                ):
                     spans.append((start, value_end))
 
 
@@ -1898,6 +1992,18 @@ _BASIC_AUTH_CALL = re.compile(
     r"(\\{0,7}[\"'])[^\"'\r\n\\]{0,256}\1[ \t]{0,8},[ \t]{0,8}(?:password[ \t]*=[ \t]*)?(\\{0,7}[\"'])"
     r"([^\"'\r\n\\]{1,256})\2"
 )
+
+
+def _is_url_password(match: re.Match[str]) -> bool:
+    """A URL's password, unless documentation's placeholder stands there
+    (postgres://user:password@localhost, https://u:<token>@host)."""
+    password = match.group(1)
+    return not (
+        password.lower() in _URL_PLACEHOLDERS or _is_placeholder(password) or _is_placeholder_value(password)
+    )
+
+
+_URL_PLACEHOLDERS = _words("password pass passwd pwd pw secret changeme yourpassword mypassword")
 _B = r"(?<![A-Za-z0-9_\-])"  # a left boundary that also treats '-' and '_' as word parts
 
 DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
@@ -2228,6 +2334,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             r"(?=[A-Za-z0-9._~%\-]{1,256}(?![A-Za-z0-9._~%\-@])|\[[0-9A-Za-z:.%]{2,100}\])"
         ),
         group=1,
+        check=_is_url_password,
     ),
     # The same URL as JSON may write it, each '/' escaped ("https:\\/\\/user:pw@host").
     ValueRule(
