@@ -206,6 +206,10 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
+_OTP_WORDS = _words("totp hotp otp mfa 2fa")
+_STORAGE_ACCOUNTS = _words("azure account accounts")
+
+
 # Secret words that can qualify another noun; the key is secret when a later word is one
 # of these nouns ("secret_access_key", "auth_token") or the word comes last
 # ("client_secret"), but not otherwise ("secret_santa", "auth_user").
@@ -356,7 +360,15 @@ def _is_secret_key(key: str, extra_words: frozenset[str]) -> bool:
         last.endswith(_SECRET_SUFFIXES) or (last.endswith("pass") and last[:-4] in _PASS_PREFIXES)
     ):
         return True
-    # "api key", "private key", "x-api-key", "STRIPE_KEY"; but not "sort_key" or "key".
+    # A private key's id (a service account's "private_key_id"), a one-time-password seed.
+    if any(words[i] == "private" and words[i + 1] == "key" for i in range(len(words) - 1)):
+        return True
+    if last == "seed" and len(words) > 1 and words[-2] in _OTP_WORDS:
+        return True
+    # "api key", "private key", "x-api-key", "STRIPE_KEY"; but not "sort_key" or "key"; an
+    # account's storage key is a credential ("AZURE_STORAGE_KEY"), a storage key is not.
+    if last == "key" and len(words) > 2 and words[-2] == "storage":
+        return any(w in _STORAGE_ACCOUNTS for w in words[:-2])
     return last == "key" and len(words) > 1 and words[-2] not in _PLAIN_KEY_PREFIXES
 
 
@@ -2152,7 +2164,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             ("doppler", "dp.", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}"),
             ("new-relic", "NR", r"NR(?:AK|AA|II|JS)-[A-Za-z0-9]{19,32}"),
             ("heroku", "HRKU-", r"HRKU-[A-Za-z0-9_\-]{50,80}"),
-            ("atlassian", "ATATT3", r"ATATT3[A-Za-z0-9_\-=]{150,250}"),
+            ("atlassian", "ATATT3", r"ATATT3[A-Za-z0-9_\-=]{60,250}"),
             ("brevo", "xkeysib-", r"xkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}"),
             ("prefect", "pnu_", r"pnu_[A-Za-z0-9]{36}"),
             ("pulumi", "pul-", r"pul-[a-f0-9]{40}"),
@@ -2176,8 +2188,36 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             ("netlify", "nfp_", r"nfp_[A-Za-z0-9]{36}"),
             ("render", "rnd_", r"rnd_[A-Za-z0-9]{32}"),
             ("supabase", "sbp_", r"sbp_[a-f0-9]{40}"),
-            ("notion", ("ntn_", "secret_"), r"(?:ntn_[A-Za-z0-9]{46}|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))"),
+            (
+                "notion",
+                ("ntn_", "secret_"),
+                r"(?:ntn_[A-Za-z0-9]{40,60}(?![A-Za-z0-9])|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))",
+            ),
+            ("mailgun", "key-", r"key-[0-9a-f]{32}(?![A-Za-z0-9])"),
+            ("twilio", "SK", r"SK[0-9a-f]{32}(?![A-Za-z0-9_\-])"),
         )
+    ),
+    # A Discord bot token: the bot's id in base64 (a number: "MT…" to "OT…"), a timestamp
+    # and an HMAC, joined by dots.
+    ValueRule(
+        "discord",
+        ("MT", "Mj", "Mz", "ND", "NT", "Nj", "Nz", "OD", "OT"),
+        re.compile(
+            _B
+            + r"(?:M[TjzDk]|N[DTjz]|O[DT])[A-Za-z0-9_\-]{21,30}\.[A-Za-z0-9_\-]{6,7}\.[A-Za-z0-9_\-]{27,45}"
+            r"(?![A-Za-z0-9_\-])"
+        ),
+        long=True,
+        gate=".",
+    ),
+    # A Sentry DSN's key (https://<32 hex>@o123.ingest.sentry.io/…): the key authenticates
+    # what is sent, the host and the project stay.
+    ValueRule(
+        "sentry",
+        "sentry",
+        re.compile(r"://([0-9a-f]{32})(?::[0-9a-f]{32})?@[A-Za-z0-9.\-]{0,200}sentry"),
+        group=1,
+        gate="@",
     ),
     # Two more from gitleaks, gated by a capital letter prose rarely holds.
     ValueRule(
@@ -2538,7 +2578,7 @@ class Redactor:
                     if key_counts:
                         counts.update(dict(key_counts))
                         fields.append({"path": child, "rules": dict(key_counts), "part": "key"})
-                    if secret and _has_content(value):
+                    if secret and (_has_content(value) or _is_numeric_password(key, value)):
                         hidden, replaced = self._hidden(value)
                         if replaced:
                             counts[_SECRET_KEY_RULE] += 1
@@ -2846,6 +2886,8 @@ class Redactor:
             if value and not value.startswith(_MARKER_START):
                 return _SECRET_KEY_MARKER, True
             return value, False
+        if type(value) is int:  # a numeric password (_is_numeric_password): other numbers stay
+            return _SECRET_KEY_MARKER, True
         if isinstance(value, dict):
             out: dict[Any, Any] = {}
             replaced = False
@@ -2883,7 +2925,7 @@ class Redactor:
                         counts.update(dict(key_counts))
                     if new_key in out:
                         new_key = _distinct(out, new_key)
-                    if secret and _has_content(value):
+                    if secret and (_has_content(value) or _is_numeric_password(key, value)):
                         hidden, replaced = self._hidden(value)
                         if replaced:
                             counts[_SECRET_KEY_RULE] += 1
@@ -3003,6 +3045,21 @@ def _has_content(value: Any) -> bool:
     if isinstance(value, str):
         return bool(value) and not value.startswith("[REDACTED")
     return not (isinstance(value, dict | list) and not value)
+
+
+def _is_numeric_password(key: str, value: Any) -> bool:
+    """An integer under a key that names a password itself ("password": 123456789), not a
+    number beside one ("token_count": 12, "password_min_length": 12 are not secret keys)."""
+    return type(value) is int and _names_a_password(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_a_password(key: str) -> bool:
+    words = key_words(fold_lookalikes(key))
+    return bool(words) and words[-1] in _PASSWORD_WORDS
+
+
+_PASSWORD_WORDS = _words("password passwd pwd passcode passphrase pin")
 
 
 def _has_text(value: Any) -> bool:
