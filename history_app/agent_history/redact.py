@@ -728,6 +728,7 @@ _ENV_REFERENCE = re.compile(r"\$[A-Z_][A-Z0-9_]{0,200}")
 _DEFAULT_AFTER_TYPE = re.compile(r"[^\S\r\n]{0,8}=[^\S\r\n]{0,8}(?=[\"'])")
 
 
+_CMDLET = re.compile(r"(?:ConvertTo|ConvertFrom|Get|Read|New|Import|Export|Invoke)-[A-Z][A-Za-z]{1,40}")
 _OPERATOR_AHEAD = re.compile(r"[ \t]{0,8}(?:[<>!=]=|&&|\|\||[<>+*/%?])")
 
 
@@ -748,6 +749,8 @@ def _is_code(text: str, start: int, end: int, name: str) -> bool:
     if value.strip("*•xX") == "" and len(value) >= 3 or value.strip(".…") == "":
         return True
     if value.startswith(("./", "../", "~/")):  # a file's path (--from-file=password=./pw.txt)
+        return True
+    if _CMDLET.fullmatch(value):  # PowerShell: $pw = Read-Host -AsSecureString
         return True
     bare = value.lstrip("&*").removeprefix("'static").lstrip()
     base = re.split(r"[\[<|,;)=?]", bare, maxsplit=1)[0]
@@ -896,8 +899,12 @@ class KeyValueRule(_PairRule):
                 ):
                     continue  # an f-string: code that formats a value, not the value
                 if not span[2]:
-                    span = _unquoted_value(text, span, name, whole)
-                    if span is None:
+                    wrapped = _WRAPPED_LITERAL.match(text, span[0])
+                    if wrapped is not None:  # let password = String::from("x");
+                        span = (*wrapped.span(2), True)
+                    else:
+                        span = _unquoted_value(text, span, name, whole)
+                    if span is None or _is_kept_value(text, *span):
                         continue
             elif _is_kept_value(text, *span):
                 continue
@@ -941,6 +948,14 @@ def _not_a_secret_here(text: str, start: int, name: str, span: tuple[int, int, b
     ):
         return True
     return lowered == "pass" and not span[2] and value.split(None, 1)[0].lower() in _ARG_PROSE_WORDS
+
+
+# A literal wrapped in a string or secret type: String::from("x"), "x".to_string() is
+# the value rule's, SecretStr("x"), new String("x"), Secret::new("x").
+_WRAPPED_LITERAL = re.compile(
+    r"(?:new[ \t]{1,8})?(?:String::from|String\.valueOf|String|str|Secret(?:String|Str|Bytes|Box)?(?:::new|\.new)?"
+    r"|SecureString)\([ \t]{0,8}(\\{0,7}[\"'])([^\"'\r\n\\]{1,1000})\1[ \t]{0,8}\)"
+)
 
 
 # A YAML tag of the application's own (one '!'), not YAML's (!!str, !!binary).
@@ -1549,7 +1564,16 @@ _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
         "password",
     ),
 )
-_CALL_PAIR = re.compile(r"[(\[,][ \t]{0,8}(\\{0,7}[\"'])(-{0,2}[a-z0-9_.\-]{1,64})\1[ \t]{0,8},[ \t]{0,8}")
+# (The comma after the name is looked ahead at, not taken: in ["psql", "--password", "x"]
+# the comma after "psql" opens the next pair.)
+_CALL_PAIR = re.compile(r"[(\[,][ \t]{0,8}(\\{0,7}[\"'])(-{0,2}[a-z0-9_.\-]{1,64})\1(?=[ \t]{0,8},)")
+_METHOD_CALL = re.compile(r"\.([a-z_][a-z0-9_]{0,40})\([ \t]{0,8}(?=\\{0,7}[\"'])")
+_NOT_SETTER_VERBS = _words(
+    "get read load fetch find has is check verify validate compare hash encode decode encrypt decrypt"
+    " generate gen create delete del remove reset revoke refresh rotate parse print log lookup list"
+    " exists contains describe show mask redact strip match test require ensure assert expect"
+)
+_CALL_PAIR_COMMA = re.compile(r"[ \t]{0,8},[ \t]{0,8}")
 _CALLEE = re.compile(r"[a-z_][a-z0-9_]{0,39}\Z")
 # Calls whose first two arguments are a name and its value.
 _SETTERS = (
@@ -1565,6 +1589,7 @@ _SETTERS = (
     "insert",
     "add",
     "secret",
+    "define",  # PHP's define('DB_PASSWORD', 'x')
 )
 _REDIS_PASSWORD = re.compile(
     r"(?:(?<![A-Za-z0-9_])|(?<=\\n))-{0,2}(?:requirepass|masterauth)[ \t]{1,64}(\\{0,7}[\"']?)"
@@ -1598,6 +1623,8 @@ class ArgumentRule(_PairRule):
             self._named(text, hay, candidates, extra_keys, spans)
             if "(" in text or "[" in text:
                 self._call_pairs(text, hay, extra_keys, spans)
+            if "(" in text and "." in text:
+                self._methods(text, hay, extra_keys, spans)
         if _has_a_flag(text):
             for trigger, tool, flag, shape in _TOOLS:
                 if trigger in hay:
@@ -1670,6 +1697,32 @@ class ArgumentRule(_PairRule):
             spans.append((value_start, value_end))
 
     @staticmethod
+    def _methods(text: str, hay: str, extra_keys: frozenset[str], spans: list[tuple[int, int]]) -> None:
+        """A method named for a secret given it as its one literal argument: a builder's
+        ``.password("x")``, ``.apiKey("x")``, a setter's ``.setClientSecret("x")``; not a
+        getter's or a checker's (``.getSecret("db/creds")``, ``.verify_token("x")``)."""
+        for call in _METHOD_CALL.finditer(hay):
+            name = text[call.start(1) : call.end(1)]
+            words = key_words(name)
+            if words[:1] in (["set"], ["with"], ["use"]):
+                words = words[1:]
+            if not words or words[0] in _NOT_SETTER_VERBS or not is_secret_key("_".join(words), extra_keys):
+                continue
+            span = _value_span(text, call.end(), unquoted=False)
+            if span is None:
+                continue
+            after = span[1]
+            while after < len(text) and text[after] == "\\":
+                after += 1
+            after += 1  # the closing quote
+            while after < len(text) and text[after] in " \t":
+                after += 1
+            if not text.startswith(")", after):
+                continue  # a second argument: not the secret's one
+            if not _is_kept_value(text, *span) and not _is_placeholder(text[span[0] : span[1]]):
+                spans.append(span[:2])
+
+    @staticmethod
     def _call_pairs(text: str, hay: str, extra_keys: frozenset[str], spans: list[tuple[int, int]]) -> None:
         """A secret's name and its value as a setter's two arguments
         (``props.setProperty("password", "x")``, ``os.Setenv("API_TOKEN", "x")``,
@@ -1685,7 +1738,8 @@ class ArgumentRule(_PairRule):
                 continue  # ["password", "email"] is a list of names
             if not is_secret_key(name.lstrip("-"), extra_keys):
                 continue
-            span = _value_span(text, pair.end(), unquoted=False)
+            comma = _CALL_PAIR_COMMA.match(text, pair.end())
+            span = _value_span(text, comma.end() if comma else pair.end(), unquoted=False)
             if span is not None and not _is_kept_value(text, *span):
                 spans.append(span[:2])
 
@@ -2015,6 +2069,27 @@ def _is_url_password(match: re.Match[str]) -> bool:
     )
 
 
+# An argument before a positional secret: a literal or a name (a variable, a field).
+_POSITIONAL_ARG = r"(?:\\{0,7}\"[^\"\r\n\\]{0,300}\\{0,7}\"|\\{0,7}'[^'\r\n\\]{0,300}\\{0,7}'|[A-Za-z_$][A-Za-z0-9_.$]{0,100})"
+# A positional secret: quoted (spaces allowed, the quotes stay) or one word.
+_POSITIONAL_VALUE = (
+    r"\\{0,7}[\"']?((?<=[\"'])[^\"'\r\n\\]{1,256}(?=\\{0,7}[\"'])|(?<![\"'])[^\s\"'\\;|)]{1,256})"
+)
+
+
+def _is_a_literal_secret(match: re.Match[str]) -> bool:
+    """A positional argument that is a secret's value, not a variable, a placeholder or
+    a path ($pw, ${PW}, <password>, ./pw.txt)."""
+    value = match.group(match.re.groups)
+    return not (
+        value[:1] in "$%(-{"
+        or _is_placeholder(value)
+        or _is_placeholder_value(value)
+        or value.startswith(("./", "../", "~/", "/"))
+        or value.lower() in _KV_NOT_SECRET_VALUES
+    )
+
+
 _URL_PLACEHOLDERS = _words("password pass passwd pwd pw secret changeme yourpassword mypassword")
 _B = r"(?<![A-Za-z0-9_\-])"  # a left boundary that also treats '-' and '_' as word parts
 
@@ -2283,6 +2358,119 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         group=2,
     ),
     ValueRule("secret-argument", "Auth(", _BASIC_AUTH_CALL, group=3, gate="A"),
+    # Positional passwords: the tool or the function names what its argument is.
+    # new ClientSecretCredential(tenant, id, "x"), NetworkCredential("u", "x"),
+    # AzureKeyCredential("x"): a credential class's last argument, when a literal.
+    ValueRule(
+        "secret-argument",
+        ("Credential(", "Credentials(", "Credential (", "Credentials ("),
+        re.compile(
+            r"(?<![A-Za-z0-9_])[A-Z][A-Za-z0-9]{0,60}Credentials?[ \t]{0,8}\("
+            rf"(?:[ \t]{{0,8}}{_POSITIONAL_ARG}[ \t]{{0,8}},){{0,4}}[ \t]{{0,8}}"
+            r"(\\{0,7}[\"'])([^\"'\r\n\\]{1,256})\1[ \t]{0,8}\)"
+        ),
+        group=2,
+        check=_is_a_literal_secret,
+        gate="(",
+    ),
+    # JDBC's DriverManager.getConnection(url, user, "x").
+    ValueRule(
+        "secret-argument",
+        "getConnection",
+        re.compile(
+            rf"getConnection[ \t]{{0,8}}\([ \t]{{0,8}}{_POSITIONAL_ARG}[ \t]{{0,8}},[ \t]{{0,8}}{_POSITIONAL_ARG}"
+            r"[ \t]{0,8},[ \t]{0,8}(\\{0,7}[\"'])([^\"'\r\n\\]{1,256})\1"
+        ),
+        group=2,
+        check=_is_a_literal_secret,
+        gate="(",
+    ),
+    # PowerShell: ConvertTo-SecureString 'x' -AsPlainText (also -String 'x').
+    FoldedValueRule(
+        "secret-argument",
+        "convertto-securestring",
+        re.compile(r"(?i)ConvertTo-SecureString[ \t]{1,8}(?:-String[ \t]{1,8})?" + _POSITIONAL_VALUE),
+        group=1,
+        check=_is_a_literal_secret,
+    ),
+    # htpasswd -b[c] file user x, htpasswd -nb user x.
+    ValueRule(
+        "secret-argument",
+        "htpasswd",
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])htpasswd(?:\.exe)?[ \t]{1,8}-(?=[A-Za-z]{0,7}b)"
+            r"(?:(?=[A-Za-z]{0,7}n)[A-Za-z]{1,8}[ \t]{1,8}[^\s\"']{1,256}"
+            r"|(?![A-Za-z]{0,7}n)[A-Za-z]{1,8}[ \t]{1,8}[^\s\"']{1,256}[ \t]{1,8}[^\s\"']{1,256})"
+            r"[ \t]{1,8}" + _POSITIONAL_VALUE
+        ),
+        group=1,
+        check=_is_a_literal_secret,
+    ),
+    # rabbitmqctl add_user name x, change_password name x.
+    ValueRule(
+        "secret-argument",
+        "rabbitmqctl",
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])rabbitmqctl(?:\.bat)?[^\r\n|;&]{0,200}?[ \t](?:add_user|change_password)"
+            r"[ \t]{1,8}[^\s\"']{1,256}[ \t]{1,8}" + _POSITIONAL_VALUE
+        ),
+        group=1,
+        check=_is_a_literal_secret,
+    ),
+    # SQL Server's tools: sqlcmd -S db -U sa -P x (also bcp, osql, isql).
+    ValueRule(
+        "secret-argument",
+        ("sqlcmd", "bcp", "osql", "isql"),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])(?:sqlcmd|bcp|osql|isql)(?:\.exe)?(?=[ \t])[^\r\n|;&]{0,300}?[ \t]-P[ \t]{1,8}"
+            + _POSITIONAL_VALUE
+        ),
+        group=1,
+        check=_is_a_literal_secret,
+        gate=" -P",
+    ),
+    # gh secret set NAME --body x; dotnet user-secrets set "Name" x; vercel env add NAME
+    # <env> <<< x.
+    ValueRule(
+        "secret-argument",
+        "secret set",
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])secret[ \t]{1,8}set[^\r\n|;&]{0,200}?[ \t](?:-b|--body)(?:[ \t]{1,8}|=)"
+            + _POSITIONAL_VALUE
+        ),
+        group=1,
+        check=_is_a_literal_secret,
+    ),
+    ValueRule(
+        "secret-argument",
+        "user-secrets",
+        re.compile(
+            r"user-secrets[ \t]{1,8}set[ \t]{1,8}(?:\"[^\"\r\n]{1,200}\"|'[^'\r\n]{1,200}'|[^\s\"']{1,200})[ \t]{1,8}"
+            + _POSITIONAL_VALUE
+        ),
+        group=1,
+        check=_is_a_literal_secret,
+    ),
+    ValueRule(
+        "secret-argument",
+        "env add",
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])env[ \t]{1,8}add[ \t]{1,8}[^\r\n|;&<]{1,200}<<<[ \t]{0,8}"
+            + _POSITIONAL_VALUE
+        ),
+        group=1,
+        check=_is_a_literal_secret,
+        gate="<",
+    ),
+    # Go's MySQL driver: "user:x@tcp(host:3306)/db".
+    ValueRule(
+        "url-credentials",
+        ("@tcp(", "@unix(", "@udp("),
+        re.compile(r"(?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]{1,64}:([^\s\"'@/]{1,256})@(?:tcp|unix|udp)\("),
+        group=1,
+        check=_is_url_password,
+        gate="@",
+    ),
     ValueRule("secret-argument", ("auth=(", "auth = ("), _BASIC_AUTH_CALL, group=3, gate="="),
     # .netrc: "machine host login user password secret" (one line or several), and
     # "default login … password …". The fields before "password" are up to eight words.
@@ -2579,7 +2767,9 @@ class Redactor:
                         counts.update(dict(key_counts))
                         fields.append({"path": child, "rules": dict(key_counts), "part": "key"})
                     if secret and (_has_content(value) or _is_numeric_password(key, value)):
-                        hidden, replaced = self._hidden(value)
+                        hidden, replaced = (
+                            (_SECRET_KEY_MARKER, True) if type(value) is int else self._hidden(value)
+                        )
                         if replaced:
                             counts[_SECRET_KEY_RULE] += 1
                             fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
@@ -2886,8 +3076,6 @@ class Redactor:
             if value and not value.startswith(_MARKER_START):
                 return _SECRET_KEY_MARKER, True
             return value, False
-        if type(value) is int:  # a numeric password (_is_numeric_password): other numbers stay
-            return _SECRET_KEY_MARKER, True
         if isinstance(value, dict):
             out: dict[Any, Any] = {}
             replaced = False
@@ -2926,7 +3114,9 @@ class Redactor:
                     if new_key in out:
                         new_key = _distinct(out, new_key)
                     if secret and (_has_content(value) or _is_numeric_password(key, value)):
-                        hidden, replaced = self._hidden(value)
+                        hidden, replaced = (
+                            (_SECRET_KEY_MARKER, True) if type(value) is int else self._hidden(value)
+                        )
                         if replaced:
                             counts[_SECRET_KEY_RULE] += 1
                         out[new_key] = hidden
