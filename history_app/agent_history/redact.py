@@ -2725,14 +2725,138 @@ class Redactor:
 
     def redact_with_counts(self, obj: Any) -> tuple[Any, Counter[str]]:
         counts: Counter[str] = Counter()
-        return self._walk(obj, counts, _Memo(self)), counts
+        memo = _Memo(self)
+        try:
+            return self._walk(obj, counts, memo), counts
+        except RecursionError:
+            # Nested deeper than Python's stack (a list 500 deep is valid JSON): the same
+            # walk with a stack of its own, slower but bounded only by memory.
+            counts = Counter()
+            return self._walk_deep(obj, counts, memo), counts
 
     def redact_with_report(self, obj: Any, path: str = "$") -> tuple[Any, Counter[str], list[dict[str, Any]]]:
         """Like ``redact_with_counts``, plus which fields changed and by which rules:
         ``[{"path": "$.iterations[0].thought", "rules": {"openai": 1}}]`` (never the values)."""
         counts: Counter[str] = Counter()
         fields: list[dict[str, Any]] = []
-        return self._walk_report(obj, counts, path, fields, _Memo(self)), counts, fields
+        memo = _Memo(self)
+        try:
+            return self._walk_report(obj, counts, path, fields, memo), counts, fields
+        except RecursionError:
+            counts, fields = Counter(), []
+            return self._walk_deep(obj, counts, memo, fields, path), counts, fields
+
+    def _walk_deep(
+        self,
+        root: Any,
+        counts: Counter[str],
+        memo: _Memo,
+        fields: list[dict[str, Any]] | None = None,
+        path: str = "$",
+    ) -> Any:
+        """``_walk`` (with ``fields``: ``_walk_report``) without recursion. Each task puts
+        the redacted copy of a value into its parent's slot; a value under a secret key is
+        hidden (``_hidden``) by tasks of its own, which mark their key's cell when they
+        replace something."""
+        holder: list[Any] = [None]
+        # (value, parent, slot, path, cell): cell is None to walk, or a hidden key's cell.
+        stack: list[tuple[Any, Any, Any, str, list[Any] | None]] = [(root, holder, 0, path, None)]
+        hidden_cells: list[list[Any]] = []
+        while stack:
+            obj, parent, slot, here, cell = stack.pop()
+            if cell is not None:  # hiding: strings go, shapes and other values stay
+                if isinstance(obj, str):
+                    if obj and not obj.startswith(_MARKER_START):
+                        parent[slot] = _SECRET_KEY_MARKER
+                        cell[0] = True
+                    else:
+                        parent[slot] = obj
+                elif isinstance(obj, dict):
+                    out: dict[Any, Any] = {}
+                    parent[slot] = out
+                    for key, item in obj.items():
+                        new_key = _distinct(out, self._key(key)[0] if isinstance(key, str) else key)
+                        out[new_key] = None
+                        stack.append((item, out, new_key, here, cell))
+                elif isinstance(obj, list | tuple):
+                    items: list[Any] = [None] * len(obj)
+                    parent[slot] = items
+                    stack.extend((item, items, i, here, cell) for i, item in enumerate(obj))
+                else:
+                    parent[slot] = obj
+                continue
+            if isinstance(obj, str):
+                cleaned, local = memo[obj]
+                if local:
+                    counts.update(local)
+                    if fields is not None:
+                        fields.append({"path": here, "rules": dict(local)})
+                parent[slot] = cleaned
+            elif isinstance(obj, dict):
+                out = {}
+                parent[slot] = out
+                named_secret = self._names_a_secret(obj)
+                jwk = _is_jwk(obj)
+                for key, value in obj.items():
+                    if jwk and key in JWK_PRIVATE_MEMBERS and _has_content(value):
+                        counts[_JWK_RULE] += 1
+                        if fields is not None:
+                            fields.append({"path": f"{here}.{key}", "rules": {_JWK_RULE: 1}})
+                        out[key] = _JWK_MARKER
+                        continue
+                    new_key, key_counts, secret = self._key(key) if isinstance(key, str) else (key, (), False)
+                    new_key = _distinct(out, new_key)
+                    child = f"{here}.{new_key}" if fields is not None else here  # paths for a report
+                    if key_counts:
+                        counts.update(dict(key_counts))
+                        if fields is not None:
+                            fields.append({"path": child, "rules": dict(key_counts), "part": "key"})
+                    if secret and _is_numeric_password(key, value):
+                        counts[_SECRET_KEY_RULE] += 1
+                        if fields is not None:
+                            fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
+                        out[new_key] = _SECRET_KEY_MARKER
+                        continue
+                    if secret and _has_content(value):
+                        hidden: list[Any] = [False, child]
+                        hidden_cells.append(hidden)
+                        out[new_key] = None
+                        stack.append((value, out, new_key, child, hidden))
+                        continue
+                    if named_secret and key in _VALUE_FIELDS and _has_content(value) and _has_text(value):
+                        counts[_NAME_VALUE_RULE] += 1
+                        if fields is not None:
+                            fields.append({"path": child, "rules": {_NAME_VALUE_RULE: 1}})
+                        out[new_key] = _NAME_VALUE_MARKER
+                        continue
+                    out[new_key] = None
+                    stack.append((value, out, new_key, child, None))
+            elif isinstance(obj, list | tuple):
+                items = [None] * len(obj)
+                parent[slot] = items
+                if len(obj) > 1 and all(type(item) is str for item in obj):
+                    for i, item in enumerate(obj):  # strings: at once, then perhaps a command line
+                        cleaned, local = memo[item]
+                        if local:
+                            counts.update(local)
+                            if fields is not None:
+                                fields.append({"path": f"{here}[{i}]", "rules": dict(local)})
+                        items[i] = cleaned
+                    if _may_be_argv(items):
+                        parent[slot] = self._argv(items, counts, fields, here)
+                else:
+                    stack.extend(
+                        (item, items, i, f"{here}[{i}]" if fields is not None else here, None)
+                        for i, item in reversed(list(enumerate(obj)))
+                    )
+            else:
+                parent[slot] = obj
+        for replaced, child in hidden_cells:
+            if replaced:
+                counts[_SECRET_KEY_RULE] += 1
+                if fields is not None:
+                    fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
+        return holder[0]
 
     def _walk_report(
         self,
@@ -3253,13 +3377,17 @@ _PASSWORD_WORDS = _words("password passwd pwd passcode passphrase pin")
 
 
 def _has_text(value: Any) -> bool:
-    """Whether a value holds a string anywhere (an object of counts holds none)."""
-    if isinstance(value, str):
-        return True
-    if isinstance(value, dict):
-        return any(_has_text(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_has_text(v) for v in value)
+    """Whether a value holds a string anywhere (an object of counts holds none); without
+    recursion, however deep the value."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
     return False
 
 
