@@ -878,6 +878,8 @@ class KeyValueRule(_PairRule):
             colon = sep in (":", "：", "uff1a")
             pos = match.end()
             span = _special_value(text, pos, colon) if text.startswith(_SPECIAL_STARTS, pos) else None
+            if span is None and colon and text.startswith(("|", ">"), pos):
+                span = _yaml_block(text, start, pos)  # secret: |, then indented lines
             if span is None and colon and text.startswith(("&", "!"), pos):
                 # YAML: an anchor or a tag before the value ("password: &pw x", "!!str x").
                 properties = _YAML_PROPERTIES.match(text, pos)
@@ -993,6 +995,46 @@ _COMMANDS = _words(
 _HCL_VARIABLE = re.compile(
     r"(?<![a-z0-9_])variable[ \t]{1,8}\\{0,7}\"([a-z0-9_\-]{1,128})\\{0,7}\"[ \t]{0,8}(?=\{)"
 )
+
+
+_YAML_BLOCK_HEADER = re.compile(r"[|>][-+0-9]{0,2}[ \t]{0,8}(?:#[^\r\n]{0,200})?(\r?\n|\\{1,4}n)")
+MAX_BLOCK_LINES = 500
+
+
+def _yaml_block(text: str, start: int, pos: int) -> tuple[int, int, bool] | None:
+    """The lines of a YAML block scalar (``password: |`` or ``>-``) after the name at
+    ``start``: those indented more than the name's line, blank lines between them included;
+    also with "\n" escapes (the YAML inside a JSON string)."""
+    header = _YAML_BLOCK_HEADER.match(text, pos)
+    if header is None:
+        return None
+    eol = "\n" if header.group(1)[-1:] == "\n" and "\\" not in header.group(1) else header.group(1)
+    line_start = text.rfind(eol, max(0, start - 200), start)
+    if line_start >= 0:
+        line_start += len(eol)
+    elif eol[:1] == "\\":  # the first line of a string: after its opening quote
+        line_start = text.rfind('"', max(0, start - 200), start) + 1
+    else:
+        line_start = 0
+    indent = start - line_start
+    if text[line_start:start].strip(" -") or indent > 200:
+        return None  # the name is not what its line starts with
+    first = last = -1
+    line = header.end()
+    for _ in range(MAX_BLOCK_LINES):
+        end = text.find(eol, line, line + MAX_QUOTED_VALUE * 4)
+        stop = len(text) if end < 0 else end
+        content = text[line:stop].rstrip("\r")
+        if content.strip(" "):
+            if len(content) - len(content.lstrip(" ")) <= indent:
+                break
+            if first < 0:
+                first = line + len(content) - len(content.lstrip(" "))
+            last = line + len(content)
+        if end < 0:
+            break
+        line = end + len(eol)
+    return (first, last, True) if first >= 0 else None
 
 
 def _special_value(text: str, pos: int, colon: bool) -> tuple[int, int, bool] | None:
@@ -1872,10 +1914,19 @@ class TableRule(_PairRule):
                 continue
             delimiter, cells = header
             names = [text[a:b] for a, b in cells]
+            if delimiter == "|" and len(cells) >= 2 and _is_secret_column(names[0], extra_keys):
+                value = _labelled_value(text, line_start, cells, eol, escaped)
+                if value is not None:  # "| password | x |" under "| name | value |"
+                    if not _is_kept_cell(text, *value):
+                        spans.append(value)
+                    continue
             if len(cells) < 2 or not all(_HEADER_NAME_CELL.fullmatch(n.strip("*_`")) for n in names):
                 continue
             columns = [i for i, n in enumerate(names) if _is_secret_column(n, extra_keys)]
-            if not columns:
+            # A table of names and values ("| name | value |" then "| password | x |"): the
+            # value of a row whose name names a secret.
+            labelled = _label_value_column(names)
+            if not columns and labelled is None:
                 continue
             if delimiter != "|" and _row_of_the_table_above(
                 text, line_start, eol, delimiter, len(cells), escaped
@@ -1904,6 +1955,7 @@ class TableRule(_PairRule):
                 if text[line_start:line_end].strip()[:1] != "|" and text[pos:rule_end].strip()[:1] == "|":
                     columns = [i - 1 for i in columns if i > 0]
                     cells = cells[1:]
+                    labelled = None
                 pos = rule_end + len(eol)
             for _ in range(MAX_TABLE_ROWS):
                 if pos >= len(text) or not text.startswith(eol, pos - len(eol)):
@@ -1912,7 +1964,10 @@ class TableRule(_PairRule):
                 row = _cells(text, pos, row_end, delimiter, quote='\\"' if escaped else '"')
                 if row is None or len(row[1]) != len(cells):
                     break
-                for column in columns:
+                row_columns = columns
+                if labelled is not None and _is_secret_column(text[slice(*row[1][0])], extra_keys):
+                    row_columns = [*columns, labelled]
+                for column in row_columns:
                     a, b = row[1][column]
                     if b > a and not _is_kept_cell(text, a, b):
                         spans.append((a, b))
@@ -1923,6 +1978,51 @@ class TableRule(_PairRule):
         text, replaced = _replace_spans(text, spans, self.marker)
         counts[self.name] += replaced
         return text
+
+
+_LABEL_HEADERS = _words("name key field setting variable var parameter param property env item")
+_VALUE_HEADERS = _words("value val values secret contents")
+
+
+MAX_LABEL_ROWS = 50
+
+
+def _labelled_value(
+    text: str, line_start: int, cells: list[tuple[int, int]], eol: str, escaped: bool
+) -> tuple[int, int] | None:
+    """The value cell of the row at ``line_start`` when its table's header (found above,
+    over the |---| line and at most ``MAX_LABEL_ROWS`` rows) names things and values."""
+    end = line_start
+    for _ in range(MAX_LABEL_ROWS):
+        if end < len(eol) or not text.startswith(eol, end - len(eol)):
+            return None
+        above_end = end - len(eol)
+        above_start = _line_around(text, above_end, max(0, above_end - 4000), eol, escaped)[0]
+        if _TABLE_RULE.fullmatch(text, above_start, above_end):
+            if above_start < len(eol):
+                return None
+            header_end = above_start - len(eol)
+            header_start = _line_around(text, header_end, max(0, header_end - 4000), eol, escaped)[0]
+            header = _cells(text, header_start, header_end, "|")
+            if header is None or len(header[1]) != len(cells):
+                return None
+            column = _label_value_column([text[a:b] for a, b in header[1]])
+            return None if column is None else cells[column]
+        if text[above_start:above_end].strip()[:1] != "|":
+            return None
+        end = above_start
+    return None
+
+
+def _label_value_column(names: list[str]) -> int | None:
+    """The value column of a table whose first column names things ("name", "key",
+    "setting"…) and another holds their values ("value"), or None."""
+    if len(names) < 2 or names[0].strip("*_` ").lower() not in _LABEL_HEADERS:
+        return None
+    for i, name in enumerate(names[1:], 1):
+        if name.strip("*_` ").lower() in _VALUE_HEADERS:
+            return i
+    return None
 
 
 def _row_of_the_table_above(
