@@ -26,12 +26,14 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import html
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from .records import LONE_SURROGATE
 
@@ -279,6 +281,22 @@ def _may_encode_a_separator(text: str) -> bool:
     by single characters first (``memchr``), since "50%" and "&" are common in prose and
     a two-character search reads every character."""
     return ("&" in text and "&#" in text) or ("%" in text and _PERCENT_SEPARATOR.search(text) is not None)
+
+
+# An HTML entity or a percent-encoding of what a pair or a URL is written with: '=' ':'
+# '"' '&' '@' '/' ' ' '<' and '%' itself (double encoding).
+_PERCENT_PAIR = re.compile(r"%(?:3[dDaA]|2[02567fF]|40|3[cC])")
+_ENTITY_PAIR = re.compile(
+    r"&(?:#(?:0{0,4}(?:61|58|34|39|38|64|47)|[xX]0{0,4}(?:3[dDaA]|2[2267fF]|40));|quot;|amp;|lt;|apos;|equals;|colon;)"
+)
+
+
+def _may_encode_a_pair(text: str) -> bool:
+    """Whether ``text`` may hide a pair or a URL in HTML entities or percent-encodings; the
+    single characters first (``memchr``): most text holds neither '&' nor '%'."""
+    return ("&" in text and _ENTITY_PAIR.search(text) is not None) or (
+        "%" in text and _PERCENT_PAIR.search(text) is not None
+    )
 
 
 def _decoded_separator(match: re.Match[str]) -> str:
@@ -2600,6 +2618,40 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         ),
         group=1,
     ),
+    # A sentence that gives a secret: "my password is x", "The API key for prod is x",
+    # "the root password is `x`". The value must read as one (8 characters or more with a
+    # letter and a digit), so "the password is required" or "the secret is salted water"
+    # stay prose.
+    FoldedValueRule(
+        "secret-in-prose",
+        (
+            "password is",
+            "password was",
+            "passwd is",
+            "passphrase is",
+            "password for",
+            "key is",
+            "key for",
+            "key was",
+            "token is",
+            "token for",
+            "token was",
+            "secret is",
+            "secret for",
+            "secret was",
+        ),
+        re.compile(
+            r"(?i)(?<![a-z0-9_\-])(?:password|passwd|passphrase|secret"
+            r"|(?:api|secret|access|private|license|licence|signing|encryption)[ _\-]?key"
+            r"|(?:api|access|auth|bot|refresh|bearer|personal[ \t]access|github|slack|npm)[ _\-]?token)"
+            r"(?:[ \t]{1,4}(?:for|of|on|to)[ \t]{1,4}[a-z0-9_.\-]{1,40}(?:[ \t]{1,4}[a-z0-9_.\-]{1,40})?)?"
+            r"[ \t]{1,4}(?:is|was)[ \t]{0,4}:?[ \t]{1,4}`?"
+            r"(?=[^\s\"'`]{0,256}[0-9])(?=[^\s\"'`]{0,256}[a-z])(?![$<{%(\[])"
+            r"([^\s\"'`]{7,255}[^\s\"'`.,;:?)])"
+        ),
+        group=1,
+        check=_is_a_literal_secret,
+    ),
     ValueRule(
         "jwt",
         "eyJ",
@@ -3044,8 +3096,8 @@ class Redactor:
         if (
             text.isascii()
             and "\\" not in text
-            and ("&" not in text or "&#" not in text)
-            and ("%" not in text or _PERCENT_SEPARATOR.search(text) is None)
+            and not _may_encode_a_separator(text)
+            and not _may_encode_a_pair(text)
         ):
             text = self._redact_shapes(text, counts)
         else:
@@ -3102,7 +3154,8 @@ class Redactor:
         ) or (
             (_may_encode_a_separator(text) or "\\u00" in text) and _ENCODED_IN_WORD.search(text) is not None
         )
-        if not hidden:
+        encoded = _may_encode_a_pair(text)
+        if not hidden and not encoded:
             return self._redact_shapes(text, counts)
         first: Counter[str] = Counter()
         cleaned = self._redact_shapes(text, first)
@@ -3114,6 +3167,15 @@ class Redactor:
             visible = _LOOKALIKE_IN_WORD.sub(_as_ascii, visible)
         # "sk&#45;proj&#45;…", "sk%2Dproj…", "sk\\u002dproj…": a token's '-' or '_' encoded.
         visible = _ENCODED_IN_WORD.sub(_decoded_separator, visible)
+        if encoded:
+            # A pair or a URL written in HTML entities or percent-encoded (once or twice):
+            # "token&#61;x", "&quot;password&quot;", "password%3Dx", "https%253A//u%253Ax%2540h".
+            if "&" in visible:
+                visible = html.unescape(visible)
+            for _ in range(2):
+                if "%" not in visible or _PERCENT_PAIR.search(visible) is None:
+                    break
+                visible = unquote(visible)
         second: Counter[str] = Counter()
         again = self._redact_shapes(visible, second)
         # The second pass is kept when it left less of the text unreplaced than the first
