@@ -880,7 +880,12 @@ def test_the_prefilter_spells_out_the_pair_hints():
             and node.comparators[0].id in tested
         ):
             tested[node.comparators[0].id].add(node.left.value)
-    hints = {*redact_module._KV_HINT_WORDS, *redact_module._TOOL_TRIGGERS, "dentified"}
+    hints = {
+        *redact_module._KV_HINT_WORDS,
+        *redact_module._TOOL_TRIGGERS,
+        *redact_module._POSITIONAL_TRIGGERS,
+        "dentified",
+    }
     assert tested["lowered"] == hints
     assert tested["text"] == set(redact_module._PAIR_GATES)
 

@@ -1532,7 +1532,7 @@ _ARG_NOT_A_VALUE = frozenset("-|<>&;\\`(")
 # Every pair rule needs one of these in its text: a separator, a flag's dash, a tag, a
 # quote, a full-width separator, or "set NAME VALUE" (Redactor._redact_shapes spells them
 # out, and these lists out for tests).
-_PAIR_GATES = (":", "=", "-", "'", '"', "<", "&", "set", "\\", "：", "＝", "\n")
+_PAIR_GATES = (":", "=", "-", "'", '"', "<", "&", "set", "\\", "：", "＝", "\n", " is ", " was ", "_")
 _TOOL_TRIGGERS = (
     "curl",
     "mysql",
@@ -1546,7 +1546,10 @@ _TOOL_TRIGGERS = (
     "openssl",
     "zip",
     "7z",
+    "sqlcmd",
 )
+# What calls for the positional rule in text that names no secret (PositionalRule).
+_POSITIONAL_TRIGGERS = ("rabbitmqctl", "getconnection")
 _BOUNDED = r"(?<![a-z0-9_\-]){}(?![a-z0-9_\-])"
 # (trigger, the tool in lower-cased text, its secret flag, what follows the flag)
 _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
@@ -1839,6 +1842,34 @@ class ArgumentRule(_PairRule):
                     and not _is_placeholder(text[start:value_end])
                 ):
                     spans.append((start, value_end))
+
+
+class PositionalRule(_PairRule):
+    """Secrets passed positionally (``_POSITIONAL``): the quotes around a quoted one stay."""
+
+    name = "secret-argument"
+    order = 4
+    marker = MARKER.format(rule="secret-argument")
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return any(literal in lowered for literals, _ in _POSITIONAL for literal in literals)
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        lowered = text.lower()
+        spans: list[tuple[int, int]] = []
+        for literals, pattern in _POSITIONAL:
+            if any(literal in lowered for literal in literals):
+                spans += [
+                    match.span(pattern.groups)
+                    for match in pattern.finditer(text)
+                    if _is_a_literal_secret(match)
+                    and not _is_kept_value(text, *match.span(pattern.groups), True)
+                ]
+        if not spans:
+            return text
+        text, replaced = _replace_spans(text, spans, self.marker)
+        counts[self.name] += replaced
+        return text
 
 
 # A JSON Web Key's private members: RSA's d, p, q, dp, dq, qi (and oth), EC's and OKP's
@@ -2208,7 +2239,120 @@ def _is_a_literal_secret(match: re.Match[str]) -> bool:
     )
 
 
+# Positional secrets: the tool or the function names what its argument is. Each entry's
+# literals (lower-cased) are looked for first; group 1 (the last group) is the secret.
+# new ClientSecretCredential(tenant, id, "x"), NetworkCredential("u", "x"),
+# AzureKeyCredential("x") (a credential class's last argument, when a literal); JDBC's
+# DriverManager.getConnection(url, user, "x"); PowerShell's ConvertTo-SecureString 'x'
+# -AsPlainText; htpasswd -b[c] file user x, htpasswd -nb user x; rabbitmqctl add_user name
+# x (change_password); sqlcmd -S db -U sa -P x (bcp, osql, isql); gh secret set NAME
+# --body x; dotnet user-secrets set "Name" x; vercel env add NAME <env> <<< x.
+_POSITIONAL: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
+    (
+        ("credential",),
+        re.compile(
+            r"(?<![A-Za-z0-9_])[A-Z][A-Za-z0-9]{0,60}Credentials?[ \t]{0,8}\("
+            rf"(?:[ \t]{{0,8}}{_POSITIONAL_ARG}[ \t]{{0,8}},){{0,4}}[ \t]{{0,8}}"
+            r"(\\{0,7}[\"'])([^\"'\r\n\\]{1,256})\1[ \t]{0,8}\)"
+        ),
+    ),
+    (
+        ("getconnection",),
+        re.compile(
+            rf"getConnection[ \t]{{0,8}}\([ \t]{{0,8}}{_POSITIONAL_ARG}[ \t]{{0,8}},[ \t]{{0,8}}{_POSITIONAL_ARG}"
+            r"[ \t]{0,8},[ \t]{0,8}(\\{0,7}[\"'])([^\"'\r\n\\]{1,256})\1"
+        ),
+    ),
+    (
+        ("convertto-securestring",),
+        re.compile(r"(?i)ConvertTo-SecureString[ \t]{1,8}(?:-String[ \t]{1,8})?" + _POSITIONAL_VALUE),
+    ),
+    (
+        ("htpasswd",),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])htpasswd(?:\.exe)?[ \t]{1,8}-(?=[A-Za-z]{0,7}b)"
+            r"(?:(?=[A-Za-z]{0,7}n)[A-Za-z]{1,8}[ \t]{1,8}[^\s\"']{1,256}"
+            r"|(?![A-Za-z]{0,7}n)[A-Za-z]{1,8}[ \t]{1,8}[^\s\"']{1,256}[ \t]{1,8}[^\s\"']{1,256})"
+            r"[ \t]{1,8}" + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("rabbitmqctl",),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])rabbitmqctl(?:\.bat)?[^\r\n|;&]{0,200}?[ \t](?:add_user|change_password)"
+            r"[ \t]{1,8}[^\s\"']{1,256}[ \t]{1,8}" + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("sqlcmd", "bcp", "osql", "isql"),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])(?:sqlcmd|bcp|osql|isql)(?:\.exe)?(?=[ \t])[^\r\n|;&]{0,300}?[ \t]-P[ \t]{1,8}"
+            + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("secret set",),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])secret[ \t]{1,8}set[^\r\n|;&]{0,200}?[ \t](?:-b|--body)(?:[ \t]{1,8}|=)"
+            + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("user-secrets",),
+        re.compile(
+            r"user-secrets[ \t]{1,8}set[ \t]{1,8}(?:\"[^\"\r\n]{1,200}\"|'[^'\r\n]{1,200}'|[^\s\"']{1,200})[ \t]{1,8}"
+            + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("env add",),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])env[ \t]{1,8}add[ \t]{1,8}[^\r\n|;&<]{1,200}<<<[ \t]{0,8}"
+            + _POSITIONAL_VALUE
+        ),
+    ),
+)
+
+
 _URL_PLACEHOLDERS = _words("password pass passwd pwd pw secret changeme yourpassword mypassword")
+# A sentence that gives a secret: "my password is x", "The API key for prod is x", "the
+# root password is `x`". The value must read as one (8 characters or more with a letter
+# and a digit), so "the password is required" or "the secret is salted water" stay prose.
+_SECRET_IN_PROSE = re.compile(
+    r"(?i)(?<![a-z0-9_\-])(?:password|passwd|passphrase|secret"
+    r"|(?:api|secret|access|private|license|licence|signing|encryption)[ _\-]?key"
+    r"|(?:api|access|auth|bot|refresh|bearer|personal[ \t]access|github|slack|npm)[ _\-]?token)"
+    r"(?:[ \t]{1,4}(?:for|of|on|to)[ \t]{1,4}[a-z0-9_.\-]{1,40}(?:[ \t]{1,4}[a-z0-9_.\-]{1,40})?)?"
+    r"[ \t]{1,4}(?:is|was)[ \t]{0,4}:?[ \t]{1,4}`?"
+    r"(?=[^\s\"'`]{0,256}[0-9])(?=[^\s\"'`]{0,256}[a-z])(?![$<{%(\[])"
+    r"([^\s\"'`]{7,255}[^\s\"'`.,;:?)])"
+)
+
+
+class ProseRule(_PairRule):
+    """A secret given in a sentence, after "is" or "was" (the pair stage's hint words and
+    its " is " and " was " gates find the sentences that may hold one)."""
+
+    name = "secret-in-prose"
+    order = 6
+    marker = MARKER.format(rule="secret-in-prose")
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return " is " in lowered or " was " in lowered or "\tis " in lowered
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        spans = [
+            match.span(1)
+            for match in _SECRET_IN_PROSE.finditer(text)
+            if _is_a_literal_secret(match) and not _is_kept_value(text, *match.span(1), True)
+        ]
+        if not spans:
+            return text
+        text, replaced = _replace_spans(text, spans, self.marker)
+        counts[self.name] += replaced
+        return text
+
+
 _B = r"(?<![A-Za-z0-9_\-])"  # a left boundary that also treats '-' and '_' as word parts
 
 DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
@@ -2387,14 +2531,18 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
                 r"(?:ntn_[A-Za-z0-9]{40,60}(?![A-Za-z0-9])|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))",
             ),
             ("mailgun", "key-", r"key-[0-9a-f]{32}(?![A-Za-z0-9])"),
-            ("twilio", "SK", r"SK[0-9a-f]{32}(?![A-Za-z0-9_\-])"),
         )
     ),
+    # A Twilio API key's SID (its secret has no shape of its own), behind the "K" gate.
+    ValueRule("twilio", "SK", re.compile(_B + r"SK[0-9a-f]{32}(?![A-Za-z0-9_\-])"), long=True, gate="K"),
     # A Discord bot token: the bot's id in base64 (a number: "MT…" to "OT…"), a timestamp
     # and an HMAC, joined by dots.
     ValueRule(
         "discord",
-        ("MT", "Mj", "Mz", "ND", "NT", "Nj", "Nz", "OD", "OT"),
+        # The ids of bots made since 2022 start with "1" ("MT" in base64); older ones (17
+        # or 18 digits) are the key-value rule's (DISCORD_TOKEN=…): nine literals cost
+        # every long string nine searches.
+        "MT",
         re.compile(
             _B
             + r"(?:M[TjzDk]|N[DTjz]|O[DT])[A-Za-z0-9_\-]{21,30}\.[A-Za-z0-9_\-]{6,7}\.[A-Za-z0-9_\-]{27,45}"
@@ -2476,110 +2624,6 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         group=2,
     ),
     ValueRule("secret-argument", "Auth(", _BASIC_AUTH_CALL, group=3, gate="A"),
-    # Positional passwords: the tool or the function names what its argument is.
-    # new ClientSecretCredential(tenant, id, "x"), NetworkCredential("u", "x"),
-    # AzureKeyCredential("x"): a credential class's last argument, when a literal.
-    ValueRule(
-        "secret-argument",
-        ("Credential(", "Credentials(", "Credential (", "Credentials ("),
-        re.compile(
-            r"(?<![A-Za-z0-9_])[A-Z][A-Za-z0-9]{0,60}Credentials?[ \t]{0,8}\("
-            rf"(?:[ \t]{{0,8}}{_POSITIONAL_ARG}[ \t]{{0,8}},){{0,4}}[ \t]{{0,8}}"
-            r"(\\{0,7}[\"'])([^\"'\r\n\\]{1,256})\1[ \t]{0,8}\)"
-        ),
-        group=2,
-        check=_is_a_literal_secret,
-        gate="(",
-    ),
-    # JDBC's DriverManager.getConnection(url, user, "x").
-    ValueRule(
-        "secret-argument",
-        "getConnection",
-        re.compile(
-            rf"getConnection[ \t]{{0,8}}\([ \t]{{0,8}}{_POSITIONAL_ARG}[ \t]{{0,8}},[ \t]{{0,8}}{_POSITIONAL_ARG}"
-            r"[ \t]{0,8},[ \t]{0,8}(\\{0,7}[\"'])([^\"'\r\n\\]{1,256})\1"
-        ),
-        group=2,
-        check=_is_a_literal_secret,
-        gate="(",
-    ),
-    # PowerShell: ConvertTo-SecureString 'x' -AsPlainText (also -String 'x').
-    FoldedValueRule(
-        "secret-argument",
-        "convertto-securestring",
-        re.compile(r"(?i)ConvertTo-SecureString[ \t]{1,8}(?:-String[ \t]{1,8})?" + _POSITIONAL_VALUE),
-        group=1,
-        check=_is_a_literal_secret,
-    ),
-    # htpasswd -b[c] file user x, htpasswd -nb user x.
-    ValueRule(
-        "secret-argument",
-        "htpasswd",
-        re.compile(
-            r"(?<![A-Za-z0-9_\-])htpasswd(?:\.exe)?[ \t]{1,8}-(?=[A-Za-z]{0,7}b)"
-            r"(?:(?=[A-Za-z]{0,7}n)[A-Za-z]{1,8}[ \t]{1,8}[^\s\"']{1,256}"
-            r"|(?![A-Za-z]{0,7}n)[A-Za-z]{1,8}[ \t]{1,8}[^\s\"']{1,256}[ \t]{1,8}[^\s\"']{1,256})"
-            r"[ \t]{1,8}" + _POSITIONAL_VALUE
-        ),
-        group=1,
-        check=_is_a_literal_secret,
-    ),
-    # rabbitmqctl add_user name x, change_password name x.
-    ValueRule(
-        "secret-argument",
-        "rabbitmqctl",
-        re.compile(
-            r"(?<![A-Za-z0-9_\-])rabbitmqctl(?:\.bat)?[^\r\n|;&]{0,200}?[ \t](?:add_user|change_password)"
-            r"[ \t]{1,8}[^\s\"']{1,256}[ \t]{1,8}" + _POSITIONAL_VALUE
-        ),
-        group=1,
-        check=_is_a_literal_secret,
-    ),
-    # SQL Server's tools: sqlcmd -S db -U sa -P x (also bcp, osql, isql).
-    ValueRule(
-        "secret-argument",
-        ("sqlcmd", "bcp", "osql", "isql"),
-        re.compile(
-            r"(?<![A-Za-z0-9_\-])(?:sqlcmd|bcp|osql|isql)(?:\.exe)?(?=[ \t])[^\r\n|;&]{0,300}?[ \t]-P[ \t]{1,8}"
-            + _POSITIONAL_VALUE
-        ),
-        group=1,
-        check=_is_a_literal_secret,
-        gate=" -P",
-    ),
-    # gh secret set NAME --body x; dotnet user-secrets set "Name" x; vercel env add NAME
-    # <env> <<< x.
-    ValueRule(
-        "secret-argument",
-        "secret set",
-        re.compile(
-            r"(?<![A-Za-z0-9_\-])secret[ \t]{1,8}set[^\r\n|;&]{0,200}?[ \t](?:-b|--body)(?:[ \t]{1,8}|=)"
-            + _POSITIONAL_VALUE
-        ),
-        group=1,
-        check=_is_a_literal_secret,
-    ),
-    ValueRule(
-        "secret-argument",
-        "user-secrets",
-        re.compile(
-            r"user-secrets[ \t]{1,8}set[ \t]{1,8}(?:\"[^\"\r\n]{1,200}\"|'[^'\r\n]{1,200}'|[^\s\"']{1,200})[ \t]{1,8}"
-            + _POSITIONAL_VALUE
-        ),
-        group=1,
-        check=_is_a_literal_secret,
-    ),
-    ValueRule(
-        "secret-argument",
-        "env add",
-        re.compile(
-            r"(?<![A-Za-z0-9_\-])env[ \t]{1,8}add[ \t]{1,8}[^\r\n|;&<]{1,200}<<<[ \t]{0,8}"
-            + _POSITIONAL_VALUE
-        ),
-        group=1,
-        check=_is_a_literal_secret,
-        gate="<",
-    ),
     # Go's MySQL driver: "user:x@tcp(host:3306)/db".
     ValueRule(
         "url-credentials",
@@ -2617,40 +2661,6 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             r"([^\s\"'`,;)\]}\\<>(\[{$]{4,256})(?![^\s\"'`,;)\]}\\])"
         ),
         group=1,
-    ),
-    # A sentence that gives a secret: "my password is x", "The API key for prod is x",
-    # "the root password is `x`". The value must read as one (8 characters or more with a
-    # letter and a digit), so "the password is required" or "the secret is salted water"
-    # stay prose.
-    FoldedValueRule(
-        "secret-in-prose",
-        (
-            "password is",
-            "password was",
-            "passwd is",
-            "passphrase is",
-            "password for",
-            "key is",
-            "key for",
-            "key was",
-            "token is",
-            "token for",
-            "token was",
-            "secret is",
-            "secret for",
-            "secret was",
-        ),
-        re.compile(
-            r"(?i)(?<![a-z0-9_\-])(?:password|passwd|passphrase|secret"
-            r"|(?:api|secret|access|private|license|licence|signing|encryption)[ _\-]?key"
-            r"|(?:api|access|auth|bot|refresh|bearer|personal[ \t]access|github|slack|npm)[ _\-]?token)"
-            r"(?:[ \t]{1,4}(?:for|of|on|to)[ \t]{1,4}[a-z0-9_.\-]{1,40}(?:[ \t]{1,4}[a-z0-9_.\-]{1,40})?)?"
-            r"[ \t]{1,4}(?:is|was)[ \t]{0,4}:?[ \t]{1,4}`?"
-            r"(?=[^\s\"'`]{0,256}[0-9])(?=[^\s\"'`]{0,256}[a-z])(?![$<{%(\[])"
-            r"([^\s\"'`]{7,255}[^\s\"'`.,;:?)])"
-        ),
-        group=1,
-        check=_is_a_literal_secret,
     ),
     ValueRule(
         "jwt",
@@ -2756,7 +2766,9 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     NameValueRule(),
     XmlRule(),
     ArgumentRule(),
+    PositionalRule(),
     TableRule(),
+    ProseRule(),
 )
 
 
@@ -3257,6 +3269,9 @@ class Redactor:
             or "：" in text
             or "＝" in text
             or "\n" in text
+            or " is " in text  # a sentence that gives a secret (ProseRule)
+            or " was " in text
+            or "_" in text  # rabbitmqctl add_user (PositionalRule)
         ):
             if lowered is None or text is not unchanged or not lowered.isascii():
                 lowered = _lowered(text)
@@ -3292,12 +3307,17 @@ class Redactor:
                         or "openssl" in lowered
                         or "zip" in lowered
                         or "7z" in lowered
+                        or "sqlcmd" in lowered
                     )
                 )
                 or "dentified" in lowered
+                or "rabbitmqctl" in lowered
+                or "getconnection" in lowered
             ):
                 for rule in self._pairs:
-                    if (hinted or isinstance(rule, ArgumentRule)) and rule.wants(text, lowered):
+                    if (hinted or isinstance(rule, ArgumentRule | PositionalRule)) and rule.wants(
+                        text, lowered
+                    ):
                         text = rule.apply(text, counts, self.extra_keys)
         return text
 
