@@ -786,11 +786,12 @@ def _is_code(text: str, start: int, end: int, name: str) -> bool:
         # an argument list's comma (HTTPBasicAuth(username, password), ENC[AES256,data:…]).
         after = value[reference.end() : reference.end() + 1]
         closer = ")" if opening == "(" else "]"
+        closed = value.find(closer, reference.end())
         return (
             bool(dotted)
-            or closer in value
+            or (closed >= 0 and not value[closed + 1 : closed + 2].isalnum())  # f(x), f(x).y
             or not after.isalnum()
-            or any(c in "='\"" for c in value[reference.end() :])
+            or any(c in "='\"" for c in value[reference.end() : closed if closed >= 0 else len(value)])
             or text[end : end + 1] in (",", closer)
         )
     if reference.end() != len(value):
