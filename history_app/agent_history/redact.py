@@ -1035,9 +1035,9 @@ def _yaml_block(text: str, start: int, pos: int) -> tuple[int, int, bool] | None
         line_start = text.rfind('"', max(0, start - 200), start) + 1
     else:
         line_start = 0
-    indent = start - line_start
-    if text[line_start:start].strip(" -") or indent > 200:
-        return None  # the name is not what its line starts with
+    # The block is what is indented deeper than the name's line ("  password: |", also
+    # after words: "see secret: |").
+    indent = len(text[line_start:start]) - len(text[line_start:start].lstrip(" "))
     first = last = -1
     line = header.end()
     for _ in range(MAX_BLOCK_LINES):
@@ -2054,9 +2054,14 @@ def _labelled_value(
             header_end = above_start - len(eol)
             header_start = _line_around(text, header_end, max(0, header_end - 4000), eol, escaped)[0]
             header = _cells(text, header_start, header_end, "|")
-            if header is None or len(header[1]) != len(cells):
+            if header is None:
                 return None
-            column = _label_value_column([text[a:b] for a, b in header[1]])
+            names = [text[a:b] for a, b in header[1]]
+            if len(names) == len(cells) + 1 and text[header_start:header_end].strip()[:1] != "|":
+                names = names[1:]  # words before the header's first pipe ("see | name | value |")
+            if len(names) != len(cells):
+                return None
+            column = _label_value_column(names)
             return None if column is None else cells[column]
         if text[above_start:above_end].strip()[:1] != "|":
             return None
