@@ -524,7 +524,8 @@ def _is_basic_credential(match: re.Match[str]) -> bool:
 # candidate's full name is then judged by the cached word rule, and the value is matched
 # only after its name was judged secret.
 _KV_HINT_WORDS = (
-    "pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential", "jwt", "bearer", "sessionid", "sessid"
+    "pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential", "jwt", "bearer", "sessionid", "sessid",
+    "otp",  # totp_seed
 )  # fmt: skip
 _KV_HINTS = "(?:" + "|".join(_KV_HINT_WORDS) + ")"
 # After the name: its closing quote, perhaps escaped (JSON inside a string, once or more),
@@ -3294,6 +3295,7 @@ class Redactor:
                 or "bearer" in lowered
                 or "sessionid" in lowered
                 or "sessid" in lowered
+                or "otp" in lowered
             )
             if (
                 hinted
