@@ -790,6 +790,7 @@ def _is_code(text: str, start: int, end: int, name: str) -> bool:
         closed = value.find(closer, reference.end())
         return (
             bool(dotted)
+            or not any(c.isdigit() for c in value[: reference.start(2)])  # round(x, get_token(
             or (closed >= 0 and not value[closed + 1 : closed + 2].isalnum())  # f(x), f(x).y
             or not after.isalnum()
             or any(c in "='\"" for c in value[reference.end() : closed if closed >= 0 else len(value)])
@@ -1227,7 +1228,7 @@ _HEADER_NAME = re.compile(
 )
 _AUTH_SCHEME = re.compile(r"(?:[A-Za-z][A-Za-z0-9_\-]{0,30}|\[REDACTED:[a-z0-9\-]{1,40}\])[ \t]+")
 _CREDENTIAL_TOKEN = re.compile(
-    r"[^\s\"',;&\\{}\[\]()<>](?:[^\s\"',;&\\{}\[\]()<>]|[\"',;{}\[\]()<>](?=[A-Za-z0-9])){0,3999}"
+    r"[^\s\"',;&\\{}\[\]()<>](?:[^\s\"',;&\\{}\[\]()<>]|[\"',;}\])>](?=[A-Za-z0-9])){0,3999}"
 )
 # Parameters (Digest's username="…", response="…"; cookies' a=1; b=2) run to the line end.
 _CREDENTIAL_PARAMS = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,40}=(?:[^\r\n\\]|\\(?![nr])){0,4000}")
@@ -1349,6 +1350,9 @@ _NV_WINDOW = 400
 _NV_NAME_MAX = 128
 
 
+_TYPED_VALUE = re.compile(r"\{[ \t]{0,8}(\\{0,7}[\"'])[A-Za-z_]{1,40}\1[ \t]{0,8}:[ \t]{0,8}")
+
+
 class NameValueRule(_PairRule):
     """The value field of an object whose name field names a secret, written as text."""
 
@@ -1375,6 +1379,10 @@ class NameValueRule(_PairRule):
             span = self._forward(text, hay, names, values, named[1]) or self._backward(
                 text, hay, values, field.start()
             )
+            if span is not None and not span[2] and text.startswith("{", span[0]):
+                # A typed value (OTLP's "value": {"stringValue": "x"}): its string.
+                typed = _TYPED_VALUE.match(text, span[0])
+                span = _value_span(text, typed.end(), unquoted=False) if typed is not None else None
             if span is not None and not _is_kept_value(text, *span):
                 spans.append(span[:2])
         if not spans:
