@@ -936,3 +936,23 @@ def test_values_nested_deeper_than_the_stack_are_redacted(kind):
     assert cleaned == reported == ["FAKE [REDACTED:github]", {"password": "[REDACTED:secret-key]", "n": 3}]
     assert counts == report_counts == {"github": 1, "secret-key": 1}
     assert sorted(f["rules"].popitem()[0] for f in fields) == ["github", "secret-key"]
+
+
+def test_new_secret_keys_and_numeric_passwords():
+    """Keys the attack found unjudged: a service account's private_key_id, a one-time
+    password's seed, a storage account's key; an integer under a password's own key (a
+    count beside one stays)."""
+    data = {
+        "private_key_id": "FAKEa1b2c3d4",
+        "totp_seed": "FAKEJBSWY3DP",
+        "AZURE_STORAGE_KEY": "FAKEzm9vYmFy",
+        "storage_key": "users/42",
+        "db": {"password": 123456789, "password_min_length": 12, "token_count": 3, "pin": True},
+    }
+    assert redact(data) == {
+        "private_key_id": "[REDACTED:secret-key]",
+        "totp_seed": "[REDACTED:secret-key]",
+        "AZURE_STORAGE_KEY": "[REDACTED:secret-key]",
+        "storage_key": "users/42",
+        "db": {"password": "[REDACTED:secret-key]", "password_min_length": 12, "token_count": 3, "pin": True},
+    }
