@@ -880,7 +880,12 @@ def test_the_prefilter_spells_out_the_pair_hints():
             and node.comparators[0].id in tested
         ):
             tested[node.comparators[0].id].add(node.left.value)
-    hints = {*redact_module._KV_HINT_WORDS, *redact_module._TOOL_TRIGGERS, "dentified"}
+    hints = {
+        *redact_module._KV_HINT_WORDS,
+        *redact_module._TOOL_TRIGGERS,
+        *redact_module._POSITIONAL_TRIGGERS,
+        "dentified",
+    }
     assert tested["lowered"] == hints
     assert tested["text"] == set(redact_module._PAIR_GATES)
 
@@ -890,3 +895,64 @@ def test_the_security_page_lists_every_rule():
     section = page[page.index("## Redaction") : page.index("## Stored data and new rules")]
     missing = [name for name in sorted(Redactor().rule_names) if f"`{name}`" not in section]
     assert missing == []
+
+
+@pytest.mark.parametrize("char", list("&'(),;[]{}\""))
+@pytest.mark.parametrize(
+    "template",
+    [
+        "password={}",
+        "DB_PASSWORD={} ok",
+        "password: {}\nx: 1",
+        "--password {} -v",
+        "api_key={}",
+        "docker run -e POSTGRES_PASSWORD={} postgres:16",
+        "curl -u admin:{} https://api.example.com",
+        "Authorization: Bearer {}",
+        "host=db user=app password={} dbname=app",
+    ],
+)
+def test_punctuation_inside_an_unquoted_value_belongs_to_it(char, template):
+    """The outside attack's probe: a password with any of these characters inside loses
+    its whole value in every key=value placement, not just the part before the mark."""
+    text = template.format(f"FAKEab9x{char}cTailSecret77")
+    cleaned = redact(text)
+    assert "TailSecret77" not in cleaned and "FAKEab9x" not in cleaned, cleaned
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_values_nested_deeper_than_the_stack_are_redacted(kind):
+    """A list 500 deep is valid JSON: redacting it must not raise RecursionError, and it
+    is redacted as a shallow one is (values, keys, secret keys, counts, report paths)."""
+    depth = 5000
+    value: object = ["FAKE ghp_FAKEa1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6", {"password": "FAKEdeep9x", "n": 3}]
+    for _ in range(depth):
+        value = [value] if kind == "list" else {"a": value}
+    cleaned, counts = Redactor().redact_with_counts(value)
+    reported, report_counts, fields = Redactor().redact_with_report(value)
+    for _ in range(depth):  # unwrapped by hand: == on 5000 levels would recurse too
+        cleaned = cleaned[0] if kind == "list" else cleaned["a"]
+        reported = reported[0] if kind == "list" else reported["a"]
+    assert cleaned == reported == ["FAKE [REDACTED:github]", {"password": "[REDACTED:secret-key]", "n": 3}]
+    assert counts == report_counts == {"github": 1, "secret-key": 1}
+    assert sorted(f["rules"].popitem()[0] for f in fields) == ["github", "secret-key"]
+
+
+def test_new_secret_keys_and_numeric_passwords():
+    """Keys the attack found unjudged: a service account's private_key_id, a one-time
+    password's seed, a storage account's key; an integer under a password's own key (a
+    count beside one stays)."""
+    data = {
+        "private_key_id": "FAKEa1b2c3d4",
+        "totp_seed": "FAKEJBSWY3DP",
+        "AZURE_STORAGE_KEY": "FAKEzm9vYmFy",
+        "storage_key": "users/42",
+        "db": {"password": 123456789, "password_min_length": 12, "token_count": 3, "pin": True},
+    }
+    assert redact(data) == {
+        "private_key_id": "[REDACTED:secret-key]",
+        "totp_seed": "[REDACTED:secret-key]",
+        "AZURE_STORAGE_KEY": "[REDACTED:secret-key]",
+        "storage_key": "users/42",
+        "db": {"password": "[REDACTED:secret-key]", "password_min_length": 12, "token_count": 3, "pin": True},
+    }

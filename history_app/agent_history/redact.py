@@ -26,12 +26,14 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import html
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from .records import LONE_SURROGATE
 
@@ -137,10 +139,28 @@ _NEUTRAL_LAST_WORDS = frozenset(
         "rounds",
         "iterations",
         "format",
+        "valid",
+        "invalid",
+        "validation",
+        "validator",
     }
 )
 # Words that describe a secret wherever they follow its word ("token_expires_in").
-_DESCRIBING = frozenset({"expires", "expiry", "expiration", "ttl", "lifetime", "count", "length", "type"})
+_DESCRIBING = frozenset(
+    {
+        "expires",
+        "expiry",
+        "expiration",
+        "ttl",
+        "lifetime",
+        "count",
+        "length",
+        "type",
+        "timeout",
+        "age",
+        "reset",
+    }
+)
 # "<prefix>_key" is an ordinary key (a lookup key, not a credential) for these prefixes.
 _PLAIN_KEY_PREFIXES = frozenset(
     {
@@ -186,6 +206,10 @@ _PLAIN_KEY_PREFIXES = frozenset(
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
+
+
+_OTP_WORDS = _words("totp hotp otp mfa 2fa")
+_STORAGE_ACCOUNTS = _words("azure account accounts")
 
 
 # Secret words that can qualify another noun; the key is secret when a later word is one
@@ -257,6 +281,27 @@ def _may_encode_a_separator(text: str) -> bool:
     by single characters first (``memchr``), since "50%" and "&" are common in prose and
     a two-character search reads every character."""
     return ("&" in text and "&#" in text) or ("%" in text and _PERCENT_SEPARATOR.search(text) is not None)
+
+
+# An HTML entity or a percent-encoding of what a pair or a URL is written with: '=' ':'
+# '"' '&' '@' '/' ' ' '<' and '%' itself (double encoding).
+_PERCENT_PAIR = re.compile(r"%(?:3[dDaA]|2[02567fF]|40|3[cC])")
+_ENTITY_PAIR = re.compile(
+    r"&(?:#(?:0{0,4}(?:61|58|34|39|38|64|47)|[xX]0{0,4}(?:3[dDaA]|2[2267fF]|40));|quot;|amp;|lt;|apos;|equals;|colon;)"
+)
+
+
+# Either of the above, in one search each (redact_text's test of most strings).
+_ENCODED_ENTITY = re.compile(r"&(?:#|quot;|amp;|lt;|apos;|equals;|colon;)")
+_PERCENT_ENCODED = re.compile(r"%(?:2[0-9a-fA-F]|5[fF]|3[aAcCdD]|40)")
+
+
+def _may_encode_a_pair(text: str) -> bool:
+    """Whether ``text`` may hide a pair or a URL in HTML entities or percent-encodings; the
+    single characters first (``memchr``): most text holds neither '&' nor '%'."""
+    return ("&" in text and _ENTITY_PAIR.search(text) is not None) or (
+        "%" in text and _PERCENT_PAIR.search(text) is not None
+    )
 
 
 def _decoded_separator(match: re.Match[str]) -> str:
@@ -338,7 +383,15 @@ def _is_secret_key(key: str, extra_words: frozenset[str]) -> bool:
         last.endswith(_SECRET_SUFFIXES) or (last.endswith("pass") and last[:-4] in _PASS_PREFIXES)
     ):
         return True
-    # "api key", "private key", "x-api-key", "STRIPE_KEY"; but not "sort_key" or "key".
+    # A private key's id (a service account's "private_key_id"), a one-time-password seed.
+    if any(words[i] == "private" and words[i + 1] == "key" for i in range(len(words) - 1)):
+        return True
+    if last == "seed" and len(words) > 1 and words[-2] in _OTP_WORDS:
+        return True
+    # "api key", "private key", "x-api-key", "STRIPE_KEY"; but not "sort_key" or "key"; an
+    # account's storage key is a credential ("AZURE_STORAGE_KEY"), a storage key is not.
+    if last == "key" and len(words) > 2 and words[-2] == "storage":
+        return any(w in _STORAGE_ACCOUNTS for w in words[:-2])
     return last == "key" and len(words) > 1 and words[-2] not in _PLAIN_KEY_PREFIXES
 
 
@@ -406,6 +459,9 @@ class FoldedValueRule(ValueRule):
         return super().apply(text, counts, extra_keys)
 
 
+_AUTH_PARAM = re.compile(r"[a-z_]{2,20}=(?:\\{0,7}\"|[a-z_]{1,40}(?:,|\Z))")
+
+
 def _is_bearer_token(match: re.Match[str]) -> bool:
     """The token after ``Bearer`` (any case, any whitespace), up to the next whitespace:
     a secret when it holds a digit or a symbol, or is 16 letters or more, or 8 after
@@ -417,6 +473,9 @@ def _is_bearer_token(match: re.Match[str]) -> bool:
         return False
     # "token_type: Bearer" then the next line's "expires_in: 3600": a key, not a token.
     if token.endswith(":") or ("\n" in match.group(2) and _KEY_AHEAD.match(token)):
+        return False
+    # A challenge's parameters (WWW-Authenticate: Bearer realm="example"), not a token.
+    if _AUTH_PARAM.match(token):
         return False
     if not core.isalpha():
         return True
@@ -487,9 +546,19 @@ _LOOSE_SEPARATORS = frozenset({":", "=", "：", "＝", "uff1a", "uff1d"})
 # ends it only where a query string's next pair or an entity follows ("?token=v&page=2",
 # "&amp;"): elsewhere it is part of the value ("DB_PASSWORD=Tr0ub4dor&3xQz!").
 # A value never starts with "&" (Rust's "secret: &[u8]" is a type).
+#
+# The other characters that end an unquoted value do so only where they end it: a quote,
+# ';' or ',' followed by a space, the end, or the next pair ("Server=x;Password=y;Db=z",
+# "{user: a, password: b}"), and a closing bracket that nothing in the value opened,
+# followed by anything but a letter or a digit ("f(password=x)", "[token=x]"). Elsewhere
+# they are part of the password ("Abc9x;cTail", "9x#k2$m(t)y_u+i", "Abc'def").
 _VALUE_CHAR = r"[^\s\"',;&)}\]\\]|\\{1,8}(?![nrt\"'\\])"
+_NEXT_NAME = r"[A-Za-z_][A-Za-z0-9_.\-\[\]]{0,64}"
 _VALUE_TOKEN = re.compile(
-    rf"(?:{_VALUE_CHAR})(?:{_VALUE_CHAR}|&(?![A-Za-z_][A-Za-z0-9_.\-\[\]]{{0,64}}=|#?[A-Za-z0-9]{{1,10}};)){{0,999}}"
+    rf"(?:{_VALUE_CHAR})(?:\((?:[^\s()\"'\\]){{0,64}}\)|{_VALUE_CHAR}"
+    rf"|&(?!{_NEXT_NAME}=|#?[A-Za-z0-9]{{1,10}};)"
+    rf"|[;,](?!{_NEXT_NAME}[=:])(?=[A-Za-z0-9!#$%*+/?@^_~\-])"
+    rf"|[\"')}}\]](?=[A-Za-z0-9])){{0,999}}"
 )
 # The rest of a config's line after the first word of its value (YAML, .env, INI).
 _REST_OF_LINE = re.compile(r"(?:[^\r\n\"';\\]|\\{1,8}(?![nrt\"'\\])){0,1000}")
@@ -635,7 +704,24 @@ def _is_kept_value(text: str, start: int, end: int, quoted: bool) -> bool:
         return True
     value = text[start:end] if quoted else text[start:end].split(None, 1)[0]
     # A template fills the value in later: ${{ secrets.TOKEN }}, {{ vault_pw }}, $(cat f).
-    return value.lower() in _KV_NOT_SECRET_VALUES or value.startswith(_TEMPLATE_OPENERS)
+    return (
+        value.lower() in _KV_NOT_SECRET_VALUES
+        or value.startswith(_TEMPLATE_OPENERS)
+        or (quoted and value.strip().lower() in _SCHEME_WORDS)  # "Bearer " + token
+        or _is_placeholder_value(value)
+    )
+
+
+# What documentation writes where a secret goes: <your-api-key-here>, sk-..., your-key-here,
+# ********, changeme; and what another tool left where one was: [REDACTED], ***REDACTED***.
+_PLACEHOLDER_VALUE = re.compile(
+    r"<[A-Za-z_][^<>\r\n]{0,99}>|[A-Za-z0-9_\-]{0,12}(?:\.{3}|…)|[*•]{3,}|(?i:your[-_][a-z0-9_\-]{1,60})"
+    r"|(?i:change[-_]?me|change[-_]?it)|\[REDACTED[^\]\r\n]{0,40}\]|\*{1,3}REDACTED\*{1,3}"
+)
+
+
+def _is_placeholder_value(value: str) -> bool:
+    return len(value) <= 120 and _PLACEHOLDER_VALUE.fullmatch(value) is not None
 
 
 # How a template or a shell expansion starts (GitHub Actions, Jinja, Helm, shell, ERB,
@@ -665,6 +751,10 @@ _ENV_REFERENCE = re.compile(r"\$[A-Z_][A-Z0-9_]{0,200}")
 _DEFAULT_AFTER_TYPE = re.compile(r"[^\S\r\n]{0,8}=[^\S\r\n]{0,8}(?=[\"'])")
 
 
+_CMDLET = re.compile(r"(?:ConvertTo|ConvertFrom|Get|Read|New|Import|Export|Invoke)-[A-Z][A-Za-z]{1,40}")
+_OPERATOR_AHEAD = re.compile(r"[ \t]{0,8}(?:[<>!=]=|&&|\|\||[<>+*/%?])")
+
+
 def _is_code(text: str, start: int, end: int, name: str) -> bool:
     """Whether the unquoted value at ``start`` is code rather than a secret: a type
     (``password: str``), a call (``get_token()``), a subscript or an attribute
@@ -679,7 +769,11 @@ def _is_code(text: str, start: int, end: int, name: str) -> bool:
         rest = text[start + len(value) : start + len(value) + 200].lstrip(" \t")
         if _is_placeholder(rest) or rest.startswith("`"):
             return True
-    if value.strip("*•xX") == "" and len(value) >= 3:
+    if value.strip("*•xX") == "" and len(value) >= 3 or value.strip(".…") == "":
+        return True
+    if value.startswith(("./", "../", "~/")):  # a file's path (--from-file=password=./pw.txt)
+        return True
+    if _CMDLET.fullmatch(value):  # PowerShell: $pw = Read-Host -AsSecureString
         return True
     bare = value.lstrip("&*").removeprefix("'static").lstrip()
     base = re.split(r"[\[<|,;)=?]", bare, maxsplit=1)[0]
@@ -692,14 +786,32 @@ def _is_code(text: str, start: int, end: int, name: str) -> bool:
         return False
     dotted, opening = reference.group(1), reference.group(2)
     if opening:  # get_token(, os.environ[, bcrypt.hashpw(password.encode(
-        return True
+        # …but not a password that holds a bracket ("Abc9x(Tail", "Pa[ss9"): a call's or a
+        # subscript's bracket is closed, not followed by a letter or a digit, or followed by
+        # an argument list's comma (HTTPBasicAuth(username, password), ENC[AES256,data:…]).
+        after = value[reference.end() : reference.end() + 1]
+        closer = ")" if opening == "(" else "]"
+        closed = value.find(closer, reference.end())
+        return (
+            bool(dotted)
+            or not any(c.isdigit() for c in value[: reference.start(2)])  # round(x, get_token(
+            or (closed >= 0 and not value[closed + 1 : closed + 2].isalnum())  # f(x), f(x).y
+            or not after.isalnum()
+            or any(c in "='\"" for c in value[reference.end() : closed if closed >= 0 else len(value)])
+            or text[end : end + 1] in (",", closer)
+        )
     if reference.end() != len(value):
         return False
     if (dotted and text[end : end + 1] in ("(", "[")) or text[end : end + 1] == "(":
         return True
     if dotted:
-        # A dotted value followed by code punctuation, or naming a secret (config.api_key).
-        return is_secret_key(value.rsplit(".", 1)[-1]) or text[end : end + 1] in (")", ";", ",")
+        # A dotted value followed by code punctuation or an operator, or naming a secret
+        # (config.api_key, password.length >= 12).
+        return (
+            is_secret_key(value.rsplit(".", 1)[-1])
+            or text[end : end + 1] in (")", ";", ",")
+            or _OPERATOR_AHEAD.match(text, end) is not None
+        )
     # A variable named like the secret: the name itself, one of its words, or an
     # identifier of several words that names a secret (api_key=OPENAI_API_KEY); a single
     # word ("password: secret") is a value.
@@ -791,10 +903,14 @@ class KeyValueRule(_PairRule):
             colon = sep in (":", "：", "uff1a")
             pos = match.end()
             span = _special_value(text, pos, colon) if text.startswith(_SPECIAL_STARTS, pos) else None
+            if span is None and colon and text.startswith(("|", ">"), pos):
+                span = _yaml_block(text, start, pos)  # secret: |, then indented lines
             if span is None and colon and text.startswith(("&", "!"), pos):
                 # YAML: an anchor or a tag before the value ("password: &pw x", "!!str x").
                 properties = _YAML_PROPERTIES.match(text, pos)
                 if properties is not None:
+                    if _YAML_LOCAL_TAG.search(properties.group()):
+                        continue  # !vault, !Ref, !secret: encrypted, or a reference to the value
                     pos = properties.end()
             if span is None:
                 whole = loose and name[:1] != "-" and _takes_the_line(text, start, name, match.span("sep"))
@@ -810,10 +926,16 @@ class KeyValueRule(_PairRule):
                 ):
                     continue  # an f-string: code that formats a value, not the value
                 if not span[2]:
-                    span = _unquoted_value(text, span, name, whole)
-                    if span is None:
+                    wrapped = _WRAPPED_LITERAL.match(text, span[0])
+                    if wrapped is not None:  # let password = String::from("x");
+                        span = (*wrapped.span(2), True)
+                    else:
+                        span = _unquoted_value(text, span, name, whole)
+                    if span is None or _is_kept_value(text, *span):
                         continue
             elif _is_kept_value(text, *span):
+                continue
+            if _not_a_secret_here(text, start, name, span):
                 continue
             spans.append(span[:2])
             done = span[1]
@@ -831,6 +953,40 @@ class KeyValueRule(_PairRule):
         return text
 
 
+_PATH_LIKE = re.compile(r"[A-Za-z0-9_.\-]{1,100}(?:/[A-Za-z0-9_.\-]{1,100}){1,20}")
+
+
+def _not_a_secret_here(text: str, start: int, name: str, span: tuple[int, int, bool]) -> bool:
+    """A pair whose value the text around it says is no secret: a model's sampled token
+    beside its "logprob", the "secret:" part of an ARN, a secret's id that is its path
+    (AWS's SecretId='prod/db'), and Python's "pass: the statement…" in prose."""
+    lowered = name.lower()
+    if lowered == "token" and "logprob" in text[max(0, start - 200) : span[1] + 200]:
+        return True
+    if lowered in ("secret", "secrets") and text[start - 1 : start] == ":":
+        # arn:aws:secretsmanager:region:account:secret:prod/db-AbCdEf
+        begin = max(text.rfind(" ", 0, start), text.rfind("\n", 0, start), text.rfind('"', 0, start)) + 1
+        if text.startswith("arn:", begin) or text.startswith("n:arn:", begin - 1):
+            return True
+    value = text[span[0] : span[1]]
+    words = key_words(name)
+    if words[-2:] in (["secret", "id"], ["secret", "name"], ["secret", "arn"]) and (
+        _PATH_LIKE.fullmatch(value) or value.startswith("arn:")
+    ):
+        return True
+    return lowered == "pass" and not span[2] and value.split(None, 1)[0].lower() in _ARG_PROSE_WORDS
+
+
+# A literal wrapped in a string or secret type: String::from("x"), "x".to_string() is
+# the value rule's, SecretStr("x"), new String("x"), Secret::new("x").
+_WRAPPED_LITERAL = re.compile(
+    r"(?:new[ \t]{1,8})?(?:String::from|String\.valueOf|String|str|Secret(?:String|Str|Bytes|Box)?(?:::new|\.new)?"
+    r"|SecureString)\([ \t]{0,8}(\\{0,7}[\"'])([^\"'\r\n\\]{1,1000})\1[ \t]{0,8}\)"
+)
+
+
+# A YAML tag of the application's own (one '!'), not YAML's (!!str, !!binary).
+_YAML_LOCAL_TAG = re.compile(r"(?:^|[ \t])![A-Za-z]")
 # A YAML anchor or tag before a value.
 _YAML_PROPERTIES = re.compile(r"(?:(?:&[A-Za-z0-9_\-]{1,64}|!{1,2}[A-Za-z0-9_\-]{1,64})[ \t]{1,8}){1,2}")
 # A type annotation, then a default that is a string: "password: Optional[str] = 'x'",
@@ -864,6 +1020,46 @@ _COMMANDS = _words(
 _HCL_VARIABLE = re.compile(
     r"(?<![a-z0-9_])variable[ \t]{1,8}\\{0,7}\"([a-z0-9_\-]{1,128})\\{0,7}\"[ \t]{0,8}(?=\{)"
 )
+
+
+_YAML_BLOCK_HEADER = re.compile(r"[|>][-+0-9]{0,2}[ \t]{0,8}(?:#[^\r\n]{0,200})?(\r?\n|\\{1,4}n)")
+MAX_BLOCK_LINES = 500
+
+
+def _yaml_block(text: str, start: int, pos: int) -> tuple[int, int, bool] | None:
+    """The lines of a YAML block scalar (``password: |`` or ``>-``) after the name at
+    ``start``: those indented more than the name's line, blank lines between them included;
+    also with "\n" escapes (the YAML inside a JSON string)."""
+    header = _YAML_BLOCK_HEADER.match(text, pos)
+    if header is None:
+        return None
+    eol = "\n" if header.group(1)[-1:] == "\n" and "\\" not in header.group(1) else header.group(1)
+    line_start = text.rfind(eol, max(0, start - 200), start)
+    if line_start >= 0:
+        line_start += len(eol)
+    elif eol[:1] == "\\":  # the first line of a string: after its opening quote
+        line_start = text.rfind('"', max(0, start - 200), start) + 1
+    else:
+        line_start = 0
+    # The block is what is indented deeper than the name's line ("  password: |", also
+    # after words: "see secret: |").
+    indent = len(text[line_start:start]) - len(text[line_start:start].lstrip(" "))
+    first = last = -1
+    line = header.end()
+    for _ in range(MAX_BLOCK_LINES):
+        end = text.find(eol, line, line + MAX_QUOTED_VALUE * 4)
+        stop = len(text) if end < 0 else end
+        content = text[line:stop].rstrip("\r")
+        if content.strip(" "):
+            if len(content) - len(content.lstrip(" ")) <= indent:
+                break
+            if first < 0:
+                first = line + len(content) - len(content.lstrip(" "))
+            last = line + len(content)
+        if end < 0:
+            break
+        line = end + len(eol)
+    return (first, last, True) if first >= 0 else None
 
 
 def _special_value(text: str, pos: int, colon: bool) -> tuple[int, int, bool] | None:
@@ -1035,7 +1231,9 @@ _HEADER_NAME = re.compile(
     r"\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
 )
 _AUTH_SCHEME = re.compile(r"(?:[A-Za-z][A-Za-z0-9_\-]{0,30}|\[REDACTED:[a-z0-9\-]{1,40}\])[ \t]+")
-_CREDENTIAL_TOKEN = re.compile(r"[^\s\"',;&\\{}\[\]()<>]{1,4000}")
+_CREDENTIAL_TOKEN = re.compile(
+    r"[^\s\"',;&\\{}\[\]()<>](?:[^\s\"',;&\\{}\[\]()<>]|[\"',;}\])>](?=[A-Za-z0-9])){0,3999}"
+)
 # Parameters (Digest's username="…", response="…"; cookies' a=1; b=2) run to the line end.
 _CREDENTIAL_PARAMS = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,40}=(?:[^\r\n\\]|\\(?![nr])){0,4000}")
 
@@ -1077,9 +1275,12 @@ class HeaderRule(_PairRule):
                     text, scheme.end()
                 ):
                     pos = scheme.end()
+                elif scheme.group().strip().lower() in _SCHEME_WORDS:
+                    continue  # "Bearer " + token: code adds the credential
             value = _CREDENTIAL_PARAMS.match(text, pos) or _CREDENTIAL_TOKEN.match(text, pos)
             if (
                 value is None
+                or value.group().lower() in _SCHEME_WORDS  # a bare "Authorization: Bearer"
                 or text.startswith(_MARKER_START, pos)
                 or value.group().lower() in _KV_NOT_SECRET_VALUES
                 or _is_placeholder(text[pos : pos + 200])
@@ -1153,6 +1354,9 @@ _NV_WINDOW = 400
 _NV_NAME_MAX = 128
 
 
+_TYPED_VALUE = re.compile(r"\{[ \t]{0,8}(\\{0,7}[\"'])[A-Za-z_]{1,40}\1[ \t]{0,8}:[ \t]{0,8}")
+
+
 class NameValueRule(_PairRule):
     """The value field of an object whose name field names a secret, written as text."""
 
@@ -1179,6 +1383,10 @@ class NameValueRule(_PairRule):
             span = self._forward(text, hay, names, values, named[1]) or self._backward(
                 text, hay, values, field.start()
             )
+            if span is not None and not span[2] and text.startswith("{", span[0]):
+                # A typed value (OTLP's "value": {"stringValue": "x"}): its string.
+                typed = _TYPED_VALUE.match(text, span[0])
+                span = _value_span(text, typed.end(), unquoted=False) if typed is not None else None
             if span is not None and not _is_kept_value(text, *span):
                 spans.append(span[:2])
         if not spans:
@@ -1338,7 +1546,7 @@ _ARG_NOT_A_VALUE = frozenset("-|<>&;\\`(")
 # Every pair rule needs one of these in its text: a separator, a flag's dash, a tag, a
 # quote, a full-width separator, or "set NAME VALUE" (Redactor._redact_shapes spells them
 # out, and these lists out for tests).
-_PAIR_GATES = (":", "=", "-", "'", '"', "<", "&", "set", "\\", "：", "＝", "\n")
+_PAIR_GATES = (":", "=", "-", "'", '"', "<", "&", "set", "\\", "：", "＝", "\n", " is ", " was ", "_")
 _TOOL_TRIGGERS = (
     "curl",
     "mysql",
@@ -1352,7 +1560,10 @@ _TOOL_TRIGGERS = (
     "openssl",
     "zip",
     "7z",
+    "sqlcmd",
 )
+# What calls for the positional rule in text that names no secret (PositionalRule).
+_POSITIONAL_TRIGGERS = ("rabbitmqctl", "getconnection")
 _BOUNDED = r"(?<![a-z0-9_\-]){}(?![a-z0-9_\-])"
 # (trigger, the tool in lower-cased text, its secret flag, what follows the flag)
 _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
@@ -1430,7 +1641,16 @@ _TOOLS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
         "password",
     ),
 )
-_CALL_PAIR = re.compile(r"[(\[,][ \t]{0,8}(\\{0,7}[\"'])(-{0,2}[a-z0-9_.\-]{1,64})\1[ \t]{0,8},[ \t]{0,8}")
+# (The comma after the name is looked ahead at, not taken: in ["psql", "--password", "x"]
+# the comma after "psql" opens the next pair.)
+_CALL_PAIR = re.compile(r"[(\[,][ \t]{0,8}(\\{0,7}[\"'])(-{0,2}[a-z0-9_.\-]{1,64})\1(?=[ \t]{0,8},)")
+_METHOD_CALL = re.compile(r"\.([a-z_][a-z0-9_]{0,40})\([ \t]{0,8}(?=\\{0,7}[\"'])")
+_NOT_SETTER_VERBS = _words(
+    "get read load fetch find has is check verify validate compare hash encode decode encrypt decrypt"
+    " generate gen create delete del remove reset revoke refresh rotate parse print log lookup list"
+    " exists contains describe show mask redact strip match test require ensure assert expect"
+)
+_CALL_PAIR_COMMA = re.compile(r"[ \t]{0,8},[ \t]{0,8}")
 _CALLEE = re.compile(r"[a-z_][a-z0-9_]{0,39}\Z")
 # Calls whose first two arguments are a name and its value.
 _SETTERS = (
@@ -1446,6 +1666,7 @@ _SETTERS = (
     "insert",
     "add",
     "secret",
+    "define",  # PHP's define('DB_PASSWORD', 'x')
 )
 _REDIS_PASSWORD = re.compile(
     r"(?:(?<![A-Za-z0-9_])|(?<=\\n))-{0,2}(?:requirepass|masterauth)[ \t]{1,64}(\\{0,7}[\"']?)"
@@ -1479,6 +1700,8 @@ class ArgumentRule(_PairRule):
             self._named(text, hay, candidates, extra_keys, spans)
             if "(" in text or "[" in text:
                 self._call_pairs(text, hay, extra_keys, spans)
+            if "(" in text and "." in text:
+                self._methods(text, hay, extra_keys, spans)
         if _has_a_flag(text):
             for trigger, tool, flag, shape in _TOOLS:
                 if trigger in hay:
@@ -1551,6 +1774,32 @@ class ArgumentRule(_PairRule):
             spans.append((value_start, value_end))
 
     @staticmethod
+    def _methods(text: str, hay: str, extra_keys: frozenset[str], spans: list[tuple[int, int]]) -> None:
+        """A method named for a secret given it as its one literal argument: a builder's
+        ``.password("x")``, ``.apiKey("x")``, a setter's ``.setClientSecret("x")``; not a
+        getter's or a checker's (``.getSecret("db/creds")``, ``.verify_token("x")``)."""
+        for call in _METHOD_CALL.finditer(hay):
+            name = text[call.start(1) : call.end(1)]
+            words = key_words(name)
+            if words[:1] in (["set"], ["with"], ["use"]):
+                words = words[1:]
+            if not words or words[0] in _NOT_SETTER_VERBS or not is_secret_key("_".join(words), extra_keys):
+                continue
+            span = _value_span(text, call.end(), unquoted=False)
+            if span is None:
+                continue
+            after = span[1]
+            while after < len(text) and text[after] == "\\":
+                after += 1
+            after += 1  # the closing quote
+            while after < len(text) and text[after] in " \t":
+                after += 1
+            if not text.startswith(")", after):
+                continue  # a second argument: not the secret's one
+            if not _is_kept_value(text, *span) and not _is_placeholder(text[span[0] : span[1]]):
+                spans.append(span[:2])
+
+    @staticmethod
     def _call_pairs(text: str, hay: str, extra_keys: frozenset[str], spans: list[tuple[int, int]]) -> None:
         """A secret's name and its value as a setter's two arguments
         (``props.setProperty("password", "x")``, ``os.Setenv("API_TOKEN", "x")``,
@@ -1566,7 +1815,8 @@ class ArgumentRule(_PairRule):
                 continue  # ["password", "email"] is a list of names
             if not is_secret_key(name.lstrip("-"), extra_keys):
                 continue
-            span = _value_span(text, pair.end(), unquoted=False)
+            comma = _CALL_PAIR_COMMA.match(text, pair.end())
+            span = _value_span(text, comma.end() if comma else pair.end(), unquoted=False)
             if span is not None and not _is_kept_value(text, *span):
                 spans.append(span[:2])
 
@@ -1600,8 +1850,40 @@ class ArgumentRule(_PairRule):
                     if colon < 0:
                         continue  # no password: curl asks for it
                     start = colon + 1
-                if value_end > start and not _is_kept_value(text, start, value_end, True):
+                if (
+                    value_end > start
+                    and not _is_kept_value(text, start, value_end, True)
+                    and not _is_placeholder(text[start:value_end])
+                ):
                     spans.append((start, value_end))
+
+
+class PositionalRule(_PairRule):
+    """Secrets passed positionally (``_POSITIONAL``): the quotes around a quoted one stay."""
+
+    name = "secret-argument"
+    order = 4
+    marker = MARKER.format(rule="secret-argument")
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return any(literal in lowered for literals, _ in _POSITIONAL for literal in literals)
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        lowered = text.lower()
+        spans: list[tuple[int, int]] = []
+        for literals, pattern in _POSITIONAL:
+            if any(literal in lowered for literal in literals):
+                spans += [
+                    match.span(pattern.groups)
+                    for match in pattern.finditer(text)
+                    if _is_a_literal_secret(match)
+                    and not _is_kept_value(text, *match.span(pattern.groups), True)
+                ]
+        if not spans:
+            return text
+        text, replaced = _replace_spans(text, spans, self.marker)
+        counts[self.name] += replaced
+        return text
 
 
 # A JSON Web Key's private members: RSA's d, p, q, dp, dq, qi (and oth), EC's and OKP's
@@ -1695,10 +1977,19 @@ class TableRule(_PairRule):
                 continue
             delimiter, cells = header
             names = [text[a:b] for a, b in cells]
+            if delimiter == "|" and len(cells) >= 2 and _is_secret_column(names[0], extra_keys):
+                value = _labelled_value(text, line_start, cells, eol, escaped)
+                if value is not None:  # "| password | x |" under "| name | value |"
+                    if not _is_kept_cell(text, *value):
+                        spans.append(value)
+                    continue
             if len(cells) < 2 or not all(_HEADER_NAME_CELL.fullmatch(n.strip("*_`")) for n in names):
                 continue
             columns = [i for i, n in enumerate(names) if _is_secret_column(n, extra_keys)]
-            if not columns:
+            # A table of names and values ("| name | value |" then "| password | x |"): the
+            # value of a row whose name names a secret.
+            labelled = _label_value_column(names)
+            if not columns and labelled is None:
                 continue
             if delimiter != "|" and _row_of_the_table_above(
                 text, line_start, eol, delimiter, len(cells), escaped
@@ -1727,6 +2018,7 @@ class TableRule(_PairRule):
                 if text[line_start:line_end].strip()[:1] != "|" and text[pos:rule_end].strip()[:1] == "|":
                     columns = [i - 1 for i in columns if i > 0]
                     cells = cells[1:]
+                    labelled = None
                 pos = rule_end + len(eol)
             for _ in range(MAX_TABLE_ROWS):
                 if pos >= len(text) or not text.startswith(eol, pos - len(eol)):
@@ -1735,7 +2027,10 @@ class TableRule(_PairRule):
                 row = _cells(text, pos, row_end, delimiter, quote='\\"' if escaped else '"')
                 if row is None or len(row[1]) != len(cells):
                     break
-                for column in columns:
+                row_columns = columns
+                if labelled is not None and _is_secret_column(text[slice(*row[1][0])], extra_keys):
+                    row_columns = [*columns, labelled]
+                for column in row_columns:
                     a, b = row[1][column]
                     if b > a and not _is_kept_cell(text, a, b):
                         spans.append((a, b))
@@ -1746,6 +2041,56 @@ class TableRule(_PairRule):
         text, replaced = _replace_spans(text, spans, self.marker)
         counts[self.name] += replaced
         return text
+
+
+_LABEL_HEADERS = _words("name key field setting variable var parameter param property env item")
+_VALUE_HEADERS = _words("value val values secret contents")
+
+
+MAX_LABEL_ROWS = 50
+
+
+def _labelled_value(
+    text: str, line_start: int, cells: list[tuple[int, int]], eol: str, escaped: bool
+) -> tuple[int, int] | None:
+    """The value cell of the row at ``line_start`` when its table's header (found above,
+    over the |---| line and at most ``MAX_LABEL_ROWS`` rows) names things and values."""
+    end = line_start
+    for _ in range(MAX_LABEL_ROWS):
+        if end < len(eol) or not text.startswith(eol, end - len(eol)):
+            return None
+        above_end = end - len(eol)
+        above_start = _line_around(text, above_end, max(0, above_end - 4000), eol, escaped)[0]
+        if _TABLE_RULE.fullmatch(text, above_start, above_end):
+            if above_start < len(eol):
+                return None
+            header_end = above_start - len(eol)
+            header_start = _line_around(text, header_end, max(0, header_end - 4000), eol, escaped)[0]
+            header = _cells(text, header_start, header_end, "|")
+            if header is None:
+                return None
+            names = [text[a:b] for a, b in header[1]]
+            if len(names) == len(cells) + 1 and text[header_start:header_end].strip()[:1] != "|":
+                names = names[1:]  # words before the header's first pipe ("see | name | value |")
+            if len(names) != len(cells):
+                return None
+            column = _label_value_column(names)
+            return None if column is None else cells[column]
+        if text[above_start:above_end].strip()[:1] != "|":
+            return None
+        end = above_start
+    return None
+
+
+def _label_value_column(names: list[str]) -> int | None:
+    """The value column of a table whose first column names things ("name", "key",
+    "setting"…) and another holds their values ("value"), or None."""
+    if len(names) < 2 or names[0].strip("*_` ").lower() not in _LABEL_HEADERS:
+        return None
+    for i, name in enumerate(names[1:], 1):
+        if name.strip("*_` ").lower() in _VALUE_HEADERS:
+            return i
+    return None
 
 
 def _row_of_the_table_above(
@@ -1881,6 +2226,152 @@ _BASIC_AUTH_CALL = re.compile(
     r"(\\{0,7}[\"'])[^\"'\r\n\\]{0,256}\1[ \t]{0,8},[ \t]{0,8}(?:password[ \t]*=[ \t]*)?(\\{0,7}[\"'])"
     r"([^\"'\r\n\\]{1,256})\2"
 )
+
+
+def _is_url_password(match: re.Match[str]) -> bool:
+    """A URL's password, unless documentation's placeholder stands there
+    (postgres://user:password@localhost, https://u:<token>@host)."""
+    password = match.group(1)
+    return not (
+        password.lower() in _URL_PLACEHOLDERS or _is_placeholder(password) or _is_placeholder_value(password)
+    )
+
+
+# An argument before a positional secret: a literal or a name (a variable, a field).
+_POSITIONAL_ARG = r"(?:\\{0,7}\"[^\"\r\n\\]{0,300}\\{0,7}\"|\\{0,7}'[^'\r\n\\]{0,300}\\{0,7}'|[A-Za-z_$][A-Za-z0-9_.$]{0,100})"
+# A positional secret: quoted (spaces allowed, the quotes stay) or one word.
+_POSITIONAL_VALUE = (
+    r"\\{0,7}[\"']?((?<=[\"'])[^\"'\r\n\\]{1,256}(?=\\{0,7}[\"'])|(?<![\"'])[^\s\"'\\;|)]{1,256})"
+)
+
+
+def _is_a_literal_secret(match: re.Match[str]) -> bool:
+    """A positional argument that is a secret's value, not a variable, a placeholder or
+    a path ($pw, ${PW}, <password>, ./pw.txt)."""
+    value = match.group(match.re.groups)
+    return not (
+        value[:1] in "$%(-{"
+        or _is_placeholder(value)
+        or _is_placeholder_value(value)
+        or value.startswith(("./", "../", "~/", "/"))
+        or value.lower() in _KV_NOT_SECRET_VALUES
+    )
+
+
+# Positional secrets: the tool or the function names what its argument is. Each entry's
+# literals (lower-cased) are looked for first; group 1 (the last group) is the secret.
+# new ClientSecretCredential(tenant, id, "x"), NetworkCredential("u", "x"),
+# AzureKeyCredential("x") (a credential class's last argument, when a literal); JDBC's
+# DriverManager.getConnection(url, user, "x"); PowerShell's ConvertTo-SecureString 'x'
+# -AsPlainText; htpasswd -b[c] file user x, htpasswd -nb user x; rabbitmqctl add_user name
+# x (change_password); sqlcmd -S db -U sa -P x (bcp, osql, isql); gh secret set NAME
+# --body x; dotnet user-secrets set "Name" x; vercel env add NAME <env> <<< x.
+_POSITIONAL: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
+    (
+        ("credential",),
+        re.compile(
+            r"(?<![A-Za-z0-9_])[A-Z][A-Za-z0-9]{0,60}Credentials?[ \t]{0,8}\("
+            rf"(?:[ \t]{{0,8}}{_POSITIONAL_ARG}[ \t]{{0,8}},){{0,4}}[ \t]{{0,8}}"
+            r"(\\{0,7}[\"'])([^\"'\r\n\\]{1,256})\1[ \t]{0,8}\)"
+        ),
+    ),
+    (
+        ("getconnection",),
+        re.compile(
+            rf"getConnection[ \t]{{0,8}}\([ \t]{{0,8}}{_POSITIONAL_ARG}[ \t]{{0,8}},[ \t]{{0,8}}{_POSITIONAL_ARG}"
+            r"[ \t]{0,8},[ \t]{0,8}(\\{0,7}[\"'])([^\"'\r\n\\]{1,256})\1"
+        ),
+    ),
+    (
+        ("convertto-securestring",),
+        re.compile(r"(?i)ConvertTo-SecureString[ \t]{1,8}(?:-String[ \t]{1,8})?" + _POSITIONAL_VALUE),
+    ),
+    (
+        ("htpasswd",),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])htpasswd(?:\.exe)?[ \t]{1,8}-(?=[A-Za-z]{0,7}b)"
+            r"(?:(?=[A-Za-z]{0,7}n)[A-Za-z]{1,8}[ \t]{1,8}[^\s\"']{1,256}"
+            r"|(?![A-Za-z]{0,7}n)[A-Za-z]{1,8}[ \t]{1,8}[^\s\"']{1,256}[ \t]{1,8}[^\s\"']{1,256})"
+            r"[ \t]{1,8}" + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("rabbitmqctl",),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])rabbitmqctl(?:\.bat)?[^\r\n|;&]{0,200}?[ \t](?:add_user|change_password)"
+            r"[ \t]{1,8}[^\s\"']{1,256}[ \t]{1,8}" + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("sqlcmd", "bcp", "osql", "isql"),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])(?:sqlcmd|bcp|osql|isql)(?:\.exe)?(?=[ \t])[^\r\n|;&]{0,300}?[ \t]-P[ \t]{1,8}"
+            + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("secret set",),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])secret[ \t]{1,8}set[^\r\n|;&]{0,200}?[ \t](?:-b|--body)(?:[ \t]{1,8}|=)"
+            + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("user-secrets",),
+        re.compile(
+            r"user-secrets[ \t]{1,8}set[ \t]{1,8}(?:\"[^\"\r\n]{1,200}\"|'[^'\r\n]{1,200}'|[^\s\"']{1,200})[ \t]{1,8}"
+            + _POSITIONAL_VALUE
+        ),
+    ),
+    (
+        ("env add",),
+        re.compile(
+            r"(?<![A-Za-z0-9_\-])env[ \t]{1,8}add[ \t]{1,8}[^\r\n|;&<]{1,200}<<<[ \t]{0,8}"
+            + _POSITIONAL_VALUE
+        ),
+    ),
+)
+
+
+_URL_PLACEHOLDERS = _words("password pass passwd pwd pw secret changeme yourpassword mypassword")
+# A sentence that gives a secret: "my password is x", "The API key for prod is x", "the
+# root password is `x`". The value must read as one (8 characters or more with a letter
+# and a digit), so "the password is required" or "the secret is salted water" stay prose.
+_SECRET_IN_PROSE = re.compile(
+    r"(?i)(?<![a-z0-9_\-])(?:password|passwd|passphrase|secret"
+    r"|(?:api|secret|access|private|license|licence|signing|encryption)[ _\-]?key"
+    r"|(?:api|access|auth|bot|refresh|bearer|personal[ \t]access|github|slack|npm)[ _\-]?token)"
+    r"(?:[ \t]{1,4}(?:for|of|on|to)[ \t]{1,4}[a-z0-9_.\-]{1,40}(?:[ \t]{1,4}[a-z0-9_.\-]{1,40})?)?"
+    r"[ \t]{1,4}(?:is|was)[ \t]{0,4}:?[ \t]{1,4}`?"
+    r"(?=[^\s\"'`]{0,256}[0-9])(?=[^\s\"'`]{0,256}[a-z])(?![$<{%(\[])"
+    r"([^\s\"'`]{7,255}[^\s\"'`.,;:?)])"
+)
+
+
+class ProseRule(_PairRule):
+    """A secret given in a sentence, after "is" or "was" (the pair stage's hint words and
+    its " is " and " was " gates find the sentences that may hold one)."""
+
+    name = "secret-in-prose"
+    order = 6
+    marker = MARKER.format(rule="secret-in-prose")
+
+    def wants(self, text: str, lowered: str) -> bool:
+        return " is " in lowered or " was " in lowered or "\tis " in lowered
+
+    def apply(self, text: str, counts: Counter[str], extra_keys: frozenset[str]) -> str:
+        spans = [
+            match.span(1)
+            for match in _SECRET_IN_PROSE.finditer(text)
+            if _is_a_literal_secret(match) and not _is_kept_value(text, *match.span(1), True)
+        ]
+        if not spans:
+            return text
+        text, replaced = _replace_spans(text, spans, self.marker)
+        counts[self.name] += replaced
+        return text
+
+
 _B = r"(?<![A-Za-z0-9_\-])"  # a left boundary that also treats '-' and '_' as word parts
 
 DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
@@ -2029,7 +2520,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             ("doppler", "dp.", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}"),
             ("new-relic", "NR", r"NR(?:AK|AA|II|JS)-[A-Za-z0-9]{19,32}"),
             ("heroku", "HRKU-", r"HRKU-[A-Za-z0-9_\-]{50,80}"),
-            ("atlassian", "ATATT3", r"ATATT3[A-Za-z0-9_\-=]{150,250}"),
+            ("atlassian", "ATATT3", r"ATATT3[A-Za-z0-9_\-=]{60,250}"),
             ("brevo", "xkeysib-", r"xkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}"),
             ("prefect", "pnu_", r"pnu_[A-Za-z0-9]{36}"),
             ("pulumi", "pul-", r"pul-[a-f0-9]{40}"),
@@ -2053,8 +2544,40 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             ("netlify", "nfp_", r"nfp_[A-Za-z0-9]{36}"),
             ("render", "rnd_", r"rnd_[A-Za-z0-9]{32}"),
             ("supabase", "sbp_", r"sbp_[a-f0-9]{40}"),
-            ("notion", ("ntn_", "secret_"), r"(?:ntn_[A-Za-z0-9]{46}|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))"),
+            (
+                "notion",
+                ("ntn_", "secret_"),
+                r"(?:ntn_[A-Za-z0-9]{40,60}(?![A-Za-z0-9])|secret_[A-Za-z0-9]{43}(?![A-Za-z0-9]))",
+            ),
+            ("mailgun", "key-", r"key-[0-9a-f]{32}(?![A-Za-z0-9])"),
         )
+    ),
+    # A Twilio API key's SID (its secret has no shape of its own), behind the "K" gate.
+    ValueRule("twilio", "SK", re.compile(_B + r"SK[0-9a-f]{32}(?![A-Za-z0-9_\-])"), long=True, gate="K"),
+    # A Discord bot token: the bot's id in base64 (a number: "MT…" to "OT…"), a timestamp
+    # and an HMAC, joined by dots.
+    ValueRule(
+        "discord",
+        # The ids of bots made since 2022 start with "1" ("MT" in base64); older ones (17
+        # or 18 digits) are the key-value rule's (DISCORD_TOKEN=…): nine literals cost
+        # every long string nine searches.
+        "MT",
+        re.compile(
+            _B
+            + r"(?:M[TjzDk]|N[DTjz]|O[DT])[A-Za-z0-9_\-]{21,30}\.[A-Za-z0-9_\-]{6,7}\.[A-Za-z0-9_\-]{27,45}"
+            r"(?![A-Za-z0-9_\-])"
+        ),
+        long=True,
+        gate=".",
+    ),
+    # A Sentry DSN's key (https://<32 hex>@o123.ingest.sentry.io/…): the key authenticates
+    # what is sent, the host and the project stay.
+    ValueRule(
+        "sentry",
+        "sentry",
+        re.compile(r"://([0-9a-f]{32})(?::[0-9a-f]{32})?@[A-Za-z0-9.\-]{0,200}sentry"),
+        group=1,
+        gate="://",
     ),
     # Two more from gitleaks, gated by a capital letter prose rarely holds.
     ValueRule(
@@ -2120,6 +2643,15 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         group=2,
     ),
     ValueRule("secret-argument", "Auth(", _BASIC_AUTH_CALL, group=3, gate="A"),
+    # Go's MySQL driver: "user:x@tcp(host:3306)/db".
+    ValueRule(
+        "url-credentials",
+        ("@tcp(", "@unix(", "@udp("),
+        re.compile(r"(?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]{1,64}:([^\s\"'@/]{1,256})@(?:tcp|unix|udp)\("),
+        group=1,
+        check=_is_url_password,
+        gate=":",
+    ),
     ValueRule("secret-argument", ("auth=(", "auth = ("), _BASIC_AUTH_CALL, group=3, gate="="),
     # .netrc: "machine host login user password secret" (one line or several), and
     # "default login … password …". The fields before "password" are up to eight words.
@@ -2166,7 +2698,11 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
         "bearer",
         # The token stops at a quote, a bracket, a pipe or a comma: "Bearer x"}} and
         # -H 'Authorization: Bearer x' keep what closes them.
-        re.compile(r"(?i)(bearer)((?:\s|\\{1,4}(?:u00[aA]0|t))+)([^\s\"'`<>(){}\[\]|,;\\]+)"),
+        # A closing mark followed by a letter or a digit is the token's own ("abc)def").
+        re.compile(
+            r"(?i)(bearer)((?:\s|\\{1,4}(?:u00[aA]0|t))+)"
+            r"([^\s\"'`<>(){}\[\]|,;\\](?:[^\s\"'`<>(){}\[\]|,;\\]|[\"'`<>(){}\[\]|,;](?=[A-Za-z0-9]))*+)"
+        ),
         group=3,
         check=_is_bearer_token,
     ),
@@ -2207,6 +2743,7 @@ DEFAULT_VALUE_RULES: tuple[ValueRule, ...] = (
             r"(?=[A-Za-z0-9._~%\-]{1,256}(?![A-Za-z0-9._~%\-@])|\[[0-9A-Za-z:.%]{2,100}\])"
         ),
         group=1,
+        check=_is_url_password,
     ),
     # The same URL as JSON may write it, each '/' escaped ("https:\\/\\/user:pw@host").
     ValueRule(
@@ -2248,7 +2785,9 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     NameValueRule(),
     XmlRule(),
     ArgumentRule(),
+    PositionalRule(),
     TableRule(),
+    ProseRule(),
 )
 
 
@@ -2369,14 +2908,138 @@ class Redactor:
 
     def redact_with_counts(self, obj: Any) -> tuple[Any, Counter[str]]:
         counts: Counter[str] = Counter()
-        return self._walk(obj, counts, _Memo(self)), counts
+        memo = _Memo(self)
+        try:
+            return self._walk(obj, counts, memo), counts
+        except RecursionError:
+            # Nested deeper than Python's stack (a list 500 deep is valid JSON): the same
+            # walk with a stack of its own, slower but bounded only by memory.
+            counts = Counter()
+            return self._walk_deep(obj, counts, memo), counts
 
     def redact_with_report(self, obj: Any, path: str = "$") -> tuple[Any, Counter[str], list[dict[str, Any]]]:
         """Like ``redact_with_counts``, plus which fields changed and by which rules:
         ``[{"path": "$.iterations[0].thought", "rules": {"openai": 1}}]`` (never the values)."""
         counts: Counter[str] = Counter()
         fields: list[dict[str, Any]] = []
-        return self._walk_report(obj, counts, path, fields, _Memo(self)), counts, fields
+        memo = _Memo(self)
+        try:
+            return self._walk_report(obj, counts, path, fields, memo), counts, fields
+        except RecursionError:
+            counts, fields = Counter(), []
+            return self._walk_deep(obj, counts, memo, fields, path), counts, fields
+
+    def _walk_deep(
+        self,
+        root: Any,
+        counts: Counter[str],
+        memo: _Memo,
+        fields: list[dict[str, Any]] | None = None,
+        path: str = "$",
+    ) -> Any:
+        """``_walk`` (with ``fields``: ``_walk_report``) without recursion. Each task puts
+        the redacted copy of a value into its parent's slot; a value under a secret key is
+        hidden (``_hidden``) by tasks of its own, which mark their key's cell when they
+        replace something."""
+        holder: list[Any] = [None]
+        # (value, parent, slot, path, cell): cell is None to walk, or a hidden key's cell.
+        stack: list[tuple[Any, Any, Any, str, list[Any] | None]] = [(root, holder, 0, path, None)]
+        hidden_cells: list[list[Any]] = []
+        while stack:
+            obj, parent, slot, here, cell = stack.pop()
+            if cell is not None:  # hiding: strings go, shapes and other values stay
+                if isinstance(obj, str):
+                    if obj and not obj.startswith(_MARKER_START):
+                        parent[slot] = _SECRET_KEY_MARKER
+                        cell[0] = True
+                    else:
+                        parent[slot] = obj
+                elif isinstance(obj, dict):
+                    out: dict[Any, Any] = {}
+                    parent[slot] = out
+                    for key, item in obj.items():
+                        new_key = _distinct(out, self._key(key)[0] if isinstance(key, str) else key)
+                        out[new_key] = None
+                        stack.append((item, out, new_key, here, cell))
+                elif isinstance(obj, list | tuple):
+                    items: list[Any] = [None] * len(obj)
+                    parent[slot] = items
+                    stack.extend((item, items, i, here, cell) for i, item in enumerate(obj))
+                else:
+                    parent[slot] = obj
+                continue
+            if isinstance(obj, str):
+                cleaned, local = memo[obj]
+                if local:
+                    counts.update(local)
+                    if fields is not None:
+                        fields.append({"path": here, "rules": dict(local)})
+                parent[slot] = cleaned
+            elif isinstance(obj, dict):
+                out = {}
+                parent[slot] = out
+                named_secret = self._names_a_secret(obj)
+                jwk = _is_jwk(obj)
+                for key, value in obj.items():
+                    if jwk and key in JWK_PRIVATE_MEMBERS and _has_content(value):
+                        counts[_JWK_RULE] += 1
+                        if fields is not None:
+                            fields.append({"path": f"{here}.{key}", "rules": {_JWK_RULE: 1}})
+                        out[key] = _JWK_MARKER
+                        continue
+                    new_key, key_counts, secret = self._key(key) if isinstance(key, str) else (key, (), False)
+                    new_key = _distinct(out, new_key)
+                    child = f"{here}.{new_key}" if fields is not None else here  # paths for a report
+                    if key_counts:
+                        counts.update(dict(key_counts))
+                        if fields is not None:
+                            fields.append({"path": child, "rules": dict(key_counts), "part": "key"})
+                    if secret and _is_numeric_password(key, value):
+                        counts[_SECRET_KEY_RULE] += 1
+                        if fields is not None:
+                            fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
+                        out[new_key] = _SECRET_KEY_MARKER
+                        continue
+                    if secret and _has_content(value):
+                        hidden: list[Any] = [False, child]
+                        hidden_cells.append(hidden)
+                        out[new_key] = None
+                        stack.append((value, out, new_key, child, hidden))
+                        continue
+                    if named_secret and key in _VALUE_FIELDS and _has_content(value) and _has_text(value):
+                        counts[_NAME_VALUE_RULE] += 1
+                        if fields is not None:
+                            fields.append({"path": child, "rules": {_NAME_VALUE_RULE: 1}})
+                        out[new_key] = _NAME_VALUE_MARKER
+                        continue
+                    out[new_key] = None
+                    stack.append((value, out, new_key, child, None))
+            elif isinstance(obj, list | tuple):
+                items = [None] * len(obj)
+                parent[slot] = items
+                if len(obj) > 1 and all(type(item) is str for item in obj):
+                    for i, item in enumerate(obj):  # strings: at once, then perhaps a command line
+                        cleaned, local = memo[item]
+                        if local:
+                            counts.update(local)
+                            if fields is not None:
+                                fields.append({"path": f"{here}[{i}]", "rules": dict(local)})
+                        items[i] = cleaned
+                    if _may_be_argv(items):
+                        parent[slot] = self._argv(items, counts, fields, here)
+                else:
+                    stack.extend(
+                        (item, items, i, f"{here}[{i}]" if fields is not None else here, None)
+                        for i, item in reversed(list(enumerate(obj)))
+                    )
+            else:
+                parent[slot] = obj
+        for replaced, child in hidden_cells:
+            if replaced:
+                counts[_SECRET_KEY_RULE] += 1
+                if fields is not None:
+                    fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
+        return holder[0]
 
     def _walk_report(
         self,
@@ -2410,8 +3073,10 @@ class Redactor:
                     if key_counts:
                         counts.update(dict(key_counts))
                         fields.append({"path": child, "rules": dict(key_counts), "part": "key"})
-                    if secret and _has_content(value):
-                        hidden, replaced = self._hidden(value)
+                    if secret and (_has_content(value) or _is_numeric_password(key, value)):
+                        hidden, replaced = (
+                            (_SECRET_KEY_MARKER, True) if type(value) is int else self._hidden(value)
+                        )
                         if replaced:
                             counts[_SECRET_KEY_RULE] += 1
                             fields.append({"path": child, "rules": {_SECRET_KEY_RULE: 1}})
@@ -2459,11 +3124,13 @@ class Redactor:
         counts = counts if counts is not None else Counter()
         # Plain ASCII without a backslash or an encoded character (most strings) hides
         # nothing: straight to the rules.
+        # (The tests of _may_encode_a_separator and _may_encode_a_pair, in one search each,
+        # after one memchr each for '&' and '%', which decides for most strings.)
         if (
             text.isascii()
             and "\\" not in text
-            and ("&" not in text or "&#" not in text)
-            and ("%" not in text or _PERCENT_SEPARATOR.search(text) is None)
+            and ("&" not in text or _ENCODED_ENTITY.search(text) is None)
+            and ("%" not in text or _PERCENT_ENCODED.search(text) is None)
         ):
             text = self._redact_shapes(text, counts)
         else:
@@ -2520,7 +3187,8 @@ class Redactor:
         ) or (
             (_may_encode_a_separator(text) or "\\u00" in text) and _ENCODED_IN_WORD.search(text) is not None
         )
-        if not hidden:
+        encoded = _may_encode_a_pair(text)
+        if not hidden and not encoded:
             return self._redact_shapes(text, counts)
         first: Counter[str] = Counter()
         cleaned = self._redact_shapes(text, first)
@@ -2532,6 +3200,15 @@ class Redactor:
             visible = _LOOKALIKE_IN_WORD.sub(_as_ascii, visible)
         # "sk&#45;proj&#45;…", "sk%2Dproj…", "sk\\u002dproj…": a token's '-' or '_' encoded.
         visible = _ENCODED_IN_WORD.sub(_decoded_separator, visible)
+        if encoded:
+            # A pair or a URL written in HTML entities or percent-encoded (once or twice):
+            # "token&#61;x", "&quot;password&quot;", "password%3Dx", "https%253A//u%253Ax%2540h".
+            if "&" in visible:
+                visible = html.unescape(visible)
+            for _ in range(2):
+                if "%" not in visible or _PERCENT_PAIR.search(visible) is None:
+                    break
+                visible = unquote(visible)
         second: Counter[str] = Counter()
         again = self._redact_shapes(visible, second)
         # The second pass is kept when it left less of the text unreplaced than the first
@@ -2613,6 +3290,9 @@ class Redactor:
             or "：" in text
             or "＝" in text
             or "\n" in text
+            or " is " in text  # a sentence that gives a secret (ProseRule)
+            or " was " in text
+            or "_" in text  # rabbitmqctl add_user (PositionalRule)
         ):
             if lowered is None or text is not unchanged or not lowered.isascii():
                 lowered = _lowered(text)
@@ -2648,12 +3328,17 @@ class Redactor:
                         or "openssl" in lowered
                         or "zip" in lowered
                         or "7z" in lowered
+                        or "sqlcmd" in lowered
                     )
                 )
                 or "dentified" in lowered
+                or "rabbitmqctl" in lowered
+                or "getconnection" in lowered
             ):
                 for rule in self._pairs:
-                    if (hinted or isinstance(rule, ArgumentRule)) and rule.wants(text, lowered):
+                    if (hinted or isinstance(rule, ArgumentRule | PositionalRule)) and rule.wants(
+                        text, lowered
+                    ):
                         text = rule.apply(text, counts, self.extra_keys)
         return text
 
@@ -2755,8 +3440,10 @@ class Redactor:
                         counts.update(dict(key_counts))
                     if new_key in out:
                         new_key = _distinct(out, new_key)
-                    if secret and _has_content(value):
-                        hidden, replaced = self._hidden(value)
+                    if secret and (_has_content(value) or _is_numeric_password(key, value)):
+                        hidden, replaced = (
+                            (_SECRET_KEY_MARKER, True) if type(value) is int else self._hidden(value)
+                        )
                         if replaced:
                             counts[_SECRET_KEY_RULE] += 1
                         out[new_key] = hidden
@@ -2877,14 +3564,33 @@ def _has_content(value: Any) -> bool:
     return not (isinstance(value, dict | list) and not value)
 
 
+def _is_numeric_password(key: str, value: Any) -> bool:
+    """An integer under a key that names a password itself ("password": 123456789), not a
+    number beside one ("token_count": 12, "password_min_length": 12 are not secret keys)."""
+    return type(value) is int and _names_a_password(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_a_password(key: str) -> bool:
+    words = key_words(fold_lookalikes(key))
+    return bool(words) and words[-1] in _PASSWORD_WORDS
+
+
+_PASSWORD_WORDS = _words("password passwd pwd passcode passphrase pin")
+
+
 def _has_text(value: Any) -> bool:
-    """Whether a value holds a string anywhere (an object of counts holds none)."""
-    if isinstance(value, str):
-        return True
-    if isinstance(value, dict):
-        return any(_has_text(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_has_text(v) for v in value)
+    """Whether a value holds a string anywhere (an object of counts holds none); without
+    recursion, however deep the value."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
     return False
 
 
