@@ -51,6 +51,8 @@ project_patterns = [
     path("compare/", views.compare_runs, name="compare"),
     path("receipts/", views.receipt_list, name="receipt_list"),
     path("stats/", views.stats, name="stats"),
+    path("connect/", views.connect_page, name="connect"),
+    path("connect/token/", project_pages.connect_token, name="connect_token"),
     path("settings/", project_pages.project_settings, name="project_settings"),
     path("settings/members/", project_pages.member_add, name="member_add"),
     path("settings/members/<int:pk>/", project_pages.member_change, name="member_change"),
@@ -99,6 +101,7 @@ history_patterns = [
         name="api_run_annotation",
     ),
     path("api/v1/stats", views.stats, {"as_json": True}, name="api_stats"),
+    path("api/v1/connect", views.connect_page, {"as_json": True}, name="api_connect"),
     path("api/v1/compare", views.compare_runs, {"as_json": True}, name="api_compare"),
     path(
         "api/v1/runs/<id:run_id>/contexts/<int:number>",

@@ -28,6 +28,7 @@ NOT_PAGES = {
     "p/<slug:project>/settings/members/": "a form's POST",
     "p/<slug:project>/settings/members/<int:pk>/": "a form's POST",
     "p/<slug:project>/settings/tokens/": "a form's POST",
+    "p/<slug:project>/connect/token/": "a form's POST",
     "p/<slug:project>/settings/tokens/<int:pk>/revoke/": "a form's POST",
     "p/<slug:project>/settings/retention/": "a form's POST",
     "": "a redirect into the project last opened",
@@ -64,6 +65,7 @@ PAGES = {
     "p/<slug:project>/receipts/": "/p/default/receipts/",
     "p/<slug:project>/stats/": "/p/default/stats/",
     "p/<slug:project>/settings/": "/p/default/settings/",
+    "p/<slug:project>/connect/": "/p/default/connect/?framework=langgraph",
 }
 # Downloads: the address and the content type.
 DOWNLOADS = {
@@ -86,6 +88,7 @@ TWINS = {
     "api/v1/receipts": "/api/v1/receipts",
     "api/v1/stats": "/api/v1/stats",
     "api/v1/compare": f"/api/v1/compare?a={WF}&b=demo-wf-run-2",
+    "api/v1/connect": "/api/v1/connect?framework=agno",
 }
 
 
@@ -119,8 +122,8 @@ def test_each_twin_is_its_pages_own_view():
         assert twin.default_args.get("as_json") is True, route
         assert twin.callback in page_views, f"{route} is not answered by a page's view"
     # And every page's view that has a twin: sessions, session, run, inspector, model
-    # call, receipts, stats, compare.
-    assert len({patterns[route].callback for route in TWINS}) == 8
+    # call, receipts, stats, compare, connect.
+    assert len({patterns[route].callback for route in TWINS}) == 9
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from history_app import models
 from history_app.access import audit
 from history_app.access import roles as access
 from history_app.access.auth import register_token
-from history_app.reading import listing, paging, transcripts
+from history_app.reading import connect, listing, paging, transcripts
 from history_app.reading.forms import MemberForm, RetentionDaysForm, TokenForm
 from history_app.upkeep import annotations as annotation_store
 from history_app.upkeep import retention
@@ -48,7 +48,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 # Pages that exist in every project: switching project on one of them opens the same page
 # (with its query: a search stays the same search) in the other.
-_SAME_PAGE = {"session_list", "stats", "receipt_list", "project_settings"}
+_SAME_PAGE = {"session_list", "stats", "receipt_list", "project_settings", "connect"}
 
 
 def _same_page(request: HttpRequest, project: models.Project, role: str) -> str | None:
@@ -321,6 +321,29 @@ def token_create(request: HttpRequest) -> HttpResponse:
     # and the token waits in the user's session for the one page that shows it.
     request.session[NEW_TOKEN_KEY] = {"token": token, "pk": row.pk}
     return _back_to_settings(request, "#tokens")
+
+
+@require_POST
+@access.project_view("manage_tokens")
+def connect_token(request: HttpRequest) -> HttpResponse:
+    """A new ingest token for the connect page's recipe (``framework``), named after it:
+    back to the page, which shows it in the recipe's ``export TOKEN=`` line, once."""
+    chosen = connect.BY_KEY.get(request.POST.get("framework", ""))
+    if chosen is None:
+        names = ", ".join(r.key for r in connect.RECIPES)
+        back = reverse("history_app:connect", args=[request.project.slug])
+        context = {"message": f"framework: must be one of {names}", "field": "framework", "back": back}
+        return render(request, "history_app/bad_request.html", context, status=400)
+    _, token = register_token(
+        name=f"connect: {chosen.title}",
+        scopes=[models.IngestToken.INGEST],
+        actor=request.user.get_username(),
+        project=request.project,
+    )
+    # Post/redirect/get, as on the settings page: a reload does not make a second token.
+    request.session[connect.NEW_TOKEN_KEY] = {"token": token, "project": request.project.slug}
+    url = reverse("history_app:connect", args=[request.project.slug])
+    return HttpResponseRedirect(f"{url}?framework={chosen.key}#token")
 
 
 @require_POST

@@ -160,7 +160,12 @@ def link_messages(run: Run) -> Run:
     budget = LINK_BUDGET_CHARS
     for call in run.all_model_calls():
         for message in call.messages:
-            if message.context is not None or not message.content.strip():
+            if message.context is not None:
+                continue
+            if not message.content.strip():
+                # A replayed tool request has no text: it is part of the only history.
+                if message.part == "history" and only_history is not None:
+                    message.context = only_history
                 continue
             budget -= len(message.content) * len(contexts)
             if budget < 0:  # a hostile run of thousands of calls and contexts: stop here

@@ -112,26 +112,35 @@ def inspect(project: models.Project, run_id: str, position: int, params: Any) ->
             drawn = [stored[s] for s in source_ids if s in stored]
         else:
             drawn = pool
+        tasks = handed_tasks([*drawn, *pool]) if context.kind == "member_interactions" else {}
         if not drawn:
             # Nothing to render from: an empty rebuild would only "differ" by the whole block.
             inspection.verdict = CANNOT_REBUILD
         else:
-            rebuilt = _render(context, drawn, defaults, layout_of=context.text)
+            rebuilt = _render(context, drawn, defaults, layout_of=context.text, tasks=tasks)
             if rebuilt != context.text and context.kind in _BLOCKS:
                 # agno escapes nothing: content holding a closing tag (a task quoting another
                 # block) is sent verbatim, which our default renderers neutralise.
-                verbatim = _render(context, drawn, defaults, layout_of=context.text, verbatim=True)
+                verbatim = _render(
+                    context, drawn, defaults, layout_of=context.text, verbatim=True, tasks=tasks
+                )
                 if verbatim == context.text:
                     rebuilt = verbatim
             inspection.rebuilt = rebuilt
             inspection.verdict = IDENTICAL if rebuilt == context.text else DIFFERS
             if rebuilt != context.text:
                 inspection.rebuilt_diff = diff_lines(context.text, rebuilt, "sent", "rebuilt", budget)
-        inspection.rerendered = _render(context, pool, settings, layout_of=context.text)
+        inspection.rerendered = _render(context, pool, settings, layout_of=context.text, tasks=tasks)
         if inspection.rerendered is not None:
             inspection.rerendered_diff = diff_lines(
                 context.text, inspection.rerendered, "sent", "re-rendered", budget
             )
+    elif context.kind == "chat_history":
+        inspection.notes.append(
+            "Chat history: the messages replayed from earlier runs, which the model received as messages "
+            "of their own (each model call lists them), shown here one line each; only history blocks "
+            "(workflow, team, member interactions, CoT) are re-rendered."
+        )
     else:
         inspection.notes.append(
             f"{context.get_kind_display()} is free text the agent wrote; only history blocks "
@@ -239,6 +248,35 @@ def _block_end(sent: str, start: int, block: str, kind: str, footer: str) -> int
     return last + len(footer) if last >= start else None
 
 
+def handed_tasks(runs: list[Any]) -> dict[int, str]:
+    """The task each member run was handed, by run pk, where its message began with history
+    blocks: its input less the blocks (its own stored contexts at the head of the message,
+    each followed by ``blocks.JOIN``, as agno's ``format_member_agent_task`` joins them).
+    Another member's interactions quote the task alone, never the blocks before it. One
+    query; a run whose input does not begin with its blocks keeps its input."""
+    if not runs:
+        return {}
+    heads: dict[int, list[str]] = {}
+    rows = (
+        models.InjectedContext.objects.filter(
+            run__in=[r.pk for r in runs], kind__in=("member_interactions", "team_history"), target="user"
+        )
+        .order_by("run_id", "position")
+        .values_list("run_id", "text")
+    )
+    for run_pk, text in rows:
+        heads.setdefault(run_pk, []).append(text)
+    tasks = {}
+    for run in runs:
+        task = run.input or ""
+        for head in heads.get(run.pk, []):
+            if task.startswith(head + blocks.JOIN):
+                task = task[len(head) + len(blocks.JOIN) :]
+        if task != run.input:
+            tasks[run.pk] = task
+    return tasks
+
+
 def _render(
     context: models.InjectedContext,
     pool: list[Any],
@@ -246,8 +284,9 @@ def _render(
     *,
     layout_of: str,
     verbatim: bool = False,
+    tasks: dict[int, str] | None = None,
 ) -> str:
-    block = _render_block(context, pool, settings, layout_of=layout_of, verbatim=verbatim)
+    block = _render_block(context, pool, settings, layout_of=layout_of, verbatim=verbatim, tasks=tasks or {})
     return splice(context.text, block, context.kind)
 
 
@@ -258,6 +297,7 @@ def _render_block(
     *,
     layout_of: str,
     verbatim: bool = False,
+    tasks: dict[int, str],
 ) -> str:
     if context.kind == "cot_history":
         max_chars = (context.settings or {}).get(
@@ -269,7 +309,10 @@ def _render_block(
     entries = pool[-settings.history_runs :] if settings.history_runs else []
     if context.kind == "member_interactions":
         return renderers.render_member_interactions(
-            [{"member": r.agent_name, "task": r.input, "response": r.output} for r in entries],
+            [
+                {"member": r.agent_name, "task": tasks.get(r.pk, r.input), "response": r.output}
+                for r in entries
+            ],
             verbatim=verbatim,
         )
     if context.kind == "team_history":

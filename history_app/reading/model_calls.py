@@ -116,6 +116,36 @@ def roles_note(call: models.ModelCall) -> str:
     return call.messages_source
 
 
+# The settings a rebuilt replay names, in the order the page lists them.
+_REPLAY_SETTINGS = ("num_history_runs", "num_history_messages", "max_tool_calls_from_history")
+
+
+def reconstructed_note(call: models.ModelCall) -> dict[str, Any] | None:
+    """What the page says of replayed history the importer rebuilt into this call (agno
+    stores neither the replay nor the settings): how many messages, under which settings,
+    from which runs; None when nothing was rebuilt."""
+    found = (call.metadata or {}).get("reconstructed_history")
+    if not isinstance(found, dict):
+        return None
+    settings = [f"{key}={found[key]}" for key in _REPLAY_SETTINGS if isinstance(found.get(key), int)]
+    sources = found.get("source_run_ids")
+    return {
+        "messages": found.get("messages"),
+        "settings": ", ".join(settings),
+        "source_run_ids": [s for s in sources if isinstance(s, str)] if isinstance(sources, list) else [],
+    }
+
+
+def roles_mapped(call: models.ModelCall) -> list[tuple[str, str]]:
+    """The stored roles the page shows under the name the provider's role map sent them
+    as (agno stores ``system``, its OpenAI models send ``developer``)."""
+    found = (call.metadata or {}).get("roles_mapped")
+    mapping = found.get("map") if isinstance(found, dict) else None
+    if not isinstance(mapping, dict):
+        return []
+    return [(str(stored), str(sent)) for stored, sent in mapping.items()]
+
+
 def call_data(call: models.ModelCall) -> dict[str, Any]:
     """The JSON twin of a model call's page."""
     return {

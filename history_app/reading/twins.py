@@ -164,3 +164,24 @@ def _source_run(run: models.Run | None) -> dict[str, Any] | None:
 
 def _settings(chosen: inspector.Settings) -> dict[str, Any]:
     return {"runs": chosen.history_runs, "items": chosen.detail_items, "timestamps": chosen.timestamps}
+
+
+def connect(context: dict[str, Any]) -> dict[str, Any]:
+    """The connect page: the recipes, and the chosen one's script with this server's
+    addresses (never a token: the page makes one on a POST)."""
+    chosen = context["recipe"]
+    return {
+        "ok": True,
+        "frameworks": [{"framework": r.key, "title": r.title} for r in context["recipes"]],
+        "recipe": {
+            "framework": chosen.key,
+            "title": chosen.title,
+            "install": chosen.install,
+            "instruments": list(chosen.instruments),
+            "session": chosen.session,
+            "endpoint": context["endpoint"],
+            "token_variable": "TOKEN",
+            "code": context["code"],
+            "docs": context["docs_url"],
+        },
+    }

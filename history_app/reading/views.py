@@ -21,6 +21,7 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
@@ -32,6 +33,7 @@ from history_app.agent_history import jsonstream
 from history_app.agent_history.jsonstream import Lazy
 from history_app.reading import (
     compare,
+    connect,
     inspector,
     listing,
     model_calls,
@@ -308,6 +310,8 @@ def model_call_detail(request: HttpRequest, run_id: str, number: int, *, as_json
         "answer": model_calls.answer_row(call),
         "composition": model_calls.composition(call),
         "roles_note": model_calls.roles_note(call),
+        "roles_mapped": model_calls.roles_mapped(call),
+        "reconstructed": model_calls.reconstructed_note(call),
         # Old rows keep no answer message: the tools its iteration ran stand in for it.
         "asked_tools": [] if call.answer else _tools_asked_for(call),
         "asked_tools_limit": ASKED_TOOLS_SHOWN,
@@ -536,6 +540,40 @@ def _latency_chart(data: dict[str, Any], kind: str, title: str) -> Any:
         label=f"{title} p50 and p95 per day, last {data['days']} days",
         milliseconds=True,
     )
+
+
+@page_or_twin()
+@vary_on_headers("HX-Request")
+@_in_its_format
+def connect_page(request: HttpRequest, *, as_json: bool) -> HttpResponse:
+    """The exact lines that connect a framework (``framework``: one of the recipes'
+    keys, the first by default) to this project: its script with this server's addresses
+    in it. A GET never makes a token: an admin's POST does (``project_pages.connect_token``),
+    and the page that follows shows it this once, in the script's ``export TOKEN=`` line.
+    The twin has the recipes and the chosen one's script, never a token."""
+    chosen = connect.recipe(request.GET.get("framework"))
+    if chosen is None:
+        names = ", ".join(r.key for r in connect.RECIPES)
+        raise paging.BadParameter("framework", f"must be one of {names}")
+    traces_url = request.build_absolute_uri(reverse("history_app:otlp_traces"))
+    ingest_url = request.build_absolute_uri(reverse("history_app:api_ingest"))
+    context = {
+        "recipes": connect.RECIPES,
+        "recipe": chosen,
+        "code": chosen.code_for(traces_url=traces_url, ingest_url=ingest_url),
+        "endpoint": ingest_url if chosen.endpoint_path.endswith("ingest") else traces_url,
+        "docs_url": reverse("history_app:help_page", args=["otlp"]) + f"#{chosen.anchor}",
+        "session_id": connect.SESSION,
+    }
+    if as_json:
+        return JsonResponse(twins.connect(context))
+    new = request.session.get(connect.NEW_TOKEN_KEY)
+    if new is not None and new.get("project") == request.project.slug:
+        context["new_token"] = request.session.pop(connect.NEW_TOKEN_KEY)["token"]  # shown once
+    response = render(request, _template(request, "connect", "recipe"), context)
+    if "new_token" in context:
+        response["Cache-Control"] = "no-store"  # the token is shown once, never kept by a cache
+    return response
 
 
 @require_GET

@@ -61,6 +61,14 @@ def _input(payload: dict[str, Any]) -> str:
     value = payload.get("input")
     if isinstance(value, dict):
         value = value.get("input_content", value)
+    if isinstance(value, list):
+        # A member given its history by the leader gets it as messages before its own
+        # (flagged from_history): its input is its own last user message.
+        own = [
+            m for m in value if isinstance(m, dict) and m.get("role") == "user" and not m.get("from_history")
+        ]
+        if own:
+            value = own[-1].get("content")
     return value_text(value) or ""
 
 
@@ -189,7 +197,7 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
 
     iterations: list[Iteration] = []
     messages = payload.get("messages") or []
-    received = _Received(messages)
+    received = _Received(messages, value_text(payload.get("model_provider")) or "")
     for m, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("from_history") or message.get("role") != "assistant":
             continue
@@ -245,8 +253,9 @@ class _Received:
     ``usage.MAX_CALL_MESSAGES`` a call (the first ten and the most recent) and
     ``RUN_MESSAGES_BUDGET`` for the whole run, without slicing the whole list each time."""
 
-    def __init__(self, messages: list[Any]) -> None:
+    def __init__(self, messages: list[Any], provider: str = "") -> None:
         self.messages = messages
+        self.provider = provider
         self.first_input = next(
             (
                 n
@@ -276,6 +285,8 @@ class _Received:
                 # from_history, created_at…) is not part of what the model received.
                 sent = {key: message[key] for key in _SENT_KEYS if message.get(key) is not None}
                 sent.setdefault("content", None)
+                if "role" in sent:
+                    sent["role"] = wire_role(sent["role"], self.provider)
                 made = wire.chat_message(sent, _part(message, n == self.first_input))
                 made.role = made.role or ""
                 self.made[n] = made
@@ -283,6 +294,32 @@ class _Received:
 
 
 _SENT_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+# The roles agno's model classes send in place of the roles agno stores, by the
+# ``model_provider`` a run records: ``OpenAIChat.default_role_map`` and
+# ``OpenAIResponses.role_map`` (agno 3.1) send ``system`` as ``developer``; the
+# OpenAI-compatible providers (``OpenAILike``) keep ``system``.
+ROLE_MAPS = {
+    "OpenAI": {"system": "developer"},
+    "OpenAI Responses": {"system": "developer"},
+}
+
+
+def wire_role(role: Any, provider: str) -> Any:
+    """The role agno's model for ``provider`` sent for a message it stored as ``role``."""
+    return ROLE_MAPS.get(provider, {}).get(role, role) if isinstance(role, str) else role
+
+
+def roles_mapped(provider: str, messages: Sequence[Any]) -> dict[str, Any]:
+    """What a call's page says about its roles: the stored roles it shows under the name
+    the provider's map gave them, and whose map that is; empty when none was mapped (a
+    mapped name is one agno never stores, so finding it means it was mapped)."""
+    mapping = ROLE_MAPS.get(provider, {})
+    shown = {getattr(m, "role", None) for m in messages}
+    used = {stored: sent for stored, sent in mapping.items() if sent in shown and stored != sent}
+    if not used:
+        return {}
+    return {"map": used, "by": f"agno's {provider} model (its role map)"}
 
 
 def _model_call(payload: dict[str, Any], received: _Received, m: int, answer: dict[str, Any]) -> ModelCall:
@@ -300,6 +337,9 @@ def _model_call(payload: dict[str, Any], received: _Received, m: int, answer: di
     )
     if omitted:
         call.metadata["omitted_messages"] = omitted
+    mapped = roles_mapped(received.provider, messages)
+    if mapped:
+        call.metadata["roles_mapped"] = mapped
     if answer.get("tool_calls"):
         call.finish_reason = "tool_calls"
     if answer.get("tool_calls") or answer.get("content") is not None:
@@ -326,34 +366,171 @@ def _safe_time(value: Any) -> datetime | None:
 
 
 def replay_text(messages: list[dict[str, Any]]) -> str:
-    """History messages as one text, a ``role: content`` line each."""
-    return "\n".join(f"{m.get('role')}: {value_text(m.get('content')) or ''}" for m in messages)
+    """History messages as one text to read, a ``role: content`` line each; a tool-call
+    request as ``assistant calls name(arguments) · id``, its result as ``tool (id): …``."""
+    lines = []
+    for m in messages:
+        role, content = m.get("role"), value_text(m.get("content")) or ""
+        calls = [c for c in m.get("tool_calls") or [] if isinstance(c, dict)]
+        if m.get("tool_call_id"):
+            lines.append(f"{role} ({value_text(m.get('tool_call_id'))}): {content}")
+        elif content or not calls:
+            lines.append(f"{role}: {content}")
+        for call in calls:
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            arguments = value_text(function.get("arguments")) or ""
+            lines.append(
+                f"{role} calls {function.get('name')}({arguments}) · {value_text(call.get('id')) or ''}"
+            )
+    return "\n".join(lines)
 
 
-def replayable_messages(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The messages agno replays from a stored run: everything but system and replays."""
+# The statuses whose runs agno never replays (``agno.run.base.HISTORY_SKIP_STATUSES``).
+HISTORY_SKIP_STATUSES = {"PAUSED", "CANCELLED", "ERROR", "REGENERATED"}
+
+
+def replayable(run: dict[str, Any], *, member_runs: bool = False) -> bool:
+    """Whether agno draws history from an earlier run of the session
+    (``AgentSession.get_messages``, ``TeamSession.get_messages``): never one that was
+    paused, cancelled, failed or regenerated, and no member's (``parent_run_id``) unless
+    ``member_runs`` (a team member's own history is its earlier member runs)."""
+    if run.get("parent_run_id") and not member_runs:
+        return False
+    return str(run.get("status") or "COMPLETED").upper() not in HISTORY_SKIP_STATUSES
+
+
+def _own_messages(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages of a run that agno replays: not its system message (skipped under
+    agno's default ``system_message_role``), none that was itself replayed."""
     return [
         m
-        for m in payload.get("messages") or []
-        if isinstance(m, dict) and m.get("role") != "system" and not m.get("from_history")
+        for m in run.get("messages") or []
+        if isinstance(m, dict) and not m.get("from_history") and m.get("role") != "system"
     ]
 
 
-def reconstructed_history(previous: list[dict[str, Any]], num_history_runs: int) -> InjectedContext | None:
-    """The replay agno would have sent (``add_history_to_context``) rebuilt from stored
-    runs, marked as reconstructed: agno does not store the replayed messages."""
-    window = previous[-num_history_runs:] if num_history_runs > 0 else previous
-    messages = [m for run in window for m in replayable_messages(run)]
-    if not messages:
-        return None
-    return InjectedContext(
-        text=replay_text(messages),
-        kind="chat_history",
-        target="user",
-        source_run_ids=[str(run["run_id"]) for run in window],
-        settings={"num_history_runs": num_history_runs, "messages": len(messages)},
-        reported=False,
+def history_messages(
+    previous: list[dict[str, Any]],
+    *,
+    num_history_runs: int | None = None,
+    num_history_messages: int | None = None,
+    member_runs: bool = False,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The stored messages agno 3.1 replays to a run (``get_messages`` with
+    ``last_n_runs=num_history_runs, limit=num_history_messages, skip_roles=["system"]``),
+    and the runs they come from. ``previous``: the session's earlier runs, oldest first.
+    Both bounds apply when both are given, as in ``get_messages`` (an agent keeps only its
+    ``num_history_runs`` when both are set; a team member may be given both). Read from
+    the newest run back, as far as the bounds reach: a long session costs no more."""
+    if num_history_runs is not None and num_history_runs <= 0:
+        return [], []
+    picked: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    count = 0
+    for run in reversed(previous):
+        if num_history_runs is not None and len(picked) >= num_history_runs:
+            break
+        if num_history_messages is not None and count >= num_history_messages:
+            break
+        if replayable(run, member_runs=member_runs):
+            own = _own_messages(run)
+            picked.append((run, own))
+            count += len(own)
+    picked.reverse()
+    messages = [(run, m) for run, own in picked for m in own]
+    if num_history_messages is not None:
+        messages = messages[-num_history_messages:] if num_history_messages > 0 else []
+        # A tool result whose request was cut off is dropped, as agno does.
+        while messages and messages[0][1].get("role") == "tool":
+            messages.pop(0)
+    kept = {id(run) for run, _ in messages}
+    sources = [run for run, _ in picked if id(run) in kept]
+    return [m for _, m in messages], sources
+
+
+def filter_tool_calls(messages: list[dict[str, Any]], max_tool_calls: int) -> list[dict[str, Any]]:
+    """``agno.utils.message.filter_tool_calls`` on stored messages: only the most recent
+    ``max_tool_calls`` tool results and the requests for them are kept; an assistant
+    message left with no request keeps its text, or goes when it has none."""
+    results = [m for m in messages if m.get("role") == "tool"]
+    if len(results) <= max_tool_calls:
+        return messages
+    keep: set[Any] = set()
+    for m in reversed(results):
+        if len(keep) >= max_tool_calls:
+            break
+        if m.get("tool_call_id"):
+            keep.add(m.get("tool_call_id"))
+    kept = []
+    for m in messages:
+        if m.get("role") == "tool":
+            if m.get("tool_call_id") in keep:
+                kept.append(m)
+        elif m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = [c for c in m["tool_calls"] if isinstance(c, dict) and c.get("id") in keep]
+            if calls:
+                kept.append({**m, "tool_calls": calls})
+            elif m.get("content"):
+                kept.append({**m, "tool_calls": None})
+        else:
+            kept.append(m)
+    return kept
+
+
+def replayed_history(
+    previous: list[dict[str, Any]], settings: dict[str, int | None], *, member_runs: bool = False
+) -> dict[str, Any]:
+    """The replay agno sent a run (``add_history_to_context``) under ``settings``
+    (``num_history_runs``, ``num_history_messages``, ``max_tool_calls_from_history``),
+    rebuilt from the session's earlier runs: ``{"messages", "source_run_ids",
+    "settings"}``, the messages as agno stored them, in the order it sent them."""
+    runs, limit = settings.get("num_history_runs"), settings.get("num_history_messages")
+    messages, sources = history_messages(
+        previous, num_history_runs=runs, num_history_messages=limit, member_runs=member_runs
     )
+    max_tool_calls = settings.get("max_tool_calls_from_history")
+    if max_tool_calls is not None:
+        messages = filter_tool_calls(messages, max_tool_calls)
+    return {
+        "messages": messages,
+        "source_run_ids": [str(run["run_id"]) for run in sources],
+        "settings": {key: value for key, value in settings.items() if value is not None},
+    }
+
+
+def has_stored_replay(payload: dict[str, Any]) -> bool:
+    """Whether agno stored the replay with the run (``store_history_messages=True``)."""
+    return any(isinstance(m, dict) and m.get("from_history") for m in payload.get("messages") or [])
+
+
+def with_replay(payload: dict[str, Any], replay: list[dict[str, Any]]) -> dict[str, Any]:
+    """A copy of the run whose messages hold the replay where agno sent it: after the
+    system message (and any ``additional_input``), before the run's own user message,
+    each flagged ``from_history`` as agno flags its copies."""
+    messages = list(payload.get("messages") or [])
+    at = next(
+        (n for n, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
+        len(messages),
+    )
+    copies = [{**m, "from_history": True} for m in replay]
+    return {**payload, "messages": messages[:at] + copies + messages[at:]}
+
+
+def mark_reconstructed(run: Run, replay: dict[str, Any]) -> None:
+    """Say, on the run's replay context and on each of its model calls, that the replayed
+    messages were rebuilt from stored runs under the settings given (agno stores neither
+    the replay nor the settings), in place."""
+    said = {
+        **replay["settings"],
+        "messages": len(replay["messages"]),
+        "rebuilt_from": "earlier runs of the session (agno 3.1 get_messages)",
+    }
+    for found in run.injected_contexts:
+        if found.kind == "chat_history":
+            found.reported = False
+            found.source_run_ids = list(replay["source_run_ids"])
+            found.settings = dict(said)
+    for call in run.all_model_calls():
+        call.metadata["reconstructed_history"] = {**said, "source_run_ids": list(replay["source_run_ids"])}
 
 
 def _contexts(payload: dict[str, Any], step: str, tails: Sequence[str] = ()) -> list[InjectedContext]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import json
 import sqlite3
 from datetime import UTC, datetime
@@ -11,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from history_app.agent_history import redact
 from history_app.agent_history.formats import agno
 from history_app.agent_history.records import RecordError
+from history_app.agent_history.text import value_text
 from history_app.intake import ingestion
 from history_app.management.progress import show_progress
 from history_app.management.projects import add_project_argument, project_named
@@ -82,6 +84,155 @@ def rebuild_workflow_history(run, previous: list[dict], num_history_runs: int) -
         run.injected_contexts.append(rebuilt)
 
 
+HISTORY_FLAGS = {
+    "history_runs": "num_history_runs",
+    "history_messages": "num_history_messages",
+    "max_tool_calls_from_history": "max_tool_calls_from_history",
+}
+
+
+def history_flag(value: str) -> tuple[str, int]:
+    """One ``--history-runs``/``--history-messages``/``--max-tool-calls-from-history``
+    value: ``N`` for every agent and team, ``NAME=N`` for the one named (its name or id)."""
+    name, _, number = value.rpartition("=")
+    try:
+        count = int(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected N or NAME=N, N a whole number") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: N must be 0 or more")
+    return name.strip(), count
+
+
+def history_settings(options: dict[str, Any], payload: dict[str, Any]) -> dict[str, int | None] | None:
+    """The history settings an agent or team leader ran with, from the flags (agno stores
+    none of them): the values given for its name or id over those given for all; None
+    when neither ``--history-runs`` nor ``--history-messages`` covers it (it replayed
+    nothing). As in agno, a number of runs wins over a number of messages, except that a
+    number of messages given for this one by name replaces a number of runs given for all."""
+    names = {value_text(payload.get(key)) for key in ("agent_name", "agent_id", "team_name", "team_id")} - {
+        None
+    }
+    found: dict[str, int | None] = {}
+    named: set[str] = set()
+    for flag, setting in HISTORY_FLAGS.items():
+        for name, count in options.get(flag) or []:
+            if not name:
+                found.setdefault(setting, count)
+            elif name in names:
+                found[setting] = count
+                named.add(setting)
+    if "num_history_messages" in named and "num_history_runs" not in named:
+        found.pop("num_history_runs", None)
+    if found.get("num_history_runs") is None and found.get("num_history_messages") is None:
+        return None
+    if found.get("num_history_runs") is not None:
+        found.pop("num_history_messages", None)
+    return {setting: found.get(setting) for setting in HISTORY_FLAGS.values()}
+
+
+def row_payload(row: tuple) -> dict[str, Any] | None:
+    """A row's ``run_data`` with the row's columns where it leaves a field out; None when
+    it is no JSON object (the import loop reports that)."""
+    run_data, session_id, parent_run_id, user_id, status, created_at = row
+    try:
+        payload = json.loads(run_data)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(payload, dict):
+        return None
+    for key, value in (("session_id", session_id), ("user_id", user_id), ("status", status)):
+        payload.setdefault(key, value)
+    payload.setdefault("created_at", created_at)
+    if parent_run_id:
+        payload.setdefault("parent_run_id", parent_run_id)
+    return payload
+
+
+def history_replays(rows: list[tuple], options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The replay agno sent each agent or team-leader run the flags cover, by run id
+    (``agno.replayed_history``), rebuilt from the earlier runs of its session among
+    ``rows`` (oldest first). A run whose replay agno stored (``store_history_messages``)
+    has none here: it is never added twice."""
+    earlier: dict[str, list[dict[str, Any]]] = {}
+    by_agent: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    payloads = [p for p in map(row_payload, rows) if p is not None and p.get("run_id")]
+    # agno writes a member's row before its team's: the leaders are known first.
+    teams = {str(p["run_id"]): p for p in payloads if p.get("team_id") and not p.get("agent_id")}
+    found: dict[str, dict[str, Any]] = {}
+    for payload in payloads:
+        session = str(payload.get("session_id"))
+        replay = None
+        if replays_history(payload):
+            previous = earlier.setdefault(session, [])
+            replay = _replay(payload, previous, history_settings(options, payload))
+            previous.append(payload)
+        if is_member_run(payload):
+            own = by_agent.setdefault((session, str(payload["agent_id"])), [])
+            team = teams.get(str(payload.get("parent_run_id")), {})
+            settings = member_history_settings(options, payload, team)
+            replay = _replay(payload, own, settings, member_runs=True)
+            own.append(payload)
+        if replay is not None:
+            found[str(payload["run_id"])] = replay
+    return found
+
+
+def _replay(
+    payload: dict[str, Any], previous: list[dict], settings: dict | None, *, member_runs: bool = False
+) -> dict[str, Any] | None:
+    """The replay a run was sent, if it replayed any and agno did not store it."""
+    if settings is None or agno.has_stored_replay(payload):
+        return None
+    replay = agno.replayed_history(previous, settings, member_runs=member_runs)
+    return replay if replay["messages"] else None
+
+
+def is_member_run(payload: dict[str, Any]) -> bool:
+    """An agent's run as a member of a team (not a workflow step's)."""
+    return bool(payload.get("parent_run_id") and payload.get("agent_id") and not payload.get("workflow_id"))
+
+
+def member_history_settings(
+    options: dict[str, Any], payload: dict[str, Any], team: dict[str, Any]
+) -> dict[str, int | None] | None:
+    """The history a team member with ``add_history_to_context`` was handed by its leader
+    (agno's ``_get_history_for_member_agent``): its earlier member runs of the session,
+    ``num_history_runs`` its own, else (when it set ``num_history_messages``) its team's,
+    else agno's 3; ``num_history_messages`` its own; ``max_tool_calls_from_history`` not
+    applied. Only flags given for the member by name count: a number given for all is the
+    leader's, and most members replay nothing."""
+    named = {flag: [(n, c) for n, c in options.get(flag) or [] if n] for flag in HISTORY_FLAGS}
+    own = history_settings(named, payload)
+    if own is None:
+        return None
+    if not own["num_history_runs"]:
+        leader = history_settings(options, team) if team else None
+        own["num_history_runs"] = (leader or {}).get("num_history_runs") or 3
+    own["max_tool_calls_from_history"] = None
+    return own
+
+
+def read_rows(source: str, schema: str, since: int | None) -> list[tuple]:
+    if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
+        return read_postgres(source, schema, since)
+    return read_sqlite(source, since)
+
+
+def history_rows(source: str, schema: str, since: int | None, rows: list[tuple]) -> list[tuple]:
+    """The rows replays are rebuilt from: every row, also with ``--since`` (a newer run
+    replays older ones, which that import does not read again)."""
+    return rows if since is None else read_rows(source, schema, None)
+
+
+def replays_history(payload: dict[str, Any]) -> bool:
+    """Whether a run is an agent's or a team leader's own (not a member's, nor a
+    workflow's): the runs agno replays history to, and from."""
+    if payload.get("parent_run_id") or payload.get("step_results") is not None:
+        return False
+    return bool(payload.get("agent_id") or payload.get("team_id")) and not payload.get("workflow_id")
+
+
 def parse_since(value: str | None) -> int | None:
     if not value:
         return None
@@ -108,11 +259,27 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--history-runs",
-            type=int,
-            default=None,
-            metavar="N",
-            help="The agents ran with add_history_to_context and num_history_runs=N: rebuild the replayed "
-            "history of each agent run from the stored runs (agno does not store it), marked as reconstructed.",
+            type=history_flag,
+            action="append",
+            metavar="[NAME=]N",
+            help="The agents and team leaders ran with add_history_to_context and num_history_runs=N (agno's "
+            "default 3); NAME=N for one agent or team (its name or id), repeatable: rebuild the messages agno "
+            "replayed to each of their model calls from the stored runs (agno does not store them), marked "
+            "as reconstructed. 0: replayed nothing.",
+        )
+        parser.add_argument(
+            "--history-messages",
+            type=history_flag,
+            action="append",
+            metavar="[NAME=]N",
+            help="As --history-runs, for num_history_messages=N (the last N messages of the session).",
+        )
+        parser.add_argument(
+            "--max-tool-calls-from-history",
+            type=history_flag,
+            action="append",
+            metavar="[NAME=]N",
+            help="With --history-runs or --history-messages: the agents ran with max_tool_calls_from_history=N.",
         )
         parser.add_argument(
             "--workflow-history-runs",
@@ -130,20 +297,24 @@ class Command(BaseCommand):
         source: str,
         since: str | None,
         schema: str,
-        history_runs: int | None,
+        history_runs: list[tuple[str, int]] | None = None,
         workflow_history_runs: int | None = None,
         project: str = "default",
         **options,
     ):
         project_id = project_named(project).pk
         since_epoch = parse_since(since)
-        if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
-            rows = read_postgres(source, schema, since_epoch)
-        else:
-            rows = read_sqlite(source, since_epoch)
+        rows = read_rows(source, schema, since_epoch)
         problems: list[str] = []
         all_results: list[ingestion.ItemResult] = []
-        earlier: dict[tuple[str, str], list[dict]] = {}
+        history = {
+            "history_runs": history_runs,
+            "history_messages": options.get("history_messages"),
+            "max_tool_calls_from_history": options.get("max_tool_calls_from_history"),
+        }
+        replays = {}
+        if history["history_runs"] or history["history_messages"]:
+            replays = history_replays(history_rows(source, schema, since_epoch, rows), history)
         earlier_workflows: dict[str, list[dict]] = {}
         # Member runs are rows of their own, written before their team's row; the tasks the
         # team delegated to each member settle where the blocks in its message end.
@@ -172,6 +343,9 @@ class Command(BaseCommand):
             # Member runs are rows of their own here; embedded copies would be duplicates.
             payload["member_responses"] = []
             items, format_name = [payload], "agno"
+            replay = replays.get(str(payload.get("run_id")))
+            if replay is not None:
+                payload = agno.with_replay(payload, replay["messages"])
             try:
                 team = teams.get(str(payload.get("parent_run_id")))
                 tasks = (
@@ -183,15 +357,8 @@ class Command(BaseCommand):
             except RecordError:
                 runs = None  # sent as it is: ingestion reports what is wrong, with its path
             if runs is not None:
-                if history_runs is not None and payload.get("agent_id") and not payload.get("parent_run_id"):
-                    previous = earlier.setdefault(
-                        (str(payload.get("session_id")), str(payload["agent_id"])), []
-                    )
-                    context = agno.reconstructed_history(previous, history_runs)
-                    if context is not None:
-                        context.step = runs[0].agent_name
-                        runs[0].injected_contexts.append(context)
-                    previous.append(payload)
+                if replay is not None:
+                    agno.mark_reconstructed(runs[0], replay)
                 if runs[0].kind == "workflow" and workflow_history_runs is not None:
                     previous = earlier_workflows.setdefault(str(payload.get("session_id")), [])
                     rebuild_workflow_history(runs[0], previous, workflow_history_runs)
