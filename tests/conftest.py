@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +14,7 @@ from django.db import connection
 from django.test import override_settings
 from hypothesis import settings as hypothesis_settings
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 AUTOURGOS = FIXTURES / "autourgos"
 CORPORA = FIXTURES / "corpora"
@@ -140,6 +146,28 @@ def search_index_emptied_with_the_tables(request, django_db_blocker):
 
     with django_db_blocker.unblock():
         search.clear_index()
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite_file(tmp_path_factory) -> Path:
+    """A SQLite file with every migration applied by ``manage.py migrate`` in another
+    process, made once a test process (about 5 s of CPU each time) for the tests that run
+    real processes on a file of their own: each copies it (``copy_migrated``)."""
+    folder = tmp_path_factory.mktemp("migrated")
+    env = {**os.environ, "HISTORY_DATA_DIR": str(folder), "DJANGO_SETTINGS_MODULE": "history_app.settings"}
+    env.pop("DATABASE_URL", None)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    template = folder / "history.sqlite3"
+    # Whatever the migrating process left in the write-ahead log goes into the file.
+    with contextlib.closing(sqlite3.connect(template)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return template
+
+
+def copy_migrated(template: Path, target: Path) -> None:
+    """``target`` becomes a copy of the migrated file, as ``manage.py migrate`` left it
+    (in the write-ahead-log mode the settings ask for)."""
+    shutil.copyfile(template, target)
 
 
 @pytest.fixture(scope="module")
