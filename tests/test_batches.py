@@ -24,7 +24,7 @@ from django.utils import timezone
 from history_app import models
 from history_app.intake import ingestion, writer
 
-from .conftest import TOKEN, native
+from .conftest import TOKEN, copy_migrated, native
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +214,7 @@ def _post(port: int, body, *, chunked: bool) -> tuple[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def gunicorn(tmp_path_factory):
+def gunicorn(tmp_path_factory, migrated_sqlite_file):
     """gunicorn (one sync worker) on a SQLite file named in DATABASE_URL."""
     if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
         pytest.skip("gunicorn is not installed next to this Python (pip install gunicorn)")
@@ -231,7 +231,7 @@ def gunicorn(tmp_path_factory):
     }
     setup = "import django; django.setup(); from history_app.access.auth import register_token; "
     setup += f"register_token(name='suite', token={TOKEN!r})"
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    copy_migrated(migrated_sqlite_file, folder / "named.sqlite3")
     subprocess.run([sys.executable, "-c", setup], cwd=ROOT, env=env, check=True)
     command = [str(Path(sys.executable).parent / "gunicorn"), "history_app.wsgi", "-w", "1"]
     command += ["-b", f"127.0.0.1:{port}", "--pid", str(folder / "pid"), "--log-level", "warning"]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from history_app.agent_history import blocks, context
 
-from .conftest import examples
+from .conftest import copy_migrated, examples
 
 HOSTILE = Path(__file__).parent / "fixtures" / "agno_hostile"
 MANIFEST = json.loads((HOSTILE / "MANIFEST.json").read_text())
@@ -526,7 +526,7 @@ def concurrent_round(round_: int) -> list[dict]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_team_and_members_posted_at_once_are_all_settled(live_server, token, tmp_path):
+def test_team_and_members_posted_at_once_are_all_settled(live_server, token, tmp_path, request):
     """Each team run and its members posted at the same moment by four clients: on
     PostgreSQL's read committed neither transaction would see the other; the session lock
     orders them, so every member ends exact. On SQLite, four processes on one file."""
@@ -551,7 +551,7 @@ def test_team_and_members_posted_at_once_are_all_settled(live_server, token, tmp
             "DJANGO_SETTINGS_MODULE": "history_app.settings",
         }
         env.pop("DATABASE_URL", None)
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=root, env=env, check=True)
+        copy_migrated(request.getfixturevalue("migrated_sqlite_file"), tmp_path / "history.sqlite3")
         (tmp_path / "rounds.json").write_text(json.dumps(rounds))
         writers = [
             subprocess.Popen([sys.executable, "-c", SETTLE_WRITER, str(n), str(tmp_path)], cwd=root, env=env)
