@@ -9,9 +9,10 @@ console error or CSP violation. Each page's top is saved as
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 
@@ -26,7 +27,19 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 WIDTH = 1280
 # The most of a page a screenshot keeps: the run's header, its input and first iterations.
-MOST = 1500
+MOST = 1700
+
+
+def weather_answers(*cities: str) -> list[fake_openai.Answer]:
+    """The fake server's answers to one weather question per city: the weather tool's
+    call, then the answer a reader expects beside that question."""
+    script = []
+    for city in cities:
+        script += [
+            fake_openai.Answer(tool_calls=[("weather", json.dumps({"city": city}))]),
+            fake_openai.Answer(f"Sunny in {city}."),
+        ]
+    return script
 
 
 @dataclass(frozen=True)
@@ -37,24 +50,29 @@ class Case:
     answer: str
     tool: str  # the tool the model asked for in iteration 1
     shown: tuple[str, ...] = ()  # more text the page shows this framework's user
+    member: bool = False  # the page of the member run that made the tool call, not of the top run
 
 
 CASES = {
-    # A triage agent hands off to the agent with the weather tool: the run is the Runner's
-    # run, its handoff and the member agent's answer.
+    # A triage agent hands off to the agent with the weather tool: the page of the member
+    # run of the agent handed to (the Runner's run, its parent, lists no iteration).
     "openai-agents": Case(
         drives.run_openai_agents_handoff,
         question="Weather in Paris?",
-        name="triage",
+        name="weather_agent",
         answer="Sunny in Paris.",
-        tool="handoff to weather_agent",
+        tool="weather",
+        shown=("Parent run", "Kind\nmember"),
+        member=True,
     ),
     # A graph of LangChain's create_agent (the connect page's recipe), one question of a thread.
     "langgraph": Case(
-        lambda live_server, token: drives.run_langgraph_thread(live_server, token, "create_agent"),
+        lambda live_server, token: drives.run_langgraph_thread(
+            live_server, token, "create_agent", weather_answers("Paris", "Paris", "Paris")
+        ),
         question="Weather in Paris? (question 1)",
         name="LangGraph",
-        answer=fake_openai.ANSWER,
+        answer="Sunny in Paris.",
         tool="weather",
         shown=("Iteration 1 · model", "Iteration 2 · model"),
     ),
@@ -67,10 +85,12 @@ CASES = {
         shown=("final_answer",),
     ),
     "pydantic-ai": Case(
-        drives.run_pydantic_ai_conversation,
+        lambda live_server, token: drives.run_pydantic_ai_conversation(
+            live_server, token, weather_answers("Paris", "Lyon")
+        ),
         question="Weather in Paris?",
         name="weather",
-        answer=fake_openai.ANSWER,
+        answer="Sunny in Paris.",
         tool="weather",
     ),
     # A team whose leader delegates to its member with the weather tool.
@@ -101,12 +121,13 @@ def in_a_thread(function, *args):
 
 
 @pytest.mark.parametrize("key", list(CASES))
-def test_one_run_of_each_framework_as_its_user_sees_it(
-    key, chromium, live_server, token, django_user_model
-):
+def test_one_run_of_each_framework_as_its_user_sees_it(key, chromium, live_server, token, django_user_model):
     case = CASES[key]
     in_a_thread(case.drive, live_server, token)
-    run = models.Run.objects.get(parent_run_id__isnull=True, input=case.question)
+    if case.member:
+        run = models.Run.objects.get(parent_run_id__isnull=False, input=case.question, agent_name=case.name)
+    else:
+        run = models.Run.objects.get(parent_run_id__isnull=True, input=case.question)
     page = open_page(chromium, live_server, viewport={"width": WIDTH, "height": 900})
     log_in(page, live_server, django_user_model)
     page.goto(live_server.url + run.get_absolute_url())
@@ -117,8 +138,10 @@ def test_one_run_of_each_framework_as_its_user_sees_it(
     assert input_card.locator("pre.text").first.inner_text() == case.question
     assert page.inner_text("#transcript section.answer .markdown").strip() == case.answer
     headings = page.locator("section.iteration > h2").all_inner_texts()
-    assert headings and headings[0].startswith("Iteration 1") and not any(
-        h.startswith("Iteration 0") for h in headings
+    assert (
+        headings
+        and headings[0].startswith("Iteration 1")
+        and not any(h.startswith("Iteration 0") for h in headings)
     )
     first = page.locator("section.iteration#iteration-1")
     assert first.locator(".tool-call h3 code").first.inner_text() == case.tool

@@ -160,9 +160,10 @@ def test_openai_agents_sdk_runs_in_one_trace_are_one_session_of_one_run_each(
     assert "Hi" in session_list(alice_client)
 
 
-def run_langgraph_thread(live_server, token, builder: str) -> fake_openai.FakeServer:
+def run_langgraph_thread(live_server, token, builder: str, script=None) -> fake_openai.FakeServer:
     """Three questions in the thread "thread-1" of a graph with the weather tool, built by
-    LangGraph's create_react_agent or LangChain 1's create_agent."""
+    LangGraph's create_react_agent or LangChain 1's create_agent (the fake server's
+    answers: ``script``, or its default)."""
     framework("langgraph")
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
@@ -187,7 +188,7 @@ def run_langgraph_thread(live_server, token, builder: str) -> fake_openai.FakeSe
         for n in (1, 2, 3):
             graph.invoke({"messages": [("user", f"Weather in Paris? (question {n})")]}, config)
 
-    return drive(live_server, token, [LangChainInstrumentor()], body)
+    return drive(live_server, token, [LangChainInstrumentor()], body, script)
 
 
 @pytest.mark.parametrize("builder", ["create_react_agent", "create_agent"])
@@ -263,8 +264,9 @@ def test_smolagents_run_is_the_task_with_the_tools_arguments(live_server, token)
     assert params == [{"city": "Paris"}, {"answer": "Sunny in Paris."}]
 
 
-def run_pydantic_ai_conversation(live_server, token) -> fake_openai.FakeServer:
-    """Two runs of an agent with the weather tool, the second continuing the first's messages."""
+def run_pydantic_ai_conversation(live_server, token, script=None) -> fake_openai.FakeServer:
+    """Two runs of an agent with the weather tool, the second continuing the first's messages
+    (the fake server's answers: ``script``, or its default)."""
     from pydantic_ai import Agent
     from pydantic_ai.models.instrumented import InstrumentationSettings
     from pydantic_ai.models.openai import OpenAIChatModel
@@ -280,7 +282,7 @@ def run_pydantic_ai_conversation(live_server, token) -> fake_openai.FakeServer:
         first = agent.run_sync("Weather in Paris?")
         agent.run_sync("And in Lyon?", message_history=first.all_messages())
 
-    return drive(live_server, token, [], body)
+    return drive(live_server, token, [], body, script)
 
 
 def test_pydantic_ai_runs_are_the_users_text(live_server, token, alice_client):
