@@ -48,7 +48,9 @@ def session_list(client) -> str:
     return client.get("/p/default/").content.decode()
 
 
-def test_openai_agents_sdk_one_run_per_runner_run_with_its_handoff(live_server, token, alice_client):
+def run_openai_agents_handoff(live_server, token) -> fake_openai.FakeServer:
+    """Two Runner runs of a triage agent that hands weather questions off to an agent
+    with the weather tool, in the session "weather-chat"."""
     agents = framework("agents")
     import openai
     from openinference.instrumentation import using_session
@@ -82,7 +84,11 @@ def test_openai_agents_sdk_one_run_per_runner_run_with_its_handoff(live_server, 
                 triage, [*first.to_input_list(), {"role": "user", "content": "And in Lyon?"}]
             )
 
-    server = drive(live_server, token, [OpenAIAgentsInstrumentor()], body, script)
+    return drive(live_server, token, [OpenAIAgentsInstrumentor()], body, script)
+
+
+def test_openai_agents_sdk_one_run_per_runner_run_with_its_handoff(live_server, token, alice_client):
+    server = run_openai_agents_handoff(live_server, token)
     assert len(server.requests) == 6
     runs = top_runs()
     assert [(r.kind, r.agent_name, r.input, r.output) for r in runs] == [
@@ -135,17 +141,15 @@ def test_openai_agents_sdk_runs_in_one_trace_are_one_session_of_one_run_each(
     assert "Hi" in session_list(alice_client)
 
 
-@pytest.mark.parametrize("builder", ["create_react_agent", "create_agent"])
-def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, token, alice_client, builder):
+def run_langgraph_thread(live_server, token, builder: str, script=None) -> fake_openai.FakeServer:
+    """Three questions in the thread "thread-1" of a graph with the weather tool, built by
+    LangGraph's create_react_agent or LangChain 1's create_agent (the fake server's
+    answers: ``script``, or its default)."""
     framework("langgraph")
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
     from openinference.instrumentation.langchain import LangChainInstrumentor
-
-    # LangGraph's prebuilt ReAct agent (its model node is "agent", which the
-    # instrumentation reports as an agent span) and LangChain 1's create_agent ("model").
-    node = "agent" if builder == "create_react_agent" else "model"
 
     def body(server, tracer_provider):
         model = ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
@@ -165,7 +169,15 @@ def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, t
         for n in (1, 2, 3):
             graph.invoke({"messages": [("user", f"Weather in Paris? (question {n})")]}, config)
 
-    server = drive(live_server, token, [LangChainInstrumentor()], body)
+    return drive(live_server, token, [LangChainInstrumentor()], body, script)
+
+
+@pytest.mark.parametrize("builder", ["create_react_agent", "create_agent"])
+def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, token, alice_client, builder):
+    # LangGraph's prebuilt ReAct agent (its model node is "agent", which the
+    # instrumentation reports as an agent span) and LangChain 1's create_agent ("model").
+    node = "agent" if builder == "create_react_agent" else "model"
+    server = run_langgraph_thread(live_server, token, builder)
     assert len(server.requests) == 6
     assert models.Run.objects.count() == 3  # no member run for the "agent" node
     runs = top_runs()
@@ -199,7 +211,9 @@ def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, t
     assert run_page.index('id="iteration-1"') > alias and run_page.count('class="card iteration"') == 2
 
 
-def test_smolagents_run_is_the_task_with_the_tools_arguments(live_server, token):
+def run_smolagents_task(live_server, token) -> fake_openai.FakeServer:
+    """A ToolCallingAgent with the weather tool, asked one question, ending through its
+    final_answer tool."""
     framework("smolagents")
     from openinference.instrumentation.openai import OpenAIInstrumentor
     from openinference.instrumentation.smolagents import SmolagentsInstrumentor
@@ -214,7 +228,11 @@ def test_smolagents_run_is_the_task_with_the_tools_arguments(live_server, token)
         A(tool_calls=[("weather", '{"city": "Paris"}')]),
         A(tool_calls=[("final_answer", '{"answer": "Sunny in Paris."}')]),
     ]
-    drive(live_server, token, [SmolagentsInstrumentor(), OpenAIInstrumentor()], body, script)
+    return drive(live_server, token, [SmolagentsInstrumentor(), OpenAIInstrumentor()], body, script)
+
+
+def test_smolagents_run_is_the_task_with_the_tools_arguments(live_server, token):
+    run_smolagents_task(live_server, token)
     (run,) = models.Run.objects.all()
     assert (run.agent_name, run.input, run.output) == (
         "weather_agent",
@@ -227,7 +245,9 @@ def test_smolagents_run_is_the_task_with_the_tools_arguments(live_server, token)
     assert params == [{"city": "Paris"}, {"answer": "Sunny in Paris."}]
 
 
-def test_pydantic_ai_runs_are_the_users_text(live_server, token, alice_client):
+def run_pydantic_ai_conversation(live_server, token, script=None) -> fake_openai.FakeServer:
+    """Two runs of an agent with the weather tool, the second continuing the first's messages
+    (the fake server's answers: ``script``, or its default)."""
     from pydantic_ai import Agent
     from pydantic_ai.models.instrumented import InstrumentationSettings
     from pydantic_ai.models.openai import OpenAIChatModel
@@ -243,7 +263,11 @@ def test_pydantic_ai_runs_are_the_users_text(live_server, token, alice_client):
         first = agent.run_sync("Weather in Paris?")
         agent.run_sync("And in Lyon?", message_history=first.all_messages())
 
-    drive(live_server, token, [], body)
+    return drive(live_server, token, [], body, script)
+
+
+def test_pydantic_ai_runs_are_the_users_text(live_server, token, alice_client):
+    run_pydantic_ai_conversation(live_server, token)
     runs = top_runs()
     assert [(r.agent_name, r.input, r.output) for r in runs] == [
         ("weather", "Weather in Paris?", fake_openai.ANSWER),
@@ -256,7 +280,9 @@ def test_pydantic_ai_runs_are_the_users_text(live_server, token, alice_client):
     assert "Weather in Paris?" in session_list(alice_client)
 
 
-def test_agno_sessions_follow_each_span_inside_one_trace(live_server, token, alice_client):
+def run_agno_team_and_workflow(live_server, token) -> fake_openai.FakeServer:
+    """A team that delegates to a member with the weather tool (session "team-s"), then a
+    one-step workflow (session "flow-s"), in one trace."""
     framework("agno")
     from agno.agent import Agent
     from agno.db.in_memory import InMemoryDb
@@ -286,7 +312,11 @@ def test_agno_sessions_follow_each_span_inside_one_trace(live_server, token, ali
         flow = Workflow(name="report", steps=[Step(name="write", agent=writer)], db=InMemoryDb())
         flow.run("Write about Lyon", session_id="flow-s")
 
-    drive(live_server, token, [AgnoInstrumentor()], body, script)
+    return drive(live_server, token, [AgnoInstrumentor()], body, script)
+
+
+def test_agno_sessions_follow_each_span_inside_one_trace(live_server, token, alice_client):
+    run_agno_team_and_workflow(live_server, token)
     by_session = {
         s.session_id: list(s.runs.order_by("started_at").values_list("kind", "agent_name", "input", "output"))
         for s in models.Session.objects.all()

@@ -200,7 +200,10 @@ def test_a_pydantic_ai_agent_on_an_openai_compatible_server_is_priced(live_serve
     assert "gpt-4o-mini" in page and "The answer is 5." in page and "$0.0000" in page
 
 
-def test_openinference_openai_instrumentation(live_server, token, alice_client):
+def run_openai_client_support_bot(live_server, token) -> str:
+    """An agent of plain OpenAI client calls (OpenInference's OpenAI instrumentation, the
+    agent and its add tool traced by hand) asked "What is 2+3?" in the session
+    "oi-session"; returns its answer."""
     import openai
     from openinference.instrumentation import OITracer, TraceConfig, using_session, using_user
     from openinference.instrumentation.openai import OpenAIInstrumentor
@@ -236,12 +239,17 @@ def test_openinference_openai_instrumentation(live_server, token, alice_client):
             )
 
         with using_session("oi-session"), using_user("user-9"):
-            assert support_bot("What is 2+3?") == "The answer is 5."
+            answer = support_bot("What is 2+3?")
         assert tracer_provider.force_flush(30_000)
         tracer_provider.shutdown()
     finally:
         instrumentor.uninstrument()
         server.shutdown()
+    return answer
+
+
+def test_openinference_openai_instrumentation(live_server, token, alice_client):
+    assert run_openai_client_support_bot(live_server, token) == "The answer is 5."
     run = models.Run.objects.get(session__session_id="oi-session")
     assert (run.agent_name, run.user_id, run.framework, run.output) == (
         "support_bot",
