@@ -57,6 +57,20 @@ def test_links_between_pages_and_to_readme_anchors_are_rewritten(client):
     assert 'href="#limits"' in page  # its own section
 
 
+def test_links_to_repository_files_become_their_text(client):
+    # The README links tests and screenshots of the repository; the dashboard serves no
+    # repository file, so such a link is its text, never a 404.
+    page = client.get("/help/").content.decode()
+    links = [href.split("#")[0] for href in HREF.findall(page)]
+    assert not [href for href in links if href.startswith(("tests/", ".docs/", "history_app/"))]
+    assert "tests/test_agno_exact.py" in page  # the text stays
+    rewritten = help.rewrite_links(
+        "[the test](tests/test_x.py) · ![shot](.docs/a.png) · [x](https://e.org/y.py) · [o](otlp.md)",
+        in_readme=False,
+    )
+    assert rewritten == "the test · ![shot](.docs/a.png) · [x](https://e.org/y.py) · [o](/help/otlp/)"
+
+
 def test_every_page_of_the_dashboard_has_the_help_link_in_its_header(client, alice_client):
     link = '<a href="/help/">Help</a>'
     assert link in client.get("/accounts/login/").content.decode()

@@ -33,6 +33,8 @@ RENDER_BUDGET_MS = 20_000
 _FENCE = re.compile(r"^(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _LINK_TARGET = re.compile(r"\]\(([^()\s]+)\)")
+# A link (not an image) to a file of the repository that is no page: ``[text](tests/x.py)``.
+_FILE_LINK = re.compile(r"(?<![!\]])\[([^\[\]]*)\]\(([^()\s]+)\)")
 _HTML_HEADING = re.compile(r"<h([1-6])>(.*?)</h\1>", re.DOTALL)
 _TAG = re.compile(r"<[^>]+>")
 _MD_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
@@ -126,7 +128,8 @@ def readme_text() -> str | None:
 
 
 def rewrite_links(markdown: str, *, in_readme: bool) -> str:
-    """Links between the pages and to the README's anchors, as dashboard addresses."""
+    """Links between the pages and to the README's anchors, as dashboard addresses; a link
+    to another file of the repository (a test, a screenshot) becomes its text."""
     names = set(page_names())
     index = reverse("history_app:help")
 
@@ -148,7 +151,14 @@ def rewrite_links(markdown: str, *, in_readme: bool) -> str:
             return match.group(0)
         return f"]({new})"
 
-    return _LINK_TARGET.sub(target, markdown)
+    def file_link(match: re.Match) -> str:
+        url = match.group(2)
+        path = url.partition("#")[0]
+        if "://" in url or url.startswith(("mailto:", "/", "#")) or not path or path.endswith(".md"):
+            return match.group(0)
+        return match.group(1)  # the dashboard serves no repository files: the text alone
+
+    return _LINK_TARGET.sub(target, _FILE_LINK.sub(file_link, markdown))
 
 
 def _sections(rendered: str) -> tuple[Section, ...]:
