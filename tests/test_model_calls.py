@@ -671,8 +671,8 @@ def test_query_counts_do_not_grow_with_model_calls(alice_client, ingest, django_
         # session + user, the run, iterations, tool calls, the count of contexts, model
         # calls of the iterations, the list of model calls, where the cost came from, the
         # runs before and after it in its session and the nearest of the other group
-        # (timed or not), its annotations.
-        with django_assert_num_queries(15):
+        # (timed or not), its annotations, the runs it started.
+        with django_assert_num_queries(16):
             alice_client.get(f"/p/default/runs/{run_id}/")
         # session + user, project + role, the project menu, the run, the call (with its
         # iteration).

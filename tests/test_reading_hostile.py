@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from history_app import models
 from history_app.agent_history.formats.autourgos import render_autourgos_markdown
-from history_app.reading import listing
+from history_app.reading import listing, transcripts, twins
 from history_app.store import mapper
 
 from .conftest import autourgos_logs, native
@@ -290,8 +290,8 @@ def test_run_page_and_slices_make_the_same_queries_whatever_the_size(
             alice_client.get(url)
     # session + user, project + role, the project menu, and the page's own three; the
     # runs before and after it in its session and the nearest of the other group (timed
-    # or not); its annotations.
-    assert counts["/p/default/runs/r-1/"] == 12
+    # or not); its annotations; the runs it started.
+    assert counts["/p/default/runs/r-1/"] == 13
 
 
 # -- exports and the JSON twin stream, with the same text as before -------------------------
@@ -311,9 +311,11 @@ def test_streamed_exports_are_the_same_text_as_whole_ones(alice_client, ingest):
         as_md = alice_client.get(f"/p/default/runs/{run.run_id}/export.md").getvalue().decode()
         assert as_md == render_autourgos_markdown(record)
         twin = alice_client.get(f"/api/v1/runs/{run.run_id}")
-        assert (
-            twin.streaming and twin.getvalue() == json.dumps({"ok": True, "run": record.to_dict()}).encode()
-        )
+        # The run's record, then the runs it started as its page lists them
+        # (tests/test_child_runs.py checks those).
+        children = twins.child_runs(transcripts.child_runs(run))
+        expected = {"ok": True, "run": record.to_dict(), "child_runs": children}
+        assert twin.streaming and twin.getvalue() == json.dumps(expected).encode()
         session = run.session
         bundle = {
             "schema": "agent-history/session-bundle/v1",

@@ -162,8 +162,8 @@ def test_run_page_queries_do_not_grow_with_its_contexts(alice_client, run, djang
     # session + user, project + role, the project menu, the run, its first iterations,
     # their first tool calls, the contexts sent at their steps, the run's contexts: how
     # many, then the first of them; the runs before and after it in its session and the
-    # nearest of the other group (timed or not); its annotations.
-    assert counts["/p/default/runs/r-1/"] == 14
+    # nearest of the other group (timed or not); its annotations; the runs it started.
+    assert counts["/p/default/runs/r-1/"] == 15
 
 
 # -- the session page -----------------------------------------------------------------------

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import Count, F, Q, QuerySet, Window
 from django.db.models.fields.json import KT
-from django.db.models.functions import Length, RowNumber
+from django.db.models.functions import Length, RowNumber, Substr
 
 from history_app import models
 from history_app.agent_history.records import DELEGATION_TOOLS, is_delegation
@@ -70,6 +71,89 @@ class ContextSlice:
     contexts: list[models.InjectedContext]  # without their text: ``text_length`` instead
     more_from: int | None  # position of the first context not shown, if any
     total: int  # the run's injected contexts
+
+
+@dataclass
+class ChildRuns:
+    """The runs a run started, as its page lists them: the first few and how many there
+    are (counted up to ``CHILD_RUNS_COUNTED``; ``counted_all`` is False past it)."""
+
+    runs: list[models.Run]
+    total: int
+    counted_all: bool = True
+
+    @property
+    def more(self) -> int:
+        return self.total - len(self.runs)
+
+
+# Past this many child runs the page says "10,000 or more" rather than count them all.
+CHILD_RUNS_COUNTED = 10_000
+# The characters of a child run's input its row shows (the rest is on its own page).
+CHILD_INPUT_CHARS = 200  # more than the row shows, so a cut input always ends in "…"
+_CHILD_FIELDS = (
+    "run_id",
+    "parent_run_id",
+    "kind",
+    "status",
+    "agent_name",
+    "framework",
+    "started_at",
+    "ended_at",
+    "duration_ms",
+    "iteration_count",
+    "tool_call_count",
+    "tool_error_count",
+    "model_call_count",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "unpriced_calls",
+)
+
+
+def child_runs(run: models.Run) -> ChildRuns:
+    """The runs ``run`` started (a team's members, an OpenAI Agents SDK handoff's target, a
+    workflow's step runs, a LangGraph subgraph, a smolagents managed agent): those of its
+    session whose ``parent_run_id`` is its id, in the order they started (untimed ones
+    last, on either database), the first ``HISTORY_RUN_PAGE_CHILD_RUNS`` of them with
+    only the head of their input. One query, and one more (a capped count) only when
+    there are more than that. A run naming itself as its parent is not its own child."""
+    limit = settings.HISTORY_RUN_PAGE_CHILD_RUNS
+    children = models.Run.objects.filter(
+        project_id=run.project_id, session_id=run.session_id, parent_run_id=run.run_id
+    ).exclude(pk=run.pk)
+    found = list(
+        children.only(*_CHILD_FIELDS)
+        .annotate(input_head=Substr("input", 1, CHILD_INPUT_CHARS), input_length=Length("input"))
+        .order_by(F("started_at").asc(nulls_last=True), "id")[: limit + 1]
+    )
+    if len(found) <= limit:
+        return ChildRuns(found, len(found))
+    total = children.order_by()[:CHILD_RUNS_COUNTED].count()
+    return ChildRuns(found[:limit], total, counted_all=total < CHILD_RUNS_COUNTED)
+
+
+def child_summary(child: models.Run) -> dict[str, Any]:
+    """A child run as the run's JSON twin lists it: what its row on the page shows."""
+    return {
+        "run_id": child.run_id,
+        "kind": child.kind,
+        "status": child.status,
+        "agent_name": child.agent_name,
+        "framework": child.framework,
+        "started_at": child.started_at.isoformat() if child.started_at else None,
+        "ended_at": child.ended_at.isoformat() if child.ended_at else None,
+        "duration_ms": child.duration_ms,
+        "iteration_count": child.iteration_count,
+        "tool_call_count": child.tool_call_count,
+        "model_call_count": child.model_call_count,
+        "input_tokens": child.input_tokens,
+        "output_tokens": child.output_tokens,
+        "cost": child.cost,
+        "input": child.input_head,
+        "input_truncated": child.input_length > len(child.input_head),
+    }
 
 
 def get_run(project: models.Project, run_id: str) -> models.Run:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from history_app import models
-from history_app.reading import compare, inspector, listing, model_calls, stats, timeline
+from history_app.reading import compare, inspector, listing, model_calls, stats, timeline, transcripts
 from history_app.reading.diffs import LineDiff
 from history_app.upkeep import annotations as annotation_store
 
@@ -54,6 +54,18 @@ def session_runs(context: dict[str, Any]) -> dict[str, Any]:
         "session": listing.session_summary(context["session"]),
         "runs": [listing.run_summary(row.run) for row in context["rows"] if row.run is not None],
         "next": context["next_cursor"],
+    }
+
+
+def child_runs(children: transcripts.ChildRuns) -> dict[str, Any]:
+    """The runs a run started, as its page lists them: the first ones in the order they
+    started, how many there are (``total``, exact when ``counted_all``) and how many are
+    not listed (``more``: all of them are in the session timeline)."""
+    return {
+        "runs": [transcripts.child_summary(child) for child in children.runs],
+        "total": children.total,
+        "counted_all": children.counted_all,
+        "more": children.more,
     }
 
 

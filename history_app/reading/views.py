@@ -200,11 +200,13 @@ def run_detail(request: HttpRequest, run_id: str, *, as_json: bool) -> HttpRespo
     """A run's transcript: its first injected contexts, its first iterations and the first
     tool calls of each (the page stays bounded whatever the run holds; "show more" links
     load the rest). Its twin (``/api/v1/runs/<id>``) is the run's whole canonical record,
-    streamed as it is read, as the JSON export."""
+    streamed as it is read, as the JSON export, with the runs it started (``child_runs``)
+    as its page lists them."""
     run = transcripts.get_run(request.project, run_id)
+    children = transcripts.child_runs(run)
     if as_json:
         (data,) = streams.RunReader(models.Run.objects.filter(pk=run.pk)).dicts()
-        chunks = jsonstream.iter_json({"ok": True, "run": data})
+        chunks = jsonstream.iter_json({"ok": True, "run": data, "child_runs": twins.child_runs(children)})
         return StreamingHttpResponse(chunks, content_type="application/json")
     iterations = transcripts.iteration_slice(run=run)
     previous_run, next_run = transcripts.neighbours(run)
@@ -216,6 +218,7 @@ def run_detail(request: HttpRequest, run_id: str, *, as_json: bool) -> HttpRespo
         "previous_run": previous_run,
         "next_run": next_run,
         "contexts": transcripts.context_slice(run=run),
+        "children": children,
         "output_html": transcripts.answer_html(run),
         "slice": iterations,
         "model_calls": transcripts.model_call_slice(run=run),
