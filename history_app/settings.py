@@ -359,9 +359,6 @@ HISTORY_RUN_PAGE_MODEL_CALLS = env_int("HISTORY_RUN_PAGE_MODEL_CALLS", 50, minim
 HISTORY_MESSAGE_PREVIEW_CHARS = env_int("HISTORY_MESSAGE_PREVIEW_CHARS", 20_000, minimum=100)
 HISTORY_RUN_PAGE_TOOL_CALLS = env_int("HISTORY_RUN_PAGE_TOOL_CALLS", 20, minimum=1)
 HISTORY_RUN_PAGE_CONTEXTS = env_int("HISTORY_RUN_PAGE_CONTEXTS", 20, minimum=1)
-# A run page lists the first HISTORY_RUN_PAGE_CHILD_RUNS runs it started (its members,
-# handoff targets, step runs), with how many there are; the session timeline has them all.
-HISTORY_RUN_PAGE_CHILD_RUNS = env_int("HISTORY_RUN_PAGE_CHILD_RUNS", 50, minimum=1)
 # Comparing two runs aligns their first HISTORY_COMPARE_ITERATIONS iterations, and the
 # first HISTORY_COMPARE_CALLS tool calls of each, model calls and injected contexts.
 HISTORY_COMPARE_ITERATIONS = env_int("HISTORY_COMPARE_ITERATIONS", 50, minimum=1)

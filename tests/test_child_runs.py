@@ -1,6 +1,6 @@
 """A run page lists the runs the run started (its members, handoff targets, step runs):
 who, status, start, duration, tokens, cost, input, a link to each, in the order they
-started, at most ``HISTORY_RUN_PAGE_CHILD_RUNS`` of them; its JSON twin lists the same."""
+started, at most ``transcripts.CHILD_RUNS_SHOWN`` (50) of them; its JSON twin lists the same."""
 
 from __future__ import annotations
 

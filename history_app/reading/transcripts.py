@@ -87,6 +87,8 @@ class ChildRuns:
         return self.total - len(self.runs)
 
 
+# How many of the runs a run started its page lists (the session timeline has them all).
+CHILD_RUNS_SHOWN = 50
 # Past this many child runs the page says "10,000 or more" rather than count them all.
 CHILD_RUNS_COUNTED = 10_000
 # The characters of a child run's input its row shows (the rest is on its own page).
@@ -116,10 +118,10 @@ def child_runs(run: models.Run) -> ChildRuns:
     """The runs ``run`` started (a team's members, an OpenAI Agents SDK handoff's target, a
     workflow's step runs, a LangGraph subgraph, a smolagents managed agent): those of its
     session whose ``parent_run_id`` is its id, in the order they started (untimed ones
-    last, on either database), the first ``HISTORY_RUN_PAGE_CHILD_RUNS`` of them with
+    last, on either database), the first ``CHILD_RUNS_SHOWN`` of them with
     only the head of their input. One query, and one more (a capped count) only when
     there are more than that. A run naming itself as its parent is not its own child."""
-    limit = settings.HISTORY_RUN_PAGE_CHILD_RUNS
+    limit = CHILD_RUNS_SHOWN
     children = models.Run.objects.filter(
         project_id=run.project_id, session_id=run.session_id, parent_run_id=run.run_id
     ).exclude(pk=run.pk)
