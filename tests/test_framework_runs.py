@@ -843,3 +843,52 @@ def test_openai_agents_sdk_runner_run_has_its_agents_turns_as_steps(live_server,
     page = alice_client.get(f"/p/default/runs/{first.run_id}/").content.decode()
     assert ">Iteration 1</a> · triage" in page and ">Iteration 2</a> · weather_agent" in page
     assert "handoff to weather_agent" in page
+
+
+def test_reassemble_traces_makes_an_agent_run_stored_as_a_member_a_run_of_its_own(
+    client, auth_headers, monkeypatch
+):
+    from django.core.management import call_command
+
+    from history_app.agent_history import otlp
+
+    from .otlp_spans import request, span
+    from .test_otlp import post
+
+    trace = "34" * 16
+    agent = {"openinference.span.kind": "AGENT", "session.id": "s-1"}
+    items = [
+        span(
+            trace, "0000000000000001", name="desk.run", attributes={**agent, "input.value": "Hi"}, end_ms=50
+        ),
+        _llm(trace, "0000000000000002", "0000000000000001", "Hello.", start_ms=1),
+        # Sent under the team's span, though it began after that span had ended.
+        span(
+            trace,
+            "0000000000000003",
+            "0000000000000001",
+            "Solo.run",
+            {**agent, "input.value": "Again"},
+            start_ms=60,
+            end_ms=90,
+        ),
+        _llm(trace, "0000000000000004", "0000000000000003", "Solo here.", start_ms=61),
+    ]
+    # Stored as the earlier version did: the later agent run a member of the team run.
+    with monkeypatch.context() as patch:
+        patch.setattr(otlp._Trace, "_enclosing", lambda self, span: span["parent_span_id"])
+        assert post(client, auth_headers, request(*items)).status_code == 200
+    solo = models.Run.objects.get(agent_name="Solo")
+    assert (solo.kind, solo.parent_run_id) == ("member", trace)
+    call_command("reassemble_traces")
+    solo = models.Run.objects.get(agent_name="Solo")
+    assert (solo.run_id, solo.kind, solo.parent_run_id, solo.input, solo.output) == (
+        f"{trace}-0000000000000003",
+        "agent",
+        None,
+        "Again",
+        "Solo here.",
+    )
+    team = models.Run.objects.get(run_id=trace)
+    assert (team.kind, team.output, team.member_interactions.count()) == ("agent", "Hello.", 0)
+    assert models.Session.objects.get().run_count == 2
