@@ -892,3 +892,50 @@ def test_reassemble_traces_makes_an_agent_run_stored_as_a_member_a_run_of_its_ow
     team = models.Run.objects.get(run_id=trace)
     assert (team.kind, team.output, team.member_interactions.count()) == ("agent", "Hello.", 0)
     assert models.Session.objects.get().run_count == 2
+
+
+def test_smolagents_code_agent_calling_its_managed_agent_in_code_delegates_the_task_it_gave(
+    live_server, token, alice_client
+):
+    framework("smolagents")
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from smolagents import CodeAgent, OpenAIServerModel, ToolCallingAgent, tool
+
+    def body(server, tracer_provider):
+        model = OpenAIServerModel(model_id="gpt-4o-mini", api_base=server.base_url, api_key="sk-test")
+        member = ToolCallingAgent(
+            tools=[tool(weather)],
+            model=model,
+            max_steps=4,
+            name="weather_agent",
+            description="Knows the weather.",
+        )
+        CodeAgent(tools=[], model=model, max_steps=4, name="boss", managed_agents=[member]).run(
+            "What is the weather in Paris?"
+        )
+
+    code = 'Thought: ask.\n<code>\nr = weather_agent(task="Weather in Paris?")\nfinal_answer(r)\n</code>'
+    script = [
+        A(code),
+        A(tool_calls=[("weather", '{"city": "Paris"}')]),
+        A(tool_calls=[("final_answer", '{"answer": "Sunny in Paris."}')]),
+    ]
+    drive(live_server, token, [SmolagentsInstrumentor(), OpenAIInstrumentor()], body, script)
+    (boss,) = top_runs()
+    member = models.Run.objects.get(kind="member")
+    assert (member.agent_name, member.parent_run_id, member.input) == (
+        "weather_agent",
+        boss.run_id,
+        "Weather in Paris?",
+    )
+    assert "Task:\nWeather in Paris?" in json.loads(member.metadata["input.value"])["task"]
+    # The call the code made, in the step that ran it, before the final answer.
+    assert steps(boss) == [(1, "", 1, ["weather_agent", "final_answer"])]
+    call = boss.tool_calls.get(tool="weather_agent")
+    assert (call.params, call.result) == ({"task": "Weather in Paris?"}, "Sunny in Paris.")
+    page = alice_client.get(f"/p/default/runs/{boss.run_id}/").content.decode()
+    assert (
+        f'Started the member run of <strong>weather_agent</strong>: <a href="/p/default/runs/{member.run_id}/"'
+        in page
+    )

@@ -1459,6 +1459,50 @@ def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answ
                             call_id=request.id[:255] or None,
                         )
                     )
+    _called_in_code(iterations, members)
+
+
+def _called_in_code(iterations: list[Iteration], members: list[Run]) -> None:
+    """A smolagents CodeAgent manager calls its managed agents in the code it writes (no
+    tool call was asked for, no tool span sent): each such member run whose task is the
+    prompt smolagents wraps a manager's task in is a tool call of the manager's step it
+    ran in, with that task as its argument and the member run's input."""
+    for member in members:
+        found = _MANAGED_PROMPT.match(member.input or "")
+        if found is None or found.group(1) != member.agent_name or member.started_at is None:
+            continue
+        step = next(
+            (
+                it
+                for it in reversed(iterations)
+                if it.model_calls and it.started_at is not None and it.started_at <= member.started_at
+            ),
+            None,
+        )
+        if step is None:
+            continue
+        member.input = found.group(2)
+        call = ToolCall(
+            tool=member.agent_name,
+            params={"task": member.input},
+            result=member.output,
+            error=member.error,
+            started_at=member.started_at,
+            ended_at=member.ended_at,
+        )
+        later = [
+            n for n, c in enumerate(step.tool_calls) if c.started_at and c.started_at > member.started_at
+        ]
+        step.tool_calls.insert(later[0] if later else len(step.tool_calls), call)
+
+
+# The prompt smolagents gives a managed agent (its default ``managed_agent`` template): the
+# agent's name, then the task its manager gave it.
+_MANAGED_PROMPT = re.compile(
+    r"You're a helpful agent named '([^'\n]+)'\.\nYou have been submitted this task by your manager\.\n"
+    r"---\nTask:\n(.*?)\n---\n",
+    re.DOTALL,
+)
 
 
 def _tool_return(span: Span | None, call_id: str) -> str | None:
