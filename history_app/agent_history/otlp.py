@@ -1427,8 +1427,10 @@ def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answ
     for iteration in iterations:
         for call in iteration.model_calls:
             for request in call.answer.tool_calls if call.answer is not None else ():
-                if request.id and request.id in answered:
-                    continue
+                if (request.id and request.id in answered) or any(
+                    c.tool == request.name and not c.call_id for c in iteration.tool_calls
+                ):
+                    continue  # a tool span answered it (one without the call's id: by name)
                 arguments = json_value(request.arguments)
                 params = arguments if isinstance(arguments, dict | list) else request.arguments
                 member = next((m for m in members if m.agent_name == request.name), None)
