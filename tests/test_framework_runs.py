@@ -555,3 +555,387 @@ def test_reassemble_traces_rewrites_stored_runs_and_deletes_those_the_mapping_no
     assert models.Session.objects.get().run_count == 1
     call_command("reassemble_traces")  # again: nothing changes
     assert list(models.Run.objects.values_list("run_id", "input")) == [(trace, "Plan a trip")]
+
+
+# -- Shapes an outside attack found wrong ------------------------------------------------
+
+
+def test_agno_a_run_after_a_nested_team_run_is_its_own_and_each_model_call_is_its_innermost_agents(
+    live_server, token, alice_client
+):
+    # agno's instrumentation leaves the last agent span as the context of what follows:
+    # the outer team's last model call arrives under the inner team's span, and the next
+    # Agent.run under the outer team's. Each ran after that span had ended.
+    framework("agno")
+    from agno.agent import Agent
+    from agno.db.in_memory import InMemoryDb
+    from agno.models.openai import OpenAIChat
+    from agno.team import Team
+    from openinference.instrumentation.agno import AgnoInstrumentor
+
+    script = [
+        A(
+            tool_calls=[
+                ("delegate_task_to_member", json.dumps({"member_id": "inner", "task": "Paris weather"}))
+            ]
+        ),
+        A(tool_calls=[("delegate_task_to_member", json.dumps({"member_id": "researcher", "task": "Paris"}))]),
+        A(tool_calls=[("weather", '{"city": "Paris"}')]),
+        A("Sunny in Paris."),
+        A("Inner: sunny."),
+        A("Outer: sunny in Paris."),
+        A("Hello from solo."),
+    ]
+
+    def body(server, tracer_provider):
+        def model():
+            return OpenAIChat(id="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+
+        researcher = Agent(
+            name="Researcher", id="researcher", model=model(), instructions="You find facts.", tools=[weather]
+        )
+        inner = Team(name="inner", id="inner", model=model(), members=[researcher])
+        outer = Team(name="outer", id="outer", model=model(), members=[inner], db=InMemoryDb())
+        outer.run("Weather in Paris?", session_id="outer-s")
+        Agent(name="Solo", model=model()).run("Hi solo", session_id="outer-s")
+
+    server = drive(live_server, token, [AgnoInstrumentor()], body, script)
+    assert len(server.requests) == 7
+    assert [(r.kind, r.agent_name, r.input, r.output) for r in top_runs()] == [
+        ("team", "outer", "Weather in Paris?", "Outer: sunny in Paris."),
+        ("agent", "Solo", "Hi solo", "Hello from solo."),
+    ]
+    assert {r.session.session_id for r in models.Run.objects.all()} == {"outer-s"}
+    outer = models.Run.objects.get(agent_name="outer")
+    assert list(outer.member_interactions.values_list("member", "task")) == [("inner", "Paris weather")]
+    assert steps(outer) == [(1, "", 1, ["delegate_task_to_member"]), (2, "", 1, [])]
+    final = outer.iterations.get(index=2).model_calls.get()
+    assert final.output == "Outer: sunny in Paris."
+    inner = models.Run.objects.get(agent_name="inner")
+    assert (inner.kind, inner.parent_run_id) == ("member", outer.run_id)
+    assert steps(inner) == [(1, "", 1, ["delegate_task_to_member"]), (2, "", 1, [])]
+    assert [c.output for c in models.ModelCall.objects.filter(run=inner).order_by("started_at")] == [
+        None,
+        "Inner: sunny.",
+    ]
+    solo = models.Run.objects.get(agent_name="Solo")
+    assert (solo.parent_run_id, solo.member_interactions.count()) == (None, 0)
+    assert steps(solo) == [(1, "", 1, [])]
+    page = alice_client.get(f"/p/default/runs/{outer.run_id}/").content.decode()
+    assert "Outer: sunny in Paris." in page and "Hello from solo." not in page
+
+
+def test_langgraph_resumed_with_a_command_shows_the_resume_value_as_its_input(
+    live_server, token, alice_client
+):
+    framework("langgraph")
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    def book(city: str) -> str:
+        """Book a trip to a city.
+
+        Args:
+            city: The city.
+        """
+        return f"Booked {city}" if interrupt(f"Book {city}?") == "yes" else "Not booked"
+
+    def body(server, tracer_provider):
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+        graph = create_agent(model, [tool(book)], system_prompt="You book.", checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": "trip"}}
+        graph.invoke({"messages": [("user", "Book Paris")]}, config)
+        graph.invoke(Command(resume="yes"), config)
+
+    drive(live_server, token, [LangChainInstrumentor()], body)
+    first, resumed = top_runs()
+    assert (first.input, resumed.input, resumed.output) == ("Book Paris", "yes", fake_openai.ANSWER)
+    # The whole command, one click away.
+    assert json.loads(resumed.metadata["input.value"])["resume"] == "yes"
+    assert steps(resumed) == [(1, "tools", 0, ["book"]), (2, "model", 1, [])]
+    call = resumed.tool_calls.get()
+    assert (call.params, call.result) == ({"city": "Paris"}, "Booked Paris")
+    assert "{&quot;graph&quot;" not in session_list(alice_client)
+
+
+def test_smolagents_managed_agent_is_a_member_run_of_the_task_its_manager_gave(
+    live_server, token, alice_client
+):
+    framework("smolagents")
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    def body(server, tracer_provider):
+        model = OpenAIServerModel(model_id="gpt-4o-mini", api_base=server.base_url, api_key="sk-test")
+        member = ToolCallingAgent(
+            tools=[tool(weather)],
+            model=model,
+            max_steps=4,
+            name="weather_agent",
+            description="Knows the weather.",
+        )
+        boss = ToolCallingAgent(tools=[], model=model, max_steps=4, name="boss", managed_agents=[member])
+        boss.run("What is the weather in Paris?")
+
+    script = [
+        A(tool_calls=[("weather_agent", json.dumps({"task": "Weather in Paris?"}))]),
+        A(tool_calls=[("weather", '{"city": "Paris"}')]),
+        A(tool_calls=[("final_answer", '{"answer": "Sunny in Paris."}')]),
+        A(tool_calls=[("final_answer", '{"answer": "It is sunny in Paris."}')]),
+    ]
+    drive(live_server, token, [SmolagentsInstrumentor(), OpenAIInstrumentor()], body, script)
+    (boss,) = top_runs()
+    member = models.Run.objects.get(kind="member")
+    assert (boss.agent_name, boss.input, boss.output) == (
+        "boss",
+        "What is the weather in Paris?",
+        "It is sunny in Paris.",
+    )
+    assert (member.agent_name, member.parent_run_id, member.input, member.output) == (
+        "weather_agent",
+        boss.run_id,
+        "Weather in Paris?",
+        "Sunny in Paris.",
+    )
+    # The prompt smolagents wrapped the task in, one click away.
+    prompt = json.loads(member.metadata["input.value"])["task"]
+    assert "Weather in Paris?" in prompt and len(prompt) > 300
+    assert list(boss.member_interactions.values_list("member", "task", "response", "member_run_id")) == [
+        ("weather_agent", "Weather in Paris?", "Sunny in Paris.", member.run_id)
+    ]
+    # The delegation is the manager's tool call, in the iteration of the model call that
+    # made it, and links to the member run.
+    assert steps(boss) == [(1, "", 1, ["weather_agent"]), (2, "", 1, ["final_answer"])]
+    call = boss.iterations.get(index=1).tool_calls.get()
+    asked = boss.iterations.get(index=1).model_calls.get().answer["tool_calls"][0]
+    assert (call.params, call.result, call.call_id) == (
+        {"task": "Weather in Paris?"},
+        "Sunny in Paris.",
+        asked["id"],
+    )
+    page = alice_client.get(f"/p/default/runs/{boss.run_id}/").content.decode()
+    assert (
+        f'Started the member run of <strong>weather_agent</strong>: <a href="/p/default/runs/{member.run_id}/"'
+        in page
+    )
+
+
+def test_langchain_tool_that_raises_keeps_its_arguments_and_its_error(live_server, token):
+    framework("langgraph")
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    def broken(city: str) -> str:
+        """Get the weather in a city.
+
+        Args:
+            city: The city.
+        """
+        raise ValueError(f"no weather for {city}")
+
+    def body(server, tracer_provider):
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+        graph = create_agent(model, [tool(broken)], system_prompt="You tell the weather.")
+        with pytest.raises(ValueError):
+            graph.invoke({"messages": [("user", "Weather in Paris?")]})
+
+    drive(live_server, token, [LangChainInstrumentor()], body)
+    (run,) = top_runs()
+    assert (run.status, run.input) == ("failed", "Weather in Paris?")
+    assert steps(run) == [(1, "model", 1, ["broken"])]
+    call = run.tool_calls.get()
+    asked = run.iterations.get().model_calls.get().answer["tool_calls"][0]
+    assert (call.params, call.call_id, call.result) == ({"city": "Paris"}, asked["id"], None)
+    assert call.error.startswith("ValueError('no weather for Paris')")
+
+
+def test_openai_agents_sdk_handoff_params_are_the_arguments_the_model_sent(live_server, token):
+    run_openai_agents_handoff(live_server, token)
+    handoffs = models.ToolCall.objects.filter(tool="handoff to weather_agent")
+    assert handoffs.count() == 2
+    for call in handoffs:
+        asked = call.iteration.model_calls.get().answer["tool_calls"][0]
+        assert asked["name"] == "transfer_to_weather_agent"
+        assert (call.params, call.call_id, call.result) == ({}, asked["id"], "weather_agent")
+
+
+def test_smolagents_code_agent_final_answer_params_are_named(live_server, token):
+    framework("smolagents")
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from smolagents import CodeAgent, OpenAIServerModel, tool
+
+    def body(server, tracer_provider):
+        model = OpenAIServerModel(model_id="gpt-4o-mini", api_base=server.base_url, api_key="sk-test")
+        CodeAgent(tools=[tool(weather)], model=model, max_steps=4, name="coder").run("Weather in Paris?")
+
+    code = 'Thought: ask.\n<code>\nr = weather(city="Paris")\nfinal_answer(r)\n</code>'
+    drive(live_server, token, [SmolagentsInstrumentor(), OpenAIInstrumentor()], body, [A(code)])
+    (run,) = models.Run.objects.all()
+    assert (run.agent_name, run.input, run.output) == ("coder", "Weather in Paris?", "Sunny in Paris")
+    assert steps(run) == [(1, "", 1, ["weather", "final_answer"])]
+    params = [c.params for c in run.tool_calls.order_by("position")]
+    assert params == [{"city": "Paris"}, {"answer": "Sunny in Paris"}]
+
+
+def test_pydantic_ai_structured_output_is_the_final_result_call_of_the_last_iteration(
+    live_server, token, alice_client
+):
+    from pydantic import BaseModel
+    from pydantic_ai import Agent
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    class Forecast(BaseModel):
+        city: str
+        sky: str
+
+    def body(server, tracer_provider):
+        model = OpenAIChatModel(
+            "gpt-4o-mini", provider=OpenAIProvider(base_url=server.base_url, api_key="sk-test")
+        )
+        agent = Agent(model, name="weather", instructions="You tell the weather.", output_type=Forecast)
+        agent.instrument = InstrumentationSettings(tracer_provider=tracer_provider)
+        agent.tool_plain(weather)
+        assert agent.run_sync("Weather in Paris?").output == Forecast(city="Paris", sky="sunny")
+
+    script = [
+        A(tool_calls=[("weather", '{"city": "Paris"}')]),
+        A(tool_calls=[("final_result", '{"city": "Paris", "sky": "sunny"}')]),
+    ]
+    drive(live_server, token, [], body, script)
+    (run,) = top_runs()
+    assert json.loads(run.output) == {"city": "Paris", "sky": "sunny"}
+    assert steps(run) == [(1, "", 1, ["weather"]), (2, "", 1, ["final_result"])]
+    call = run.iterations.get(index=2).tool_calls.get()
+    asked = run.iterations.get(index=2).model_calls.get().answer["tool_calls"][0]
+    assert (call.params, call.call_id, call.result) == (
+        {"city": "Paris", "sky": "sunny"},
+        asked["id"],
+        "Final result processed.",
+    )
+    page = alice_client.get(f"/p/default/runs/{run.run_id}/").content.decode()
+    assert "final_result" in page
+
+
+def test_openai_agents_sdk_runner_run_has_its_agents_turns_as_steps(live_server, token, alice_client):
+    run_openai_agents_handoff(live_server, token)
+    first = top_runs()[0]
+    members = {r.agent_name: r for r in models.Run.objects.filter(parent_run_id=first.run_id)}
+    assert [
+        (it.index, it.name, it.thought, it.metadata["member_run_id"])
+        for it in first.iterations.order_by("position")
+    ] == [
+        (1, "triage", "handoff to weather_agent", members["triage"].run_id),
+        (2, "weather_agent", "Sunny in Paris.", members["weather_agent"].run_id),
+    ]
+    # Each model call counted once: in the member run of the agent that made it.
+    assert first.model_calls.count() == 0
+    assert models.ModelCall.objects.count() == 6
+    page = alice_client.get(f"/p/default/runs/{first.run_id}/").content.decode()
+    assert ">Iteration 1</a> · triage" in page and ">Iteration 2</a> · weather_agent" in page
+    assert "handoff to weather_agent" in page
+
+
+def test_reassemble_traces_makes_an_agent_run_stored_as_a_member_a_run_of_its_own(
+    client, auth_headers, monkeypatch
+):
+    from django.core.management import call_command
+
+    from history_app.agent_history import otlp
+
+    from .otlp_spans import request, span
+    from .test_otlp import post
+
+    trace = "34" * 16
+    agent = {"openinference.span.kind": "AGENT", "session.id": "s-1"}
+    items = [
+        span(
+            trace, "0000000000000001", name="desk.run", attributes={**agent, "input.value": "Hi"}, end_ms=50
+        ),
+        _llm(trace, "0000000000000002", "0000000000000001", "Hello.", start_ms=1),
+        # Sent under the team's span, though it began after that span had ended.
+        span(
+            trace,
+            "0000000000000003",
+            "0000000000000001",
+            "Solo.run",
+            {**agent, "input.value": "Again"},
+            start_ms=60,
+            end_ms=90,
+        ),
+        _llm(trace, "0000000000000004", "0000000000000003", "Solo here.", start_ms=61),
+    ]
+    # Stored as the earlier version did: the later agent run a member of the team run.
+    with monkeypatch.context() as patch:
+        patch.setattr(otlp._Trace, "_enclosing", lambda self, span: span["parent_span_id"])
+        assert post(client, auth_headers, request(*items)).status_code == 200
+    solo = models.Run.objects.get(agent_name="Solo")
+    assert (solo.kind, solo.parent_run_id) == ("member", trace)
+    call_command("reassemble_traces")
+    solo = models.Run.objects.get(agent_name="Solo")
+    assert (solo.run_id, solo.kind, solo.parent_run_id, solo.input, solo.output) == (
+        f"{trace}-0000000000000003",
+        "agent",
+        None,
+        "Again",
+        "Solo here.",
+    )
+    team = models.Run.objects.get(run_id=trace)
+    assert (team.kind, team.output, team.member_interactions.count()) == ("agent", "Hello.", 0)
+    assert models.Session.objects.get().run_count == 2
+
+
+def test_smolagents_code_agent_calling_its_managed_agent_in_code_delegates_the_task_it_gave(
+    live_server, token, alice_client
+):
+    framework("smolagents")
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from smolagents import CodeAgent, OpenAIServerModel, ToolCallingAgent, tool
+
+    def body(server, tracer_provider):
+        model = OpenAIServerModel(model_id="gpt-4o-mini", api_base=server.base_url, api_key="sk-test")
+        member = ToolCallingAgent(
+            tools=[tool(weather)],
+            model=model,
+            max_steps=4,
+            name="weather_agent",
+            description="Knows the weather.",
+        )
+        CodeAgent(tools=[], model=model, max_steps=4, name="boss", managed_agents=[member]).run(
+            "What is the weather in Paris?"
+        )
+
+    code = 'Thought: ask.\n<code>\nr = weather_agent(task="Weather in Paris?")\nfinal_answer(r)\n</code>'
+    script = [
+        A(code),
+        A(tool_calls=[("weather", '{"city": "Paris"}')]),
+        A(tool_calls=[("final_answer", '{"answer": "Sunny in Paris."}')]),
+    ]
+    drive(live_server, token, [SmolagentsInstrumentor(), OpenAIInstrumentor()], body, script)
+    (boss,) = top_runs()
+    member = models.Run.objects.get(kind="member")
+    assert (member.agent_name, member.parent_run_id, member.input) == (
+        "weather_agent",
+        boss.run_id,
+        "Weather in Paris?",
+    )
+    assert "Task:\nWeather in Paris?" in json.loads(member.metadata["input.value"])["task"]
+    # The call the code made, in the step that ran it, before the final answer.
+    assert steps(boss) == [(1, "", 1, ["weather_agent", "final_answer"])]
+    call = boss.tool_calls.get(tool="weather_agent")
+    assert (call.params, call.result) == ({"task": "Weather in Paris?"}, "Sunny in Paris.")
+    page = alice_client.get(f"/p/default/runs/{boss.run_id}/").content.decode()
+    assert (
+        f'Started the member run of <strong>weather_agent</strong>: <a href="/p/default/runs/{member.run_id}/"'
+        in page
+    )

@@ -798,7 +798,9 @@ def _tool_call(span: Span, trace: _Trace | None = None) -> ToolCall:
     if "gen_ai.tool.call.arguments" in attributes:
         params = json_value(attributes["gen_ai.tool.call.arguments"])
     else:
-        params = _call_arguments(json_value(attributes.get("input.value")))
+        params = _call_arguments(
+            json_value(attributes.get("input.value")), json_value(attributes.get("tool.parameters"))
+        )
     if "gen_ai.tool.call.result" in attributes:
         result = attributes["gen_ai.tool.call.result"]
     else:
@@ -816,8 +818,9 @@ def _tool_call(span: Span, trace: _Trace | None = None) -> ToolCall:
     if parent is not None and role(parent) == OTHER:
         # LangGraph's tool node runs each call it was sent as ``{"tool_call": {...}}``:
         # the call's arguments and id as the model asked for them.
+        # LangChain 1's tool node, and one resumed or failing, sends the list of calls.
         sent = json_value(parent["attributes"].get("input.value"))
-        request = sent.get("tool_call") if isinstance(sent, dict) else None
+        request = sent.get("tool_call") if isinstance(sent, dict) else _sent_call(sent, name, call_id)
         if isinstance(request, dict) and request.get("name") == name:
             if isinstance(request.get("id"), str):
                 call_id = call_id or request["id"]
@@ -838,20 +841,54 @@ def _tool_call(span: Span, trace: _Trace | None = None) -> ToolCall:
     )
 
 
+def _sent_call(sent: Any, name: str, call_id: str) -> dict[str, Any] | None:
+    """The call named ``name`` (with id ``call_id`` where known) in a list of LangChain tool
+    calls (``[{"name": ..., "args": {...}, "id": ..., "type": "tool_call"}]``); None where the
+    list holds no such call or, without an id, several of that name."""
+    if not isinstance(sent, list):
+        return None
+    found = [
+        item
+        for item in sent[:1000]
+        if isinstance(item, dict) and item.get("type") == "tool_call" and item.get("name") == name
+    ]
+    if call_id:
+        found = [item for item in found if item.get("id") == call_id]
+    return found[0] if len(found) == 1 else None
+
+
 # How smolagents' instrumentation records a tool's arguments: the Python call's.
 _PYTHON_CALL_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
 
 
-def _call_arguments(params: Any) -> Any:
+def _call_arguments(params: Any, schema: Any = None) -> Any:
     """A tool's arguments: where an instrumentation recorded the Python call that ran the
-    tool (``{"args": [], "kwargs": {"city": "Paris"}, ...}``), the arguments it was given."""
+    tool (``{"args": [], "kwargs": {"city": "Paris"}, ...}``), the arguments it was given,
+    by name: positional ones (a CodeAgent's ``final_answer(r)``) named after the tool's
+    parameters (``tool.parameters``: smolagents' ``{"answer": {...}}`` or a JSON schema)."""
     if isinstance(params, dict) and "kwargs" in params and params.keys() <= _PYTHON_CALL_KEYS:
         args, kwargs = params.get("args"), params.get("kwargs")
         if isinstance(kwargs, dict) and not args:
             return kwargs
+        names = _parameter_names(schema)
+        if isinstance(args, list) and args and len(args) <= len(names):
+            named = dict(zip(names, args, strict=False))
+            if isinstance(kwargs, dict) and not named.keys() & kwargs.keys():
+                return {**named, **kwargs}
         if isinstance(args, list) and not kwargs:
             return args[0] if len(args) == 1 else args
     return params
+
+
+def _parameter_names(schema: Any) -> list[str]:
+    """A tool's parameter names, in order, from its ``tool.parameters``: a JSON schema's
+    ``properties``, or smolagents' own mapping of each input to its type."""
+    if not isinstance(schema, dict):
+        return []
+    properties = schema.get("properties") if schema.get("type") == "object" else schema
+    if not isinstance(properties, dict) or not all(isinstance(v, dict) for v in properties.values()):
+        return []
+    return list(properties)
 
 
 def _error_text(span: Span) -> str:
@@ -893,10 +930,18 @@ class _Trace:
         self.children: dict[str, list[Span]] = {}
         self.roots: list[Span] = []
         cyclic = self._in_cycles()
+        # Spans whose parent had ended before they began, and no span above encloses them:
+        # each starts a run of its own (``_enclosing``).
+        self.detached: set[str] = set()
         for span in self.by_id.values():
             parent = span["parent_span_id"]
             if parent and parent in self.by_id and span["span_id"] not in cyclic:
-                self.children.setdefault(parent, []).append(span)
+                parent = self._enclosing(span)
+                if parent:
+                    self.children.setdefault(parent, []).append(span)
+                else:
+                    self.detached.add(span["span_id"])
+                    self.roots.append(span)
             else:
                 self.roots.append(span)
         for items in self.children.values():
@@ -906,6 +951,22 @@ class _Trace:
         # service (OTLP sends only ended spans, so until it has arrived the trace's run
         # is still running).
         self.root = next((s for s in self.roots if is_root(s)), None)
+
+    def _enclosing(self, span: Span) -> str:
+        """The span ``span`` ran inside: its parent, unless the parent is an agent span that
+        had ended before ``span`` began (agno's instrumentation leaves the last agent span
+        it opened as the context of what follows it: the outer team's last model call
+        under the inner team's span, the next ``Agent.run`` under the team run before it).
+        Then the nearest span above that encloses it in time; "" where none does. Called
+        on spans outside cycles only; the walk is bounded all the same."""
+        parent = span["parent_span_id"]
+        hops = 0
+        while parent and parent in self.by_id and hops < 256:
+            above = self.by_id[parent]
+            if not (role(above) == AGENT and 0 < above["end"] <= span["start"]):
+                return parent
+            parent, hops = above["parent_span_id"], hops + 1
+        return parent if parent in self.by_id else ""
 
     def wrapping_models(self) -> set[str]:
         """The model spans that enclose another model span: a framework's span around
@@ -1045,6 +1106,7 @@ def assemble(spans: list[Span]) -> list[Run]:
     # first is the trace's run, named after it).
     tasks = _agents_sdk_tasks(trace)
     later_tasks = {span["span_id"] for span in tasks[1:]}
+    top.runner_run = bool(tasks)
     if later_tasks:
         top.named_by = tasks[0]
 
@@ -1071,12 +1133,15 @@ def assemble(spans: list[Span]) -> list[Run]:
             builders.append(task)
             return task, ""
         own_session = session_key(_first_text(span["attributes"], SESSION_KEYS))[:255]
-        if own_session and own_session != owner.run.session_id:
-            # A run of another session, started inside this trace: a run of its own there.
+        if (own_session and own_session != owner.run.session_id) or (
+            kind == AGENT and span["span_id"] in trace.detached
+        ):
+            # A run of another session, started inside this trace, or an agent run that
+            # began after the run it was left under had ended: a run of its own.
             other = _RunBuilder(
                 Run(
                     run_id=member_run_id(trace.trace_id, span["span_id"]),
-                    session_id=own_session,
+                    session_id=own_session or top.run.session_id,
                     user_id=_first_text(span["attributes"], USER_KEYS)[:255] or top.run.user_id,
                     framework=framework,
                 ),
@@ -1197,6 +1262,8 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         else:
             tool = _tool_call(step, trace)
             tools.append((tool, step))
+            if current is not None and not tool.call_id:
+                _handoff_request(tool, step, current, agents)
             found = asked.get(tool.call_id or "")
             if found is not None:
                 # With the model call that asked for it (a graph runs tools in a node of
@@ -1214,6 +1281,7 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
                     iterations.append(current)
                 target = current
             target.tool_calls.append(tool)
+    _unanswered_requests(builder, iterations, {tool.call_id for tool, _ in tools if tool.call_id})
     stepped = {node for _, _, node in builder.steps}
     for node_span, node in builder.nodes:
         if node_span["span_id"] not in stepped:
@@ -1264,6 +1332,21 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         last = iterations[-1]
         if not last.tool_calls and last.model_calls[0].output == run.output:
             last.thought = None  # the answer is shown as the run's output
+    if builder.runner_run and not iterations and builder.members:
+        # An Agents SDK Runner.run: its agents' turns, each a step of the run (their model
+        # and tool calls stay in the agents' member runs, so as to be counted once), each
+        # ending in its agent's answer or handoff.
+        iterations = [
+            Iteration(
+                index=number,
+                name=member.agent_name,
+                thought=member.output or None,
+                started_at=member.started_at,
+                ended_at=member.ended_at,
+                metadata={"member_run_id": member.run_id},
+            )
+            for number, member in enumerate(builder.members, start=1)
+        ]
     run.iterations = iterations
     if not calls and span is not None:
         aggregate = _aggregate_call(span)
@@ -1331,6 +1414,130 @@ def _handoff(tools: list[tuple[ToolCall, Span]], agent: str, agents: set[str]) -
     if source == agent and isinstance(target, str) and target in agents and target != agent:
         return f"handoff to {target}"
     return ""
+
+
+def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answered: set[str]) -> None:
+    """Tool calls a model asked for that no tool span records, where the framework runs
+    them without one: a smolagents manager's call of a managed agent (the agent's own run,
+    a member run: the call gets its answer, and the member run the task the manager gave
+    instead of the prompt smolagents wraps it in, kept in its metadata), and Pydantic AI's
+    ``final_result`` (the structured output, which is the run's output too)."""
+    members = list(builder.members)
+    final_results = builder.run.framework == "pydantic-ai"
+    for iteration in iterations:
+        for call in iteration.model_calls:
+            for request in call.answer.tool_calls if call.answer is not None else ():
+                if (request.id and request.id in answered) or any(
+                    c.tool == request.name and not c.call_id for c in iteration.tool_calls
+                ):
+                    continue  # a tool span answered it (one without the call's id: by name)
+                arguments = json_value(request.arguments)
+                params = arguments if isinstance(arguments, dict | list) else request.arguments
+                member = next((m for m in members if m.agent_name == request.name), None)
+                if member is not None:
+                    members.remove(member)
+                    task = params.get("task") if isinstance(params, dict) else None
+                    if isinstance(task, str) and task.strip():
+                        member.input = task
+                    iteration.tool_calls.append(
+                        ToolCall(
+                            tool=request.name[:255],
+                            params=params,
+                            result=member.output,
+                            error=member.error,
+                            started_at=member.started_at,
+                            ended_at=member.ended_at,
+                            call_id=request.id[:255] or None,
+                        )
+                    )
+                elif final_results and request.name.startswith("final_result"):
+                    iteration.tool_calls.append(
+                        ToolCall(
+                            tool=request.name[:255],
+                            params=params,
+                            result=_tool_return(builder.span, request.id),
+                            started_at=call.ended_at,
+                            ended_at=call.ended_at,
+                            call_id=request.id[:255] or None,
+                        )
+                    )
+    _called_in_code(iterations, members)
+
+
+def _called_in_code(iterations: list[Iteration], members: list[Run]) -> None:
+    """A smolagents CodeAgent manager calls its managed agents in the code it writes (no
+    tool call was asked for, no tool span sent): each such member run whose task is the
+    prompt smolagents wraps a manager's task in is a tool call of the manager's step it
+    ran in, with that task as its argument and the member run's input."""
+    for member in members:
+        found = _MANAGED_PROMPT.match(member.input or "")
+        if found is None or found.group(1) != member.agent_name or member.started_at is None:
+            continue
+        step = next(
+            (
+                it
+                for it in reversed(iterations)
+                if it.model_calls and it.started_at is not None and it.started_at <= member.started_at
+            ),
+            None,
+        )
+        if step is None:
+            continue
+        member.input = found.group(2)
+        call = ToolCall(
+            tool=member.agent_name,
+            params={"task": member.input},
+            result=member.output,
+            error=member.error,
+            started_at=member.started_at,
+            ended_at=member.ended_at,
+        )
+        later = [
+            n for n, c in enumerate(step.tool_calls) if c.started_at and c.started_at > member.started_at
+        ]
+        step.tool_calls.insert(later[0] if later else len(step.tool_calls), call)
+
+
+# The prompt smolagents gives a managed agent (its default ``managed_agent`` template): the
+# agent's name, then the task its manager gave it.
+_MANAGED_PROMPT = re.compile(
+    r"You're a helpful agent named '([^'\n]+)'\.\nYou have been submitted this task by your manager\.\n"
+    r"---\nTask:\n(.*?)\n---\n",
+    re.DOTALL,
+)
+
+
+def _tool_return(span: Span | None, call_id: str) -> str | None:
+    """What Pydantic AI answered a tool call it ran without a span (``final_result``: "Final
+    result processed."), from the run's ``pydantic_ai.all_messages``."""
+    messages = json_value(span["attributes"].get("pydantic_ai.all_messages")) if span else None
+    for message in messages[-1000:] if isinstance(messages, list) and call_id else ():
+        for part in message.get("parts") or () if isinstance(message, dict) else ():
+            if (
+                isinstance(part, dict)
+                and part.get("type") == "tool_call_response"
+                and part.get("id") == call_id
+            ):
+                return _as_text(part.get("result"))
+    return None
+
+
+def _handoff_request(tool: ToolCall, step: Span, iteration: Iteration, agents: set[str]) -> None:
+    """An OpenAI Agents SDK handoff (its span holds only the two agents' names) takes the
+    arguments and id of the ``transfer_to_<agent>`` call the model asked for."""
+    attributes = step["attributes"]
+    source, target = attributes.get("input.value"), attributes.get("output.value")
+    if not (isinstance(source, str) and isinstance(target, str) and {source, target} <= agents):
+        return
+    wanted = "transfer_to_" + re.sub(r"[^a-zA-Z0-9_]", "_", re.sub(r"\s", "_", target)).lower()
+    for call in iteration.model_calls:
+        for request in call.answer.tool_calls if call.answer is not None else ():
+            if request.name == wanted:
+                arguments = json_value(request.arguments)
+                if isinstance(arguments, dict | list):
+                    tool.params = arguments
+                tool.call_id = request.id[:255] or None
+                return
 
 
 def _thought(output: str | None) -> str | None:
@@ -1445,6 +1652,13 @@ def _user_text(value: Any, side: str) -> str | None:
     framework's arguments' ``task``; None where the value is not such a structure (it is
     then shown as it came)."""
     data = json_value(value)
+    if side == "input" and _is_command(data):
+        # A graph resumed with ``Command(resume=...)`` (after an ``interrupt``): the answer
+        # the user resumed it with; a command that only updates the state, the update's.
+        if data.get("resume") is not None:
+            resume = data["resume"]
+            return resume if isinstance(resume, str) else json.dumps(resume, ensure_ascii=False)
+        return _user_text(data.get("update"), side) if isinstance(data.get("update"), dict) else None
     if isinstance(data, dict):
         messages = data.get("messages")
         if isinstance(messages, list) and messages:
@@ -1458,6 +1672,15 @@ def _user_text(value: Any, side: str) -> str | None:
     if isinstance(data, list) and data and side == "input":
         return _last_message(data, _USER_ROLES)
     return None
+
+
+# The fields of LangGraph's ``Command``, as OpenInference's LangChain instrumentation
+# serialises the value a graph was invoked with.
+_COMMAND_KEYS = frozenset({"graph", "update", "resume", "goto"})
+
+
+def _is_command(data: Any) -> bool:
+    return isinstance(data, dict) and "resume" in data and "goto" in data and data.keys() <= _COMMAND_KEYS
 
 
 def _last_message(messages: list[Any], roles: frozenset[str]) -> str | None:

@@ -409,15 +409,23 @@ def link_delegations(run: models.Run, calls: list[models.ToolCall], skip: int = 
     delegations came before these calls, on earlier slices). A call is linked only when
     its interaction's run is stored in the project: an interaction whose run is not
     stored still takes its place in the order. Two queries when any call delegates, none
-    otherwise."""
+    otherwise (one for a team's calls when none names a member)."""
     delegations = [call for call in calls if _is_delegation(call)]
-    if not delegations:
+    # A team whose members are tools of their own name (a smolagents manager calls its
+    # managed agent ``weather_agent(task=...)``): its calls of a member's name delegate.
+    by_member = not delegations and bool(calls) and run.kind == "team"
+    if not delegations and not by_member:
         return
     interactions = list(
         models.MemberInteraction.objects.filter(run=run)
         .only("position", "member", "task", "member_run_id")
         .order_by("position")[:MAX_DELEGATIONS]
     )
+    if by_member:
+        members = {i.member for i in interactions}
+        delegations = [call for call in calls if call.tool in members]
+        if not delegations:
+            return
     ids = [i.member_run_id for i in interactions if i.member_run_id]
     stored = set(
         models.Run.objects.filter(project_id=run.project_id, run_id__in=ids).values_list("run_id", flat=True)
