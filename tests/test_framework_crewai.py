@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -38,6 +39,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 FRAMEWORKS = Path(__file__).resolve().parent / "frameworks"
 REQUIREMENTS = FRAMEWORKS / "crewai-requirements.txt"
 CREW = FRAMEWORKS / "crewai_crew.py"
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "crewai"
+CITIES = ["Paris", "Lyon"]
 A = fake_openai.Answer
 
 
@@ -110,6 +113,23 @@ def crewai():
     return python
 
 
+def crew_environment(home: Path) -> dict[str, str]:
+    """The environment the crew runs in: CrewAI's files in ``home``, nothing sent to
+    CrewAI's own telemetry service, the fake server reached without a proxy."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(
+        HOME=str(home),  # CrewAI keeps its own files under the user's folders
+        XDG_DATA_HOME=str(home / "data"),
+        CREWAI_STORAGE_DIR=str(home / "crewai"),
+        CREWAI_DISABLE_TELEMETRY="true",
+        CREWAI_TRACING_ENABLED="false",
+        OTEL_SDK_DISABLED="false",
+        OPENAI_API_KEY="sk-test",
+        NO_PROXY="127.0.0.1,localhost",
+    )
+    return env
+
+
 def kick_off(crewai: Path, live_server, tmp_path: Path, cities: list[str], script) -> fake_openai.FakeServer:
     """Runs the crew once per city in CrewAI's environment against the fake server, its
     spans sent to the live server with the suite's ingest token."""
@@ -121,17 +141,7 @@ def kick_off(crewai: Path, live_server, tmp_path: Path, cities: list[str], scrip
         "session": "crew-chat",
         "cities": cities,
     }
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(
-        HOME=str(tmp_path),  # CrewAI keeps its own files under the user's folders
-        XDG_DATA_HOME=str(tmp_path / "data"),
-        CREWAI_STORAGE_DIR=str(tmp_path / "crewai"),
-        CREWAI_DISABLE_TELEMETRY="true",  # nothing to CrewAI's own telemetry service
-        CREWAI_TRACING_ENABLED="false",
-        OTEL_SDK_DISABLED="false",
-        OPENAI_API_KEY="sk-test",
-        NO_PROXY="127.0.0.1,localhost",
-    )
+    env = crew_environment(tmp_path)
     try:
         done = subprocess.run(
             [str(crewai), str(CREW), json.dumps(config)],
@@ -170,22 +180,19 @@ def steps(run: models.Run) -> list[tuple[int, str, int, list[str]]]:
     ]
 
 
-def test_a_crew_is_one_run_per_kickoff_with_its_agents_tasks_as_members(
-    crewai, live_server, token, tmp_path, alice_client
-):
-    cities = ["Paris", "Lyon"]
-    server = kick_off(crewai, live_server, tmp_path, cities, crew_script(cities))
-    assert len(server.requests) == 6
+def assert_crew_runs(requests, client) -> None:
+    """What a CrewAI user expects of the two kickoffs of the crew (``requests``: what the
+    model was sent and answered, each with ``body`` and ``answer``)."""
     # Each kickoff: one run of the crew, its input the kickoff's inputs, its output the
     # crew's answer as text; both in the session the user named.
     runs = list(models.Run.objects.filter(parent_run_id__isnull=True).order_by("started_at", "id"))
     assert [(r.kind, r.agent_name, r.input, r.output) for r in runs] == [
         ("workflow", "Weather crew", json.dumps({"city": city}), f"It is sunny in {city} today.")
-        for city in cities
+        for city in CITIES
     ]
     assert models.Run.objects.count() == 6
     assert {r.session.session_id for r in models.Run.objects.all()} == {"crew-chat"}
-    for run, city in zip(runs, cities, strict=True):
+    for run, city in zip(runs, CITIES, strict=True):
         # Each agent's task: a member run named after the agent's role, its input the
         # task as the agent was given it, its output the task's answer.
         assert list(run.member_interactions.values_list("member", "task", "response")) == [
@@ -206,7 +213,30 @@ def test_a_crew_is_one_run_per_kickoff_with_its_agents_tasks_as_members(
         assert json.loads(members["Researcher"].metadata["input.value"])["agent"]["role"] == "Researcher"
         assert json.loads(members["Writer"].metadata["input.value"])["context"] == f"Sunny in {city}."
     # Every request the model got is a stored call, message for message.
-    exact, report, notes = conformance.match(server.requests, stored_calls(), exact_arguments=True)
-    assert report == [] and exact == 6, report
-    page = alice_client.get("/p/default/").content.decode()
+    exact, report, notes = conformance.match(requests, stored_calls(), exact_arguments=True)
+    assert report == [] and exact == len(requests) == 6, report
+    page = client.get("/p/default/").content.decode()
     assert "Weather crew" in page and "_execute_core" not in page
+
+
+def test_a_crew_is_one_run_per_kickoff_with_its_agents_tasks_as_members(
+    crewai, live_server, token, tmp_path, alice_client
+):
+    server = kick_off(crewai, live_server, tmp_path, CITIES, crew_script(CITIES))
+    assert_crew_runs(server.requests, alice_client)
+
+
+def test_the_recorded_spans_of_a_crew_make_the_same_runs(client, auth_headers, alice_client):
+    """The same, offline: what the real CrewAI sent for this crew, recorded by
+    ``tests/fixtures/crewai/record.py`` (run it again after changing the pins or the crew),
+    posted to ``/v1/traces``. Runs everywhere, also where CrewAI's environment cannot be
+    made."""
+    bodies = sorted(RECORDED.glob("otlp-*.pb"), key=lambda p: int(p.stem.split("-")[1]))
+    assert bodies, "tests/fixtures/crewai/ holds no recorded request"
+    for body in bodies:
+        response = client.post(
+            "/v1/traces", body.read_bytes(), content_type="application/x-protobuf", **auth_headers
+        )
+        assert response.status_code == 200, response.content
+    recorded = json.loads((RECORDED / "model-requests.json").read_text())
+    assert_crew_runs([SimpleNamespace(**r) for r in recorded], alice_client)
