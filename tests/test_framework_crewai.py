@@ -10,8 +10,9 @@ the hash of that file and the Python version, so that it is made once (a few min
 from PyPI) and reused after (no time at all). The crew (``tests/frameworks/crewai_crew.py``)
 runs in that environment, in a process of its own.
 
-Made cold it took 192 s here (236 s with pip's cache warm: most of it is installing CrewAI's
-~150 packages, 1 GB, chromadb and lancedb among them); reused, 0.0 s, and the test ~25 s.
+Made, it took 3 to 4 minutes here (233 s with pip's cache empty, 192 to 236 s with it full,
+on a shared machine of 2 cores: installing CrewAI's ~150 packages, 1 GB, chromadb and
+lancedb among them); reused, 0.0 s, and the test then takes about 25 s.
 Where the environment cannot be made (no network), the test is skipped with pip's error;
 with ``HISTORY_REQUIRE_FRAMEWORKS=1`` (set by .ci/run) it fails instead. The offline test
 posts what the real crew sent (recorded in ``tests/fixtures/crewai/``) and asserts the same,
