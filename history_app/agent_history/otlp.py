@@ -1321,6 +1321,7 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     kept: dict[str, Any] = {}
     run.input = _run_input(attributes, calls, kept)
     run.output = _run_output(attributes, calls, kept) if span is not None else None
+    _crewai_run(run, span, calls, iterations, kept)
     handoff = _handoff(tools, run.agent_name, agents)
     if handoff and (not calls or not calls[-1][0].output) and "output.value" not in attributes:
         run.output = handoff  # the run ended handing the conversation to another agent
@@ -1731,3 +1732,68 @@ def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:
     for span in spans:
         traces.setdefault(span["trace_id"], []).append(span)
     return traces
+
+
+# -- CrewAI ---------------------------------------------------------------------------------
+
+CREWAI_SCOPE = "openinference.instrumentation.crewai"
+
+
+def _crewai_run(
+    run: Run,
+    span: Span | None,
+    calls: list[tuple[ModelCall, list[ModelMessage]]],
+    iterations: list[Iteration],
+    kept: dict[str, Any],
+) -> None:
+    """A run from CrewAI's OpenInference instrumentation, as a CrewAI user knows it. Its
+    spans: a crew's kickoff (``<crew name>.kickoff``, a chain: its input the kickoff's
+    ``inputs``, its output the ``CrewOutput`` as JSON), and each task an agent performs
+    (``<role>[.<task name>]._execute_core``, an agent span with ``graph.node.id`` = the
+    agent's role: its input the arguments of ``Task._execute_core`` (the agent's fields,
+    the context, the tools' reprs), its output the ``TaskOutput`` as JSON). The run is
+    named after the crew or the agent's role; a task's input is its description as the
+    agent was given it (the ``TaskOutput``'s, else the first model call's input); the
+    output is the text the crew or the task returned (``raw``). The whole values stay in
+    the run's metadata. A tool's span carries no call id: a tool call takes the id of the
+    request of its name and arguments in its iteration's model call. Other runs are left
+    as they are."""
+    if span is None or span.get("scope") != CREWAI_SCOPE:
+        return
+    attributes = span["attributes"]
+    output = json_value(attributes.get("output.value"))
+    output = output if isinstance(output, dict) else {}
+    if isinstance(output.get("raw"), str):
+        run.output = output["raw"]
+        kept["output.value"] = attributes["output.value"]
+    agent_role = attributes.get("graph.node.id")
+    if role(span) == AGENT and "task_id" in attributes and isinstance(agent_role, str) and agent_role:
+        run.agent_name = agent_role[:255]
+        description = output.get("description")
+        if isinstance(description, str) and description.strip():
+            run.input = description
+        else:
+            run.input = _run_input({}, calls, kept)
+        if attributes.get("input.value") is not None:
+            kept["input.value"] = attributes["input.value"]
+    elif span["name"].endswith(".kickoff") and not _first_text(attributes, AGENT_NAME_KEYS):
+        run.agent_name = span["name"][: -len(".kickoff")][:255] or run.agent_name
+    for iteration in iterations:
+        requests = [
+            request
+            for call in iteration.model_calls
+            for request in (call.answer.tool_calls if call.answer is not None else ())
+            if request.id
+        ]
+        for tool in iteration.tool_calls:
+            match = next(
+                (
+                    r
+                    for r in requests
+                    if not tool.call_id and r.name == tool.tool and json_value(r.arguments) == tool.params
+                ),
+                None,
+            )
+            if match is not None:
+                tool.call_id = match.id[:255]
+                requests.remove(match)
