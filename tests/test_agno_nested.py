@@ -1,0 +1,293 @@
+"""agno's nested teams and composite workflows, exactly as the model saw them: real agno
+teams (a sub-team inside a team, every team sharing member interactions and team history;
+a team delegating to all its members, whose members replay their history) and workflows
+of composite steps (Parallel, Condition, Loop, Router) run against the recording fake
+OpenAI server with a SqliteDb, read back by ``import_agno``. The recording is the truth:
+every model call must equal the request agno sent, every agno block must be byte-exact,
+end where agno ended it, and rebuild identical in the inspector; every step run is a run
+under its workflow run, inside it in time."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from history_app import models
+from history_app.agent_history import blocks
+
+from . import conformance, fake_openai
+from .test_conformance import framework, stored_calls
+
+pytestmark = pytest.mark.django_db
+
+A = fake_openai.Answer
+
+
+def _delegate(member: str, task: str) -> fake_openai.Answer:
+    return A(tool_calls=[("delegate_task_to_member", json.dumps({"member_id": member, "task": task}))])
+
+
+def _model(server):
+    from agno.models.openai import OpenAIChat
+
+    return OpenAIChat(id="gpt-4o-mini", base_url=server.base_url, api_key="sk-test")
+
+
+class Recording:
+    """The SqliteDb file agno wrote and every request the model server received."""
+
+    def __init__(self, path: Path, requests: list[fake_openai.Recorded]):
+        self.path = path
+        self.requests = requests
+
+
+def _record(tmp_path_factory, name: str, script: list, drive) -> Recording:
+    framework("agno")
+    framework("sqlalchemy")
+    from agno.db.sqlite import SqliteDb
+
+    path = tmp_path_factory.mktemp(name) / "agno.db"
+    server = fake_openai.start(list(script))
+    try:
+        drive(SqliteDb(db_file=str(path)), server)
+    finally:
+        server.shutdown()
+    assert len(server.requests) == len(script)
+    return Recording(path, server.requests)
+
+
+def run_import(path: Path, *flags: str) -> str:
+    out = io.StringIO()
+    call_command("import_agno", str(path), *flags, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+# -- what "exact" means here ------------------------------------------------------------
+
+
+def _user_text(message: dict) -> str | None:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else None
+
+
+def exact_calls(recording: Recording, client) -> tuple[int, list[str]]:
+    """How many recorded requests are exact here, and what differs for the others: a
+    request is exact when a stored model call equals it (``conformance.match``), and every
+    agno block its stored call links to is the head of the user message agno sent, in
+    order, joined as agno joins them, with an exact boundary, and rebuilds identical in
+    the inspector."""
+    calls = list(models.ModelCall.objects.select_related("run").order_by("run__started_at", "position"))
+    records = stored_calls()
+    free = list(range(len(calls)))
+    verdicts: dict[tuple[int, int], tuple[str, str]] = {}
+    exact, report = 0, []
+    for n, request in enumerate(recording.requests):
+        found = None
+        for i in free:
+            differences, _ = conformance.call_differences(request.body, records[i])
+            differences += conformance.answer_differences(request.answer, records[i])
+            if not differences:
+                found = i
+                break
+        if found is None:
+            report.append(f"request {n + 1}: no stored call equals it")
+            continue
+        free.remove(found)
+        call = calls[found]
+        problems = []
+        sent_users = [_user_text(m) for m in request.body.get("messages", []) if m.get("role") == "user"]
+        for message in call.messages:
+            if message.get("role") != "user" or message.get("context") is None:
+                continue
+            contexts = list(
+                call.run.injected_contexts.filter(kind__in=blocks.LINKABLE_KINDS).order_by("position")
+            )
+            head = blocks.JOIN.join(c.text for c in contexts)
+            if not any(u is not None and u.startswith(head) for u in sent_users):
+                problems.append("the blocks are not the head of the message sent")
+            for context in contexts:
+                if (context.settings or {}).get("boundary") == "ambiguous":
+                    problems.append(f"{context.kind}: boundary ambiguous")
+                key = (call.run_id, context.position)
+                if key not in verdicts:
+                    answer = client.get(
+                        f"/api/v1/runs/{call.run.run_id}/contexts/{context.position + 1}"
+                    ).json()
+                    verdicts[key] = (answer["rebuild"]["verdict"], answer["rebuild"].get("text"))
+                verdict, text = verdicts[key]
+                if verdict != "identical" or text != context.text:
+                    problems.append(f"{context.kind} of {call.run.agent_name}: rebuild {verdict}")
+        if problems:
+            report.append(f"request {n + 1} ({call.run.agent_name}): " + "; ".join(sorted(set(problems))))
+        else:
+            exact += 1
+    return exact, report
+
+
+# -- 1. a sub-team inside a team, every team sharing interactions and history -----------
+
+CITIES = ("Lyon", "Paris", "Nice", "Metz")
+
+
+def nested_script(cities) -> list:
+    script = []
+    for city in cities:
+        script += [
+            _delegate("researcher", f"Find facts about {city}"),
+            A(f"{city}: facts"),
+            _delegate("review-board", f"Review {city}"),
+            _delegate("checker", f"Check {city}"),
+            A(f"{city} checked"),
+            _delegate("editor", f"Edit {city}"),
+            A(f"{city} edited"),
+            A(f"Board: {city} ok"),
+            A(f"Done: {city}"),
+        ]
+    return script
+
+
+def drive_nested(cities):
+    def drive(db, server):
+        from agno.agent import Agent
+        from agno.team import Team
+
+        shared = {"share_member_interactions": True, "add_team_history_to_members": True}
+        board = Team(
+            name="Review Board",
+            id="review-board",
+            model=_model(server),
+            members=[
+                Agent(name="Checker", id="checker", model=_model(server), instructions="Check."),
+                Agent(name="Editor", id="editor", model=_model(server), instructions="Edit."),
+            ],
+            **shared,
+        )
+        desk = Team(
+            name="Desk",
+            id="desk",
+            model=_model(server),
+            members=[
+                Agent(name="Researcher", id="researcher", model=_model(server), instructions="Find."),
+                board,
+            ],
+            db=db,
+            store_member_responses=True,
+            **shared,
+        )
+        for city in cities:
+            assert desk.run(f"Tell me about {city}.", session_id="desk-1").content == f"Done: {city}"
+
+    return drive
+
+
+@pytest.fixture(scope="module")
+def nested(tmp_path_factory) -> Recording:
+    return _record(tmp_path_factory, "nested", nested_script(CITIES[:3]), drive_nested(CITIES[:3]))
+
+
+@pytest.fixture(scope="module")
+def nested_longer(tmp_path_factory) -> Recording:
+    return _record(tmp_path_factory, "nested4", nested_script(CITIES), drive_nested(CITIES))
+
+
+# -- 2. a team delegating to all its members, who replay their own history --------------
+
+TOPICS = ("tea", "coffee", "cocoa")
+
+
+def panel_script(topics) -> list:
+    script = []
+    for topic in topics:
+        arguments = json.dumps({"task": f"Discuss {topic}"})
+        script += [
+            A(tool_calls=[("delegate_task_to_members", arguments)]),
+            A(f"Alpha on {topic}"),
+            A(f"Beta on {topic}"),
+            A(f"Panel: {topic}"),
+        ]
+    return script
+
+
+def drive_panel(topics):
+    def drive(db, server):
+        from agno.agent import Agent
+        from agno.team import Team
+
+        panel = Team(
+            name="Panel",
+            id="panel",
+            model=_model(server),
+            members=[
+                Agent(name=name, id=name.lower(), model=_model(server), add_history_to_context=True)
+                for name in ("Alpha", "Beta")
+            ],
+            db=db,
+            delegate_to_all_members=True,
+            share_member_interactions=True,
+            add_team_history_to_members=True,
+        )
+        for topic in topics:
+            assert panel.run(f"What about {topic}?", session_id="panel-1").content == f"Panel: {topic}"
+
+    return drive
+
+
+PANEL_FLAGS = ("--history-runs", "Alpha=3", "--history-runs", "Beta=3")
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory) -> Recording:
+    return _record(tmp_path_factory, "panel", panel_script(TOPICS), drive_panel(TOPICS))
+
+
+def _measure(recording: Recording, client, *flags: str) -> tuple[int, list[str]]:
+    run_import(recording.path, *flags)
+    exact, report = exact_calls(recording, client)
+    # The figure the report quotes (``pytest -s tests/test_agno_nested.py | grep exact``).
+    print(
+        f"agno nested/composite: exact {exact} of {len(recording.requests)} calls ({recording.path.parent.name})"
+    )
+    return exact, report
+
+
+@pytest.mark.parametrize("shape", ["nested", "nested_longer"])
+def test_a_sub_teams_blocks_end_where_agno_ended_them(shape, request, alice_client):
+    """The sub-team's message is its interactions, its own team history (its earlier
+    messages quoted whole, blocks and all), then its task: each block exact, byte-equal to
+    what agno sent, and rebuilt identical from the sub-team's own earlier runs."""
+    recording = request.getfixturevalue(shape)
+    exact, report = _measure(recording, alice_client)
+    assert report == [] and exact == len(recording.requests)
+    boards = sorted(
+        models.Run.objects.filter(agent_name="Review Board"), key=lambda r: CITIES.index(r.input.split()[-1])
+    )
+    for n, board in enumerate(boards):
+        contexts = list(board.injected_contexts.order_by("position"))
+        assert [c.kind for c in contexts] == ["member_interactions"] + ["team_history"] * bool(n)
+        assert all(c.settings["boundary"] == "exact" for c in contexts)
+        assert board.input == blocks.JOIN.join([c.text for c in contexts] + [f"Review {CITIES[n]}"])
+        if n:
+            # Its own earlier runs (agno's num_team_history_runs=3), never the Desk's.
+            (history,) = contexts[1:]
+            answer = alice_client.get(f"/api/v1/runs/{board.run_id}/contexts/{history.position + 1}").json()
+            assert answer["rebuild"]["verdict"] == "identical"
+            assert history.text.count("\nresponse: Board: ") >= min(n, 3)
+            assert "response: Done:" not in history.text
+
+
+def test_a_team_delegating_to_all_keeps_replayed_blocks_out_of_the_runs_own(panel, alice_client):
+    """Members replay their earlier member runs, whose messages held blocks: those blocks
+    are the earlier runs' contexts, never the replaying run's; its own are exact."""
+    exact, report = _measure(panel, alice_client, *PANEL_FLAGS)
+    assert report == [] and exact == len(panel.requests)
+    for member in models.Run.objects.filter(agent_name__in=("Alpha", "Beta")):
+        own = list(member.injected_contexts.filter(kind__in=blocks.LINKABLE_KINDS).order_by("position"))
+        assert all("found_in" not in c.settings and c.settings["boundary"] == "exact" for c in own)
+        task = member.input.rsplit(blocks.JOIN, 1)[-1]
+        assert member.input == blocks.JOIN.join([c.text for c in own] + [task])
