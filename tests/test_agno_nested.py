@@ -51,12 +51,13 @@ def _record(tmp_path_factory, name: str, script: list, drive) -> Recording:
     from agno.db.sqlite import SqliteDb
 
     path = tmp_path_factory.mktemp(name) / "agno.db"
-    server = fake_openai.start(list(script))
+    # No script: the server's own answers (the branches of a Parallel step ask at once).
+    server = fake_openai.start(list(script) if script is not None else None)
     try:
         drive(SqliteDb(db_file=str(path)), server)
     finally:
         server.shutdown()
-    assert len(server.requests) == len(script)
+    assert script is None or len(server.requests) == len(script)
     return Recording(path, server.requests)
 
 
@@ -291,3 +292,76 @@ def test_a_team_delegating_to_all_keeps_replayed_blocks_out_of_the_runs_own(pane
         assert all("found_in" not in c.settings and c.settings["boundary"] == "exact" for c in own)
         task = member.input.rsplit(blocks.JOIN, 1)[-1]
         assert member.input == blocks.JOIN.join([c.text for c in own] + [task])
+
+
+# -- 3. a workflow of composite steps --------------------------------------------------
+
+
+def drive_composite(db, server):
+    from agno.agent import Agent
+    from agno.workflow import Condition, Loop, Parallel, Router, Step, Workflow
+
+    def step(name):
+        return Step(name=name, agent=Agent(name=name.title(), model=_model(server), instructions=f"{name}."))
+
+    x, y = step("x"), step("y")
+    workflow = Workflow(
+        name="Composite",
+        id="composite",
+        db=db,
+        steps=[
+            step("research"),
+            Parallel(step("left"), step("right"), name="fan"),
+            Condition(name="gate", evaluator=True, steps=[step("check")]),
+            Loop(name="polish", steps=[step("polish")], max_iterations=2),
+            Router(name="route", selector=lambda step_input: [x], choices=[x, y]),
+            step("final"),
+        ],
+    )
+    assert workflow.run("Write about Lyon", session_id="wf-c").content == fake_openai.ANSWER
+
+
+@pytest.fixture(scope="module")
+def composite(tmp_path_factory) -> Recording:
+    return _record(tmp_path_factory, "composite", None, drive_composite)
+
+
+def test_steps_inside_composite_steps_are_step_runs_of_the_workflow_run(composite, alice_client):
+    """Parallel, Condition, Loop and Router steps: each step agno ran inside them is an
+    iteration of the workflow run naming its step run, a run under the workflow run with
+    its model call, inside the workflow run in time, in the order agno ran them (a Parallel
+    step's branches side by side), every placed time marked."""
+    from .test_agno_runs import assert_times_nested
+
+    exact, report = _measure(composite, alice_client)
+    assert report == [] and exact == len(composite.requests) == 8
+    (workflow,) = models.Run.objects.filter(kind="workflow")
+    steps = list(workflow.iterations.order_by("position"))
+    assert [s.name for s in steps] == ["research", "left", "right", "check", "polish", "polish", "x", "final"]
+    runs = {r.run_id: r for r in models.Run.objects.filter(parent_run_id=workflow.run_id)}
+    assert [s.metadata["step_run_id"] in runs for s in steps] == [True] * 8
+    assert len(runs) == 8 and all(r.model_calls.count() == 1 for r in runs.values())
+    assert [[w["type"] for w in s.metadata.get("within", [])] for s in steps] == [
+        [], ["Parallel"], ["Parallel"], ["Condition"], ["Loop"], ["Loop"], ["Router"], [],
+    ]  # fmt: skip
+    assert_times_nested()
+    for step in steps:
+        run = runs[step.metadata["step_run_id"]]
+        assert step.metadata["time_estimated"] is True
+        assert (step.started_at, step.ended_at) == (run.started_at, run.ended_at)
+    # In agno's order: each step after the one before it, the two branches from one start.
+    left, right = steps[1], steps[2]
+    assert left.started_at == right.started_at >= steps[0].ended_at
+    assert steps[3].started_at >= max(left.ended_at, right.ended_at)
+    for before, after in zip(steps[3:], steps[4:], strict=False):
+        assert after.started_at >= before.ended_at
+    assert workflow.ended_at >= steps[-1].ended_at
+    # Tokens as for a workflow of simple steps (tests/test_agno_runs.py): each step run
+    # holds its model call's, the workflow run none of its own.
+    for run in runs.values():
+        assert (run.input_tokens, run.output_tokens) == (
+            fake_openai.PROMPT_TOKENS,
+            fake_openai.COMPLETION_TOKENS,
+        )
+        assert (run.cost or 0) > 0
+    assert (workflow.input_tokens, workflow.output_tokens, workflow.cost) == (0, 0, None)

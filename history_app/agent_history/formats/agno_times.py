@@ -232,8 +232,9 @@ class _Placer:
         return call.ended_at
 
     def step(self, iteration: Iteration, step: Run, position: datetime) -> datetime:
-        iteration.started_at = position
         iteration.ended_at = self.run(step, position)
+        # The step began when its run did (never before the whole second agno stored).
+        iteration.started_at = step.started_at or position
         iteration.metadata["time_estimated"] = True
         return iteration.ended_at
 
