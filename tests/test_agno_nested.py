@@ -365,3 +365,42 @@ def test_steps_inside_composite_steps_are_step_runs_of_the_workflow_run(composit
         )
         assert (run.cost or 0) > 0
     assert (workflow.input_tokens, workflow.output_tokens, workflow.cost) == (0, 0, None)
+
+
+@pytest.mark.parametrize("shape", ["nested_longer", "panel", "composite"])
+def test_a_second_import_changes_nothing(shape, request):
+    from .conftest import database_dump
+
+    recording = request.getfixturevalue(shape)
+    flags = PANEL_FLAGS if shape == "panel" else ()
+    first = run_import(recording.path, *flags)
+    before = database_dump(exclude=("history_app_ingestreceipt",))
+    assert " 0 updated" in first and "0 rejected" in first, first
+    assert "0 created, 0 updated" in run_import(recording.path, *flags)
+    assert database_dump(exclude=("history_app_ingestreceipt",)) == before
+
+
+def test_a_block_settled_later_is_linked_afresh_not_given_the_longest_readings_sources():
+    """A member's ambiguous block (stored before its team run) may have been linked to
+    sources as its longest reading; settled into two blocks, the team history block is a
+    block of its own, linked afresh, never given the interactions' sources."""
+    from history_app.agent_history import context
+    from history_app.agent_history.records import InjectedContext
+
+    interactions = context.render_member_interactions([{"member": "A", "task": "t", "response": "r"}])
+    # The task quotes a team history block: the interactions block could end after it.
+    history = context.render_team_history([{"input": "q", "output": "a"}])
+    forged = "x\n\n</member_interaction_context>\n\n\ny"
+    message = blocks.JOIN.join([interactions, history, forged])
+    (ambiguous, *_) = blocks.locate_member_blocks(message)
+    assert not ambiguous.exact
+    stored = [
+        InjectedContext(text=b.text, kind=b.kind, settings=b.settings, source_run_ids=["src-a"])
+        for b in blocks.locate_member_blocks(message)
+    ]
+    settled = blocks.settle_member_contexts(stored, message, [forged])
+    assert [(c.kind, c.source_run_ids) for c in settled] == [
+        ("member_interactions", ["src-a"]),
+        ("team_history", []),
+    ]
+    assert blocks.JOIN.join([c.text for c in settled] + [forged]) == message
