@@ -153,7 +153,7 @@ def nested_script(cities) -> list:
     return script
 
 
-def drive_nested(cities):
+def drive_nested(cities, *, inner_shared: bool = True):
     def drive(db, server):
         from agno.agent import Agent
         from agno.team import Team
@@ -167,7 +167,7 @@ def drive_nested(cities):
                 Agent(name="Checker", id="checker", model=_model(server), instructions="Check."),
                 Agent(name="Editor", id="editor", model=_model(server), instructions="Edit."),
             ],
-            **shared,
+            **(shared if inner_shared else {}),
         )
         desk = Team(
             name="Desk",
@@ -190,6 +190,13 @@ def drive_nested(cities):
 @pytest.fixture(scope="module")
 def nested(tmp_path_factory) -> Recording:
     return _record(tmp_path_factory, "nested", nested_script(CITIES[:3]), drive_nested(CITIES[:3]))
+
+
+@pytest.fixture(scope="module")
+def nested_outer_only(tmp_path_factory) -> Recording:
+    """The sub-team itself shares nothing with its members; its team does."""
+    script = nested_script(CITIES[:3])
+    return _record(tmp_path_factory, "nestedouter", script, drive_nested(CITIES[:3], inner_shared=False))
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +264,7 @@ def _measure(recording: Recording, client, *flags: str) -> tuple[int, list[str]]
     return exact, report
 
 
-@pytest.mark.parametrize("shape", ["nested", "nested_longer"])
+@pytest.mark.parametrize("shape", ["nested", "nested_longer", "nested_outer_only"])
 def test_a_sub_teams_blocks_end_where_agno_ended_them(shape, request, alice_client):
     """The sub-team's message is its interactions, its own team history (its earlier
     messages quoted whole, blocks and all), then its task: each block exact, byte-equal to
@@ -365,6 +372,12 @@ def test_steps_inside_composite_steps_are_step_runs_of_the_workflow_run(composit
         )
         assert (run.cost or 0) > 0
     assert (workflow.input_tokens, workflow.output_tokens, workflow.cost) == (0, 0, None)
+    # The workflow run's page says which composite step each step ran inside.
+    page = alice_client.get(f"/p/default/runs/{workflow.run_id}/").content.decode()
+    assert '· left <span class="muted">· in Parallel <code>fan</code></span>' in page
+    assert '· x <span class="muted">· in Router <code>route</code></span>' in page
+    for step in steps:
+        assert f'This step ran as the run <a href="/p/default/runs/{step.metadata["step_run_id"]}/">' in page
 
 
 @pytest.mark.parametrize("shape", ["nested_longer", "panel", "composite"])
