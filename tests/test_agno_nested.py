@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -417,3 +418,23 @@ def test_a_block_settled_later_is_linked_afresh_not_given_the_longest_readings_s
         ("team_history", []),
     ]
     assert blocks.JOIN.join([c.text for c in settled] + [forged]) == message
+
+
+def test_rows_sent_to_the_endpoint_one_by_one_settle_the_sub_teams_blocks_too(nested):
+    """The rows posted as they are (agno writes a member's row before its team's): each
+    sub-team block, stored ambiguous, is settled when its team run arrives, by the task and
+    by the sub-team's own earlier runs already stored."""
+    from history_app.intake import ingestion
+
+    db = sqlite3.connect(f"file:{nested.path}?mode=ro", uri=True)
+    rows = [
+        json.loads(r[0]) for r in db.execute("SELECT run_data FROM agno_runs ORDER BY created_at, run_index")
+    ]
+    db.close()
+    assert all(not r.errors for r in ingestion.ingest_items(items=rows, format="agno"))
+    for board in models.Run.objects.filter(agent_name="Review Board"):
+        contexts = list(board.injected_contexts.filter(kind__in=blocks.LINKABLE_KINDS).order_by("position"))
+        assert [c.settings["boundary"] for c in contexts] == ["exact"] * len(contexts), board.input[-12:]
+        assert board.input == blocks.JOIN.join(
+            [c.text for c in contexts] + [board.input.rsplit("\n\n", 1)[-1]]
+        )

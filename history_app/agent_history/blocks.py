@@ -305,20 +305,24 @@ def is_ambiguous(contexts: Iterable[Any]) -> bool:
     return any(c.kind in MEMBER_KINDS and (c.settings or {}).get("boundary") == "ambiguous" for c in contexts)
 
 
-def settle_member_contexts(contexts: list[Any], message: str, tasks: Iterable[str]) -> list[Any] | None:
+def settle_member_contexts(
+    contexts: list[Any], message: str, tasks: Iterable[str], known: Iterable[str] = ()
+) -> list[Any] | None:
     """A member run's contexts with their ambiguous blocks located again in ``message``
     (the member's whole message: its ``input``) now that ``tasks`` are known; None when
     they stay as they are: nothing ambiguous, ``message`` is not the one the blocks were
     read from, or no task settles them.
 
     A member run that arrives before its team run keeps the longest reading; when the team
-    run's tasks are known (it arrived first, or later), only one reading can be right."""
+    run's tasks are known (it arrived first, or later), only one reading can be right.
+    ``known``: the team history blocks it may have been sent, rebuilt from its earlier
+    runs (``locate_member_blocks``), for a sub-team's history that quotes its messages."""
     member = [c for c in contexts if c.kind in MEMBER_KINDS]
     if not is_ambiguous(member) or not isinstance(message, str):
         return None
     if [b.text for b in locate_member_blocks(message)] != [c.text for c in member]:
         return None  # not the message these blocks came from (or it was redacted differently)
-    located = locate_member_blocks(message, tasks)
+    located = locate_member_blocks(message, tasks, known)
     if not located or not all(block.exact for block in located):
         return None
     template = member[0]
