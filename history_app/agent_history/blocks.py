@@ -135,13 +135,18 @@ def _member_candidates(message: str) -> tuple[list[int], list[int], list[int]]:
     return inter_ends, team_starts, team_ends
 
 
-def locate_member_blocks(message: str, tasks: Iterable[str] = ()) -> list[Located]:
+def locate_member_blocks(message: str, tasks: Iterable[str] = (), known: Iterable[str] = ()) -> list[Located]:
     """The interactions and team history blocks at the head of a team member's message.
 
     ``tasks`` are the texts that may follow the blocks (the tasks the leader delegated to
     this member): a reading whose rest is one of them is the one agno sent, and when only
     one reading fits, the boundary is exact. Readings are counted, never listed: linear in
     the message (and in the tasks), whatever the content forges.
+
+    ``known`` are texts a block of the message may be, rebuilt from its sources (the team
+    history blocks agno renders from the member's earlier runs): where the tasks leave
+    more than one reading (a sub-team's history quotes its earlier messages, blocks and
+    all), the one reading whose team history block is one of them is the one agno sent.
     """
     inter_ends, team_starts, team_ends = _member_candidates(message)
     ends = sorted(set(inter_ends) | {e for e in team_ends if team_starts and e > team_starts[0]})
@@ -178,6 +183,10 @@ def locate_member_blocks(message: str, tasks: Iterable[str] = ()) -> list[Locate
     if fitting:
         readings = sum(count_at(end) for end in fitting)
         chosen = longest_at(max(fitting))
+        if readings > 1:
+            settled = _settled_by_known(message, fitting, team_starts, inter_set, team_set, set(known))
+            if settled is not None:
+                chosen, readings = settled, 1
     else:
         # No known task settles it: the longest reading, the most text kept in the blocks.
         chosen = longest_at(ends[-1])
@@ -192,6 +201,31 @@ def locate_member_blocks(message: str, tasks: Iterable[str] = ()) -> list[Locate
         more = max(0, len(inside) - MAX_PLACES)
         located.append(Located(kind, message[s:e], s, e, readings == 1, readings, inside[:MAX_PLACES], more))
     return located
+
+
+def _settled_by_known(
+    message: str,
+    ends: set[int],
+    team_starts: list[int],
+    inter_set: set[int],
+    team_set: set[int],
+    known: set[str],
+) -> list[tuple[str, int, int]] | None:
+    """The one reading among those ending at ``ends`` whose team history block is one of
+    the ``known`` texts (its interactions block, if any, is then what precedes it), or
+    None when none or more than one is."""
+    if not known:
+        return None
+    found = []
+    for end in ends:
+        if end not in team_set:
+            continue
+        for start in team_starts:
+            if start + len(OPENERS["team_history"]) <= end and message[start:end] in known:
+                head = [("member_interactions", 0, start - len(JOIN))] if start else []
+                if not start or start - len(JOIN) in inter_set:
+                    found.append([*head, ("team_history", start, end)])
+    return found[0] if len(found) == 1 else None
 
 
 def _inside(candidates: Iterable[tuple[int, str]], start: int, end: int) -> tuple[int, ...]:
@@ -259,7 +293,7 @@ def handed_tasks(team_run: Any, member_run: Any) -> list[str]:
                 if (
                     call.tool.startswith("delegate")
                     and isinstance(params, dict)
-                    and params.get("member_id") == agent_id
+                    and params.get("member_id") in (agent_id, None)  # None: to every member
                 ) and isinstance(params.get("task"), str):
                     tasks.append(params["task"])
     return tasks
@@ -271,20 +305,24 @@ def is_ambiguous(contexts: Iterable[Any]) -> bool:
     return any(c.kind in MEMBER_KINDS and (c.settings or {}).get("boundary") == "ambiguous" for c in contexts)
 
 
-def settle_member_contexts(contexts: list[Any], message: str, tasks: Iterable[str]) -> list[Any] | None:
+def settle_member_contexts(
+    contexts: list[Any], message: str, tasks: Iterable[str], known: Iterable[str] = ()
+) -> list[Any] | None:
     """A member run's contexts with their ambiguous blocks located again in ``message``
     (the member's whole message: its ``input``) now that ``tasks`` are known; None when
     they stay as they are: nothing ambiguous, ``message`` is not the one the blocks were
     read from, or no task settles them.
 
     A member run that arrives before its team run keeps the longest reading; when the team
-    run's tasks are known (it arrived first, or later), only one reading can be right."""
+    run's tasks are known (it arrived first, or later), only one reading can be right.
+    ``known``: the team history blocks it may have been sent, rebuilt from its earlier
+    runs (``locate_member_blocks``), for a sub-team's history that quotes its messages."""
     member = [c for c in contexts if c.kind in MEMBER_KINDS]
     if not is_ambiguous(member) or not isinstance(message, str):
         return None
     if [b.text for b in locate_member_blocks(message)] != [c.text for c in member]:
         return None  # not the message these blocks came from (or it was redacted differently)
-    located = locate_member_blocks(message, tasks)
+    located = locate_member_blocks(message, tasks, known)
     if not located or not all(block.exact for block in located):
         return None
     template = member[0]
@@ -297,6 +335,9 @@ def settle_member_contexts(contexts: list[Any], message: str, tasks: Iterable[st
                 text=block.text,
                 kind=block.kind,
                 settings={**kept, **block.settings, "settled_by": SETTLED_BY},
+                # The sources found for the ambiguous block were those of its longest
+                # reading: a block of another kind is linked afresh.
+                source_run_ids=list(template.source_run_ids) if block.kind == template.kind else [],
             )
         )
     first = contexts.index(template)

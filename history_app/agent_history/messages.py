@@ -447,7 +447,9 @@ def find_contexts(run: Any) -> int:
     their layout rather than the first closing tag. A block may start anywhere in a message
     (agno-go appends the workflow history to the instructions). Each block is stored once
     a run, byte-exact, with where it was first seen: ``settings["found_in"]`` = the call's
-    position in the run, the message's index and the offset of its first character."""
+    position in the run, the message's index and the offset of its first character.
+    Messages replayed from earlier runs (``part == "history"``) are left out: the blocks
+    they quote were those runs' contexts, not this run's."""
     from . import blocks
     from .records import InjectedContext
 
@@ -456,9 +458,10 @@ def find_contexts(run: Any) -> int:
     for c, call in enumerate(run.all_model_calls()):
         for m, message in enumerate(call.messages):
             text = message.content
-            if "_context>" not in text:
+            if "_context>" not in text or message.part == "history":
+                # A replayed message's blocks are an earlier run's context, not this run's.
                 continue
-            for start, block in _blocks_in(text, blocks):
+            for start, block in _blocks_in(text, blocks, held):
                 key = (block.kind, block.text)
                 position = next(
                     (n for n, ctx in enumerate(run.injected_contexts) if (ctx.kind, ctx.text) == key), None
@@ -483,8 +486,11 @@ def find_contexts(run: Any) -> int:
     return added
 
 
-def _blocks_in(text: str, blocks: Any) -> list[tuple[int, Any]]:
-    """(offset, located block) of each block in ``text``, wherever it starts."""
+def _blocks_in(text: str, blocks: Any, held: set[tuple[str, str]] = frozenset()) -> list[tuple[int, Any]]:
+    """(offset, located block) of each block in ``text``, wherever it starts. Where the
+    text there is a block the run already holds (``held``: (kind, text), located by its
+    parser with what settles its boundary: the task, the earlier runs), that block is
+    taken as it is, never located again without what settled it."""
     found: list[tuple[int, Any]] = []
     position = 0
     openers = [(kind, opener) for kind, opener in blocks.OPENERS.items()]
@@ -495,6 +501,12 @@ def _blocks_in(text: str, blocks: Any) -> list[tuple[int, Any]]:
             break
         start, kind = min(starts)
         rest = text[start:]
+        same = [t for k, t in held if k == kind and rest.startswith(t)]
+        if same:
+            kept = max(same, key=len)
+            found.append((start, blocks.Located(kind, kept, 0, len(kept), True)))
+            position = start + len(kept)
+            continue
         located = (
             [blocks.locate_workflow_block(rest)]
             if kind == "workflow_history"

@@ -36,6 +36,7 @@ from django.utils import timezone
 from history_app import models
 from history_app.access import audit
 from history_app.agent_history import blocks
+from history_app.agent_history import context as renderers
 from history_app.agent_history.records import Run
 from history_app.intake import bulk
 from history_app.store import locks, mapper, provenance, rollups, search
@@ -766,8 +767,34 @@ def _settled_by_team_run(run: Run, project_id: int) -> Run:
     if team is None:
         return run
     tasks = blocks.handed_tasks(mapper.run_record(team), run)
-    settled = blocks.settle_member_contexts(run.injected_contexts, run.input or "", tasks)
+    known = _team_histories(project_id, run)
+    settled = blocks.settle_member_contexts(run.injected_contexts, run.input or "", tasks, known)
     return run if settled is None else replace(run, injected_contexts=settled)
+
+
+# The most earlier runs a rebuilt team history block is tried with (agno's default is 3).
+TEAM_HISTORY_RUNS_TRIED = 20
+
+
+def _team_histories(project_id: int, run: Run) -> list[str]:
+    """The team history blocks agno may have sent a member run, rebuilt verbatim from the
+    stored runs of its session before it (``get_team_history_context``): for a sub-team,
+    its own completed runs; for an agent, the session's completed top-level team runs;
+    never the run it ran under. One block for each number of runs up to
+    ``TEAM_HISTORY_RUNS_TRIED``. One query."""
+    runs = models.Run.objects.filter(
+        project_id=project_id, session__session_id=run.session_id, kind="team", status="completed"
+    ).exclude(run_id__in=[run.run_id, run.parent_run_id or ""])
+    if run.kind == "team":
+        runs = runs.filter(team_id=run.team_id) if run.team_id else runs.filter(agent_name=run.agent_name)
+    else:
+        runs = runs.filter(Q(parent_run_id__isnull=True) | Q(parent_run_id=""))
+    if run.started_at is not None:
+        runs = runs.filter(started_at__lt=run.started_at)
+    found = list(runs.order_by("-started_at", "-id").values_list("input", "output")[:TEAM_HISTORY_RUNS_TRIED])
+    found.reverse()
+    entries = [{"input": text or "", "output": output or ""} for text, output in found]
+    return [renderers.render_team_history(entries[-n:], verbatim=True) for n in range(1, len(entries) + 1)]
 
 
 def _settle_members(team: Run, project_id: int) -> None:
@@ -787,7 +814,8 @@ def _settle_members(team: Run, project_id: int) -> None:
     for member in waiting.distinct():
         record = mapper.run_record(member)
         tasks = blocks.handed_tasks(team, record)
-        settled = blocks.settle_member_contexts(record.injected_contexts, record.input or "", tasks)
+        known = _team_histories(project_id, record)
+        settled = blocks.settle_member_contexts(record.injected_contexts, record.input or "", tasks, known)
         if settled is not None:
             record.injected_contexts = settled
             _write_run(

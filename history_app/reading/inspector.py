@@ -194,12 +194,36 @@ def _pool(run: models.Run, context: models.InjectedContext) -> list[Any]:
         if not run.parent_run_id:
             return []
         runs = runs.filter(parent_run_id=run.parent_run_id).exclude(output__isnull=True)
+    elif context.kind == "team_history" and run.parent_run_id:
+        # agno's get_team_history_context: a sub-team is sent its own earlier runs, at any
+        # depth; an agent member, the session's top-level team runs. Never the runs it
+        # ran under (they were in progress), only completed ones.
+        runs = runs.filter(kind="team", status="completed").exclude(output__isnull=True)
+        runs = runs.exclude(run_id__in=_ancestors(run))
+        if run.kind == "team":
+            runs = runs.filter(team_id=run.team_id) if run.team_id else runs.filter(agent_name=run.agent_name)
+        else:
+            runs = runs.filter(Q(parent_run_id__isnull=True) | Q(parent_run_id=""))
     else:
         kind = "workflow" if context.kind == "workflow_history" else "team"
         runs = runs.filter(kind=kind).exclude(output__isnull=True)
     if run.started_at:
         runs = runs.filter(Q(started_at__lt=run.started_at) | Q(started_at__isnull=True))
     return list(runs.order_by("started_at", "received_at", "id")[:1000])
+
+
+def _ancestors(run: models.Run, depth: int = 20) -> list[str]:
+    """The run ids of the runs ``run`` ran under, up to ``depth`` levels (a query each)."""
+    found: list[str] = []
+    parent = run.parent_run_id
+    while parent and parent not in found and len(found) < depth:
+        found.append(parent)
+        parent = (
+            models.Run.objects.filter(session_id=run.session_id, run_id=parent)
+            .values_list("parent_run_id", flat=True)
+            .first()
+        )
+    return found
 
 
 _BLOCKS = {

@@ -535,7 +535,9 @@ def mark_reconstructed(run: Run, replay: dict[str, Any]) -> None:
         call.metadata["reconstructed_history"] = {**said, "source_run_ids": list(replay["source_run_ids"])}
 
 
-def _contexts(payload: dict[str, Any], step: str, tails: Sequence[str] = ()) -> list[InjectedContext]:
+def _contexts(
+    payload: dict[str, Any], step: str, tails: Sequence[str] = (), known: Sequence[str] = ()
+) -> list[InjectedContext]:
     """The history blocks at the head of the run's user message, found by the layout agno
     writes (``blocks``), never by the first closing tag: agno escapes nothing, so content
     may hold one. ``tails`` are the texts that may follow the blocks (the tasks the leader
@@ -547,7 +549,7 @@ def _contexts(payload: dict[str, Any], step: str, tails: Sequence[str] = ()) -> 
     text = value_text(user.get("content")) if user else None
     if text is None:
         text = _input(payload)  # input_content: the composed message, when messages are not kept
-    located = blocks.locate_member_blocks(text or "", tails)
+    located = blocks.locate_member_blocks(text or "", tails, known)
     workflow = blocks.locate_workflow_block(text or "", tails)
     for block in [*located, *([workflow] if workflow else [])]:
         contexts.append(
@@ -595,6 +597,28 @@ def reconstructed_workflow_history(
     )
 
 
+def team_history_blocks(previous: Sequence[dict[str, Any]], team_id: Any = None) -> list[str]:
+    """The team history blocks agno 3.1 may have sent a member of a team
+    (``add_team_history_to_members``, ``TeamSession.get_team_history_context``), rebuilt
+    byte for byte from the session's earlier runs (``previous``, oldest first): for a
+    sub-team (``team_id``), its own earlier runs at any depth; for an agent, the session's
+    top-level team runs. Only completed runs; one block for each number of runs agno may
+    have been told to include (``num_team_history_runs``, 3 by default), the last N."""
+    completed = [
+        run
+        for run in previous
+        if isinstance(run, dict)
+        and str(run.get("status") or "COMPLETED").upper() == "COMPLETED"
+        and (
+            run.get("team_id") == team_id and not run.get("agent_id")
+            if team_id is not None
+            else not run.get("parent_run_id") and run.get("team_id") and not run.get("agent_id")
+        )
+    ]
+    entries = [{"input": _input(run), "output": value_text(run.get("content")) or ""} for run in completed]
+    return [context.render_team_history(entries[-n:], verbatim=True) for n in range(1, len(entries) + 1)]
+
+
 def delegated_tasks(payload: dict[str, Any], member_id: Any = None) -> list[str]:
     """The tasks a team run handed to its members (``delegate_task_to_member`` and the
     like), or to the member ``member_id`` alone: the texts that follow the history blocks
@@ -609,7 +633,9 @@ def delegated_tasks(payload: dict[str, Any], member_id: Any = None) -> list[str]
             continue
         if not isinstance(args, dict) or not isinstance(args.get("task"), str):
             continue
-        if member_id is None or args.get("member_id") == member_id:
+        # A delegation that names no member (``delegate_task_to_members``) hands its task
+        # to every member.
+        if member_id is None or args.get("member_id") in (member_id, None):
             tasks.append(args["task"])
     return tasks
 
@@ -653,13 +679,16 @@ def parse(
     *,
     include_members: bool = True,
     tasks: Sequence[str] = (),
+    known: Sequence[str] = (),
     order_times: bool = True,
 ) -> list[Run]:
     """Runs from one agno run dict: the run, then the runs it holds (its members'
     ``member_responses`` with ``include_members``, nested teams' members too, and a
     workflow's step runs). ``tasks``: for a member run stored as its own row, the tasks its
     team run delegated (``delegated_tasks`` of the parent), which settle where its history
-    blocks end. ``order_times``: place the times of these runs so that nothing sits outside
+    blocks end; ``known``: the team history blocks it may have been sent, rebuilt from
+    its earlier runs (``team_history_blocks``), which settle where a block that quotes
+    another ends. ``order_times``: place the times of these runs so that nothing sits outside
     its parent (``agno_times.place_times``); an importer that reads a run's children from
     other rows places them once it has them all."""
     if not payload.get("run_id"):
@@ -673,9 +702,9 @@ def parse(
         ):
             runs = _workflow_runs(payload)
         elif payload.get("team_id") and not payload.get("agent_id"):
-            runs = _team(payload, include_members)
+            runs = _team(payload, include_members, tasks, known)
         else:
-            runs = [_agent(payload, tasks)]
+            runs = [_agent(payload, tasks, known)]
     except (AttributeError, TypeError, KeyError) as exc:
         raise RecordError([("$", f"not a readable agno run: {exc}")]) from None
     if order_times:
@@ -683,19 +712,22 @@ def parse(
     return runs
 
 
-def _agent(payload: dict[str, Any], tasks: Sequence[str] = ()) -> Run:
+def _agent(payload: dict[str, Any], tasks: Sequence[str] = (), known: Sequence[str] = ()) -> Run:
     name = value_text(payload.get("agent_name") or payload.get("agent_id")) or "Agent"
     kind = "member" if payload.get("parent_run_id") and not payload.get("workflow_step_id") else "agent"
     run = _base(payload, kind, name)
     run.iterations, _ = _tool_calls(payload)
-    run.injected_contexts = _contexts(payload, name, tasks)
+    run.injected_contexts = _contexts(payload, name, tasks, known)
     return run
 
 
-def _team(payload: dict[str, Any], include_members: bool) -> list[Run]:
+def _team(
+    payload: dict[str, Any], include_members: bool, tasks: Sequence[str] = (), known: Sequence[str] = ()
+) -> list[Run]:
     run = _base(payload, "team", value_text(payload.get("team_name") or payload.get("team_id")) or "Team")
     run.iterations, _ = _tool_calls(payload)
-    run.injected_contexts = _contexts(payload, run.agent_name)
+    # A sub-team is a member too: the tasks its team handed it settle its blocks.
+    run.injected_contexts = _contexts(payload, run.agent_name, tasks, known)
     members = [m for m in payload.get("member_responses") or [] if isinstance(m, dict)]
     for call in agno_times.delegations(run):
         member_id = call.params.get("member_id")
@@ -787,12 +819,12 @@ def _member_runs(payload: dict[str, Any], team: Run, members: list[dict[str, Any
     runs: list[Run] = []
     for member in members:
         member = {**member, "parent_run_id": member.get("parent_run_id") or team.run_id}
-        if member.get("team_id") and not member.get("agent_id"):
-            runs.extend(_team(member, include_members=True))
-            continue
         own = [
             i.task for i in team.member_interactions if i.member_run_id == value_text(member.get("run_id"))
         ]
+        if member.get("team_id") and not member.get("agent_id"):
+            runs.extend(_team(member, True, delegated_tasks(payload, member.get("team_id")) + own))
+            continue
         runs.append(_agent(member, delegated_tasks(payload, member.get("agent_id")) + own))
     return runs
 
@@ -807,8 +839,8 @@ def _workflow_runs(payload: dict[str, Any]) -> list[Run]:
     seen = {run.run_id}
     tails = [run.input] + [
         step["content"]
-        for step in payload.get("step_results") or []
-        if isinstance(step, dict) and isinstance(step.get("content"), str)
+        for step, _ in _leaf_steps(payload.get("step_results") or [])
+        if isinstance(step.get("content"), str)
     ]
     for executor in payload.get("step_executor_runs") or []:
         if not isinstance(executor, dict) or executor.get("run_id") is None:
@@ -835,27 +867,51 @@ def _workflow(payload: dict[str, Any]) -> Run:
     # A step's message follows its workflow history block: the workflow's input for the
     # first step, an earlier step's output after that.
     tails = [run.input]
-    for position, step in enumerate(payload.get("step_results") or [], start=1):
-        if not isinstance(step, dict):
-            continue
+    for position, (step, within) in enumerate(_leaf_steps(payload.get("step_results") or []), start=1):
         name = value_text(step.get("step_name")) or f"step-{position}"
         executor = executors.get(step.get("step_run_id"), {})
         # The step's model calls and tool calls belong to its step run (``_workflow_runs``).
-        run.iterations.append(
-            Iteration(
-                index=position,
-                name=name,
-                metadata={
-                    "output": value_text(step.get("content")),
-                    "executor": step.get("executor_name"),
-                    "step_run_id": step.get("step_run_id"),
-                    "success": step.get("success"),
-                    "error": step.get("error"),
-                },
-            )
-        )
+        metadata = {
+            "output": value_text(step.get("content")),
+            "executor": step.get("executor_name"),
+            "step_run_id": step.get("step_run_id"),
+            "success": step.get("success"),
+            "error": step.get("error"),
+        }
+        if within:
+            # The composite steps (Parallel, Condition, Loop, Router, Steps) it ran inside,
+            # outermost first: ``{"name", "type", "group"}``, ``group`` numbering each
+            # composite step of the run (steps of one Parallel group ran side by side).
+            metadata["within"] = within
+        run.iterations.append(Iteration(index=position, name=name, metadata=metadata))
         if executor:
             run.injected_contexts.extend(_contexts(executor, name, tails))
         if isinstance(step.get("content"), str):
             tails.append(step["content"])
     return run
+
+
+def _leaf_steps(
+    steps: Sequence[Any], within: tuple[dict[str, Any], ...] = (), counter: list[int] | None = None
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """The steps agno ran, in order, each with the composite steps it ran inside: a
+    composite step's result (``Parallel``, ``Condition``, ``Loop``, ``Router``, ``Steps``)
+    holds its inner steps' results in ``steps``; one that ran no inner step (a condition
+    that was false) is a step of its own."""
+    counter = [0] if counter is None else counter
+    found: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for step in steps:
+        if not isinstance(step, dict):
+            continue
+        inner = [s for s in step.get("steps") or [] if isinstance(s, dict)]
+        if not inner:
+            found.append((step, list(within)))
+            continue
+        counter[0] += 1
+        group = {
+            "name": value_text(step.get("step_name")) or "",
+            "type": value_text(step.get("step_type")) or "",
+            "group": counter[0],
+        }
+        found.extend(_leaf_steps(inner, (*within, group), counter))
+    return found

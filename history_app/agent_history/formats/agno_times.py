@@ -13,11 +13,14 @@ what agno measured, and anchors the tree on the tool times agno kept exactly:
 
 * the top-level run starts where the exact tool times put it (the earliest start they
   allow), never before its whole-second ``created_at`` nor a second after it; with no
-  exact tool time, at ``created_at``;
+  exact tool time, at ``created_at``; and not before the session's run before it (in the
+  order given, agno's) ended, as long as that is within its second;
 * a tool call with exact times keeps them whenever the parts before it fit before it; a
   model call that asked for such a tool ends when the tool starts;
 * a delegation spans the member run it started (and the team's own handling after it);
-  a workflow step (an iteration of the workflow run) spans its step run;
+  a workflow step (an iteration of the workflow run) spans its step run; the steps inside
+  composite steps (Parallel, Condition, Loop, Router) are steps of their own, in the order
+  agno ran them, the branches of one Parallel step side by side from the same start;
 * a run lasts at least its measured duration and at least until its last part ends;
   nothing starts before the whole second agno stored for it.
 
@@ -150,9 +153,19 @@ class _Placer:
         position = start
         unlinked: datetime | None = None  # where a delegation no member run was linked to starts
         parts = self.tree.parts(run)
+        parallel: tuple[object, datetime, datetime] | None = None  # (group, its start, its end so far)
         for n, (kind, part, child) in enumerate(parts):
             if kind == "step":
-                position = self.step(part, child, position)  # type: ignore[arg-type]
+                group = _parallel_group(part)  # type: ignore[arg-type]
+                if group is not None and parallel is not None and parallel[0] == group:
+                    # A branch of the Parallel step before it: they ran side by side.
+                    end = self.step(part, child, parallel[1])  # type: ignore[arg-type]
+                    parallel = (group, parallel[1], max(parallel[2], end))
+                    position = parallel[2]
+                else:
+                    start = position
+                    position = self.step(part, child, position)  # type: ignore[arg-type]
+                    parallel = (group, start, position) if group is not None else None
             elif kind == "call":
                 following = parts[n + 1] if n + 1 < len(parts) else None
                 position = self.model_call(part, position, following)  # type: ignore[arg-type]
@@ -219,10 +232,21 @@ class _Placer:
         return call.ended_at
 
     def step(self, iteration: Iteration, step: Run, position: datetime) -> datetime:
-        iteration.started_at = position
         iteration.ended_at = self.run(step, position)
+        # The step began when its run did (never before the whole second agno stored).
+        iteration.started_at = step.started_at or position
         iteration.metadata["time_estimated"] = True
         return iteration.ended_at
+
+
+def _parallel_group(iteration: Iteration) -> object | None:
+    """The innermost Parallel step a workflow step ran inside (its number in the run), or
+    None: the branches of one Parallel step are placed side by side."""
+    within = iteration.metadata.get("within")
+    if not isinstance(within, list):
+        return None
+    groups = [w.get("group") for w in within if isinstance(w, dict) and w.get("type") == "Parallel"]
+    return groups[-1] if groups else None
 
 
 def _timed(runs: Iterable[Run]) -> list[tuple[object, datetime | None, datetime | None, dict | None]]:
@@ -247,6 +271,7 @@ def place_times(runs: Iterable[Run]) -> None:
     runs = list(runs)
     tree = _Tree(runs)
     saved = _timed(runs)
+    ended: dict[str, datetime] = {}  # where the session's latest placed tree ends
     try:
         for run in runs:
             if run.parent_run_id in tree.by_id or run.started_at is None:
@@ -258,7 +283,13 @@ def place_times(runs: Iterable[Run]) -> None:
             if offsets and floor.tzinfo is not None:
                 exact = datetime.fromtimestamp(min(offsets), tz=floor.tzinfo)
                 start = min(max(exact, floor), floor + _WITHIN_SECOND)
-            _Placer(tree).run(run, start)
+            # Runs of one session stored in the same second ran one after another, in the
+            # order agno lists them: a run starts after the one before it ended, as long
+            # as that is within its own second.
+            before = ended.get(run.session_id)
+            if before is not None and before > start and before.tzinfo == start.tzinfo:
+                start = min(before, floor + _WITHIN_SECOND)
+            ended[run.session_id] = _Placer(tree).run(run, start)
         for item, *_ in _timed(runs):
             for when in (item.started_at, item.ended_at):  # type: ignore[attr-defined]
                 if when is not None:

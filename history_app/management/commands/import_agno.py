@@ -69,6 +69,36 @@ def delegations(rows: list[tuple]) -> dict[str, dict[str, Any]]:
     return teams
 
 
+def member_team_histories(rows: list[tuple]) -> dict[str, list[str]]:
+    """The team history blocks each member run (an agent's or a sub-team's, a row with a
+    ``parent_run_id``) may have been sent (``agno.team_history_blocks``), by its run id:
+    rebuilt from the rows of its session before it, less the runs it ran under (in
+    progress when it ran). They settle where its blocks end when a sub-team's history
+    quotes its earlier messages, blocks and all."""
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    parents: dict[str, str] = {}
+    found: dict[str, list[str]] = {}
+    for payload in filter(None, map(row_payload, rows)):
+        if payload.get("run_id") is None:
+            continue
+        run_id = str(payload["run_id"])
+        earlier = sessions.setdefault(str(payload.get("session_id")), [])
+        parent = payload.get("parent_run_id")
+        if parent:
+            parents[run_id] = str(parent)
+            above = set()
+            while parent and str(parent) not in above:
+                above.add(str(parent))
+                parent = parents.get(str(parent))
+            previous = [p for p in earlier if str(p["run_id"]) not in above]
+            member_team = payload.get("team_id") if not payload.get("agent_id") else None
+            blocks = agno.team_history_blocks(previous, member_team)
+            if blocks:
+                found[run_id] = blocks
+        earlier.append(payload)
+    return found
+
+
 def row_ids(source: str, schema: str) -> set[str]:
     """The run id of every row, whatever ``--since`` reads: a run embedded in another
     (``member_responses``) that is also a row of its own is imported from its row."""
@@ -384,6 +414,7 @@ class Command(BaseCommand):
         # Member runs are rows of their own, written before their team's row; the tasks the
         # team delegated to each member settle where the blocks in its message end.
         teams = delegations(rows)
+        team_histories = member_team_histories(history_rows(source, schema, since_epoch, rows))
         children = member_rows(rows)
         stored_ids = row_ids(source, schema)
         emitted: set[str] = set()
@@ -417,12 +448,15 @@ class Command(BaseCommand):
                 payload = agno.with_replay(payload, replay["messages"])
             try:
                 team = teams.get(str(payload.get("parent_run_id")))
-                tasks = (
-                    agno.delegated_tasks(team, payload["agent_id"])
-                    if team and payload.get("agent_id")
-                    else []
+                # A member agent is named by its agent id, a sub-team by its team id.
+                member_id = payload.get("agent_id") or (
+                    payload.get("team_id") if payload.get("parent_run_id") else None
                 )
-                runs = own_runs(agno.parse(payload, tasks=tasks, order_times=False), stored_ids, emitted)
+                tasks = agno.delegated_tasks(team, member_id) if team and member_id else []
+                known = team_histories.get(str(payload.get("run_id")), [])
+                runs = own_runs(
+                    agno.parse(payload, tasks=tasks, known=known, order_times=False), stored_ids, emitted
+                )
                 link_member_rows(runs[0], payload, children)
             except RecordError:
                 runs = None  # sent as it is: ingestion reports what is wrong, with its path
