@@ -1000,3 +1000,66 @@ def test_pydantic_ai_agent_delegating_in_a_tool_is_a_member_run(live_server, tok
     call = run.tool_calls.get()
     assert (call.params, call.result) == ({"question": "Paris?"}, "Sunny.")
     assert_conforms(server, exact_arguments=False, expected=3)
+
+
+# -- Several runs started at once ------------------------------------------------------------
+
+
+def test_langgraph_batch_of_two_inputs_is_two_runs(live_server, token):
+    instrumentor = _langchain()
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def body(server, tracer_provider):
+        model = _chat(server)
+        builder = StateGraph(MessagesState)
+        builder.add_node("answer", lambda state: {"messages": [model.invoke(state["messages"])]})
+        builder.add_edge(START, "answer")
+        builder.add_edge("answer", END)
+        graph = builder.compile()
+        graph.batch([{"messages": [("user", "Question A")]}, {"messages": [("user", "Question B")]}])
+
+    server = drive(live_server, token, [instrumentor], body, [A("Answer."), A("Answer.")])
+    runs = top_runs()
+    assert sorted((r.input, r.output) for r in runs) == [("Question A", "Answer."), ("Question B", "Answer.")]
+    for run in runs:
+        assert steps(run) == [(1, "answer", 1, [])]
+    assert_conforms(server, expected=2)
+
+
+def test_agents_sdk_two_runner_runs_at_once_are_two_runs(live_server, token):
+    agents = framework("agents")
+
+    def body(server, tracer_provider):
+        agent = agents.Agent(name="helper", instructions="Help.", model=_agents_model(server))
+
+        async def go():
+            await asyncio.gather(
+                agents.Runner.run(agent, "Question A"), agents.Runner.run(agent, "Question B")
+            )
+
+        asyncio.run(go())
+
+    server = drive(live_server, token, [_agents_instrumentor()], body, [A("Answer."), A("Answer.")])
+    runs = top_runs()
+    assert sorted((r.agent_name, r.input, r.output) for r in runs) == [
+        ("helper", "Question A", "Answer."),
+        ("helper", "Question B", "Answer."),
+    ]
+    assert models.Run.objects.filter(kind="member").count() == 2
+    assert_conforms(server, expected=2)
+
+
+def test_pydantic_ai_two_runs_at_once_are_two_runs(live_server, token):
+    def body(server, tracer_provider):
+        agent = _pydantic_agent(server, tracer_provider)
+
+        async def go():
+            await asyncio.gather(agent.run("Question A"), agent.run("Question B"))
+
+        asyncio.run(go())
+
+    server = drive(live_server, token, [], body, [A("Answer."), A("Answer.")])
+    runs = top_runs()
+    assert sorted((r.input, r.output) for r in runs) == [("Question A", "Answer."), ("Question B", "Answer.")]
+    assert len({r.session_id for r in runs}) == 2
+    assert_conforms(server, exact_arguments=False, expected=2)
