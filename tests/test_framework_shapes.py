@@ -396,7 +396,8 @@ def test_langgraph_astream_updates_is_one_run_like_invoke(live_server, token):
     assert_conforms(server, expected=2)
 
 
-def test_langgraph_subgraph_node_is_a_member_run_of_the_invocation(live_server, token):
+def run_langgraph_subgraph(live_server, token) -> fake_openai.FakeServer:
+    """A graph whose first node is a create_agent graph (a subgraph), then a summarising node."""
     instrumentor = _langchain()
     from langgraph.graph import END, START, MessagesState, StateGraph
 
@@ -416,7 +417,11 @@ def test_langgraph_subgraph_node_is_a_member_run_of_the_invocation(live_server, 
         builder.compile().invoke({"messages": [("user", "Weather in Paris?")]})
 
     script = [A(tool_calls=[("weather", '{"city": "Paris"}')]), A("Sunny in Paris."), A("Sunny.")]
-    server = drive(live_server, token, [instrumentor], body, script)
+    return drive(live_server, token, [instrumentor], body, script)
+
+
+def test_langgraph_subgraph_node_is_a_member_run_of_the_invocation(live_server, token):
+    server = run_langgraph_subgraph(live_server, token)
     (run,) = top_runs()
     assert (run.input, run.output) == ("Weather in Paris?", "Sunny.")
     (member,) = models.Run.objects.filter(parent_run_id=run.run_id)
@@ -425,6 +430,21 @@ def test_langgraph_subgraph_node_is_a_member_run_of_the_invocation(live_server, 
     assert [(i, n, m) for i, n, m, _ in steps(run)][-1] == (len(steps(run)), "summarise", 1)
     assert steps(run)[0][0] == 1
     assert_conforms(server, expected=3)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the subgraph node's execution ('researcher', which ran first) is no step of the "
+    "invocation: its steps are [(1, 'summarise')] alone, the member run reachable only from "
+    "the member interactions (an Agents SDK team run has each agent turn as a step linked to "
+    "its member run)",
+)
+def test_langgraph_subgraph_node_is_a_step_linked_to_its_member_run(live_server, token):
+    run_langgraph_subgraph(live_server, token)
+    (run,) = top_runs()
+    member = models.Run.objects.get(parent_run_id=run.run_id)
+    assert [(i, n) for i, n, _, _ in steps(run)] == [(1, "researcher"), (2, "summarise")]
+    assert run.iterations.get(index=1).metadata.get("member_run_id") == member.run_id
 
 
 def run_langgraph_send(live_server, token) -> fake_openai.FakeServer:
@@ -1063,3 +1083,45 @@ def test_pydantic_ai_two_runs_at_once_are_two_runs(live_server, token):
     assert sorted((r.input, r.output) for r in runs) == [("Question A", "Answer."), ("Question B", "Answer.")]
     assert len({r.session_id for r in runs}) == 2
     assert_conforms(server, exact_arguments=False, expected=2)
+
+
+def test_agno_team_delegating_to_two_members_in_one_answer(live_server, token):
+    instrumentor = _agno_instrumentor()
+    from agno.agent import Agent
+    from agno.db.in_memory import InMemoryDb
+    from agno.team import Team
+
+    def body(server, tracer_provider):
+        now = Agent(name="Now", id="now", model=_agno(server), instructions="Weather now.", tools=[weather])
+        later = Agent(
+            name="Later", id="later", model=_agno(server), instructions="Forecasts.", tools=[forecast]
+        )
+        team = Team(name="desk", model=_agno(server), members=[now, later], db=InMemoryDb())
+        team.run("Paris today and tomorrow?", session_id="two-members")
+
+    script = [
+        A(
+            tool_calls=[
+                ("delegate_task_to_member", json.dumps({"member_id": "now", "task": "Paris now"})),
+                ("delegate_task_to_member", json.dumps({"member_id": "later", "task": "Paris tomorrow"})),
+            ]
+        ),
+        A("Sunny now."),
+        A("Rain tomorrow."),
+        A("Sunny, then rain."),
+    ]
+    server = drive(live_server, token, [instrumentor], body, script)
+    (run,) = top_runs()
+    assert (run.kind, run.agent_name, run.input, run.output) == (
+        "team",
+        "desk",
+        "Paris today and tomorrow?",
+        "Sunny, then rain.",
+    )
+    members = sorted(
+        models.Run.objects.filter(parent_run_id=run.run_id).values_list("agent_name", "input", "output")
+    )
+    assert members == [("Later", "Paris tomorrow", "Rain tomorrow."), ("Now", "Paris now", "Sunny now.")]
+    assert steps(run) == [(1, "", 1, ["delegate_task_to_member"] * 2), (2, "", 1, [])]
+    assert {r.session.session_id for r in models.Run.objects.all()} == {"two-members"}
+    assert_conforms(server, expected=4)
