@@ -410,6 +410,97 @@ def _round(name: str, args: argparse.Namespace, workdir: Path, round_: int) -> f
     return ratio
 
 
+PHASES = (
+    ("history_app.intake.traces", "decode_protobuf", "OTLP: protobuf decoded"),
+    ("history_app.agent_history.otlp", "read_request", "OTLP: spans read"),
+    ("history_app.intake.spans", "redact_spans", "OTLP: spans redacted (their JSON read once)"),
+    ("history_app.agent_history.otlp", "assemble", "OTLP: runs assembled"),
+    ("history_app.intake.spans", "_pack", "OTLP: spans packed to be kept"),
+    ("history_app.intake.ingestion", "prepare_item", "run prepared (checked, redacted, read, hashed)"),
+    ("history_app.intake.ingestion", "_checked_native", "  of which: checked"),
+    ("history_app.agent_history.redact", "Redactor.redact_with_report", "  of which: redaction walk"),
+    ("history_app.agent_history.records", "Run.from_dict", "  of which: record read"),
+    ("history_app.intake.writer", "content_hash", "  of which: hashed"),
+    ("history_app.intake.writer", "write_runs", "rows written (the transaction)"),
+)
+
+
+def phases(runs: int, batch: int) -> None:
+    """Where the time of each path goes, in this process on a fresh SQLite file: the
+    native records and the same runs as protobuf spans, through the functions the two
+    endpoints call (no HTTP), each phase timed by a wrapper (no profiler: its overhead
+    falls unevenly on the two paths)."""
+    import importlib
+
+    os.environ["HISTORY_DATA_DIR"] = tempfile.mkdtemp(prefix="otlp-phases-")
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "history_app.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from history_app.agent_history import otlp as reader
+    from history_app.intake import ingestion, traces
+    from history_app.intake import spans as span_store
+
+    spent: dict[str, float] = dict.fromkeys((label for _, _, label in PHASES), 0.0)
+
+    def timed_call(function, label):
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] += time.perf_counter() - started
+
+        return wrapper
+
+    for module_name, name, label in PHASES:
+        owner = importlib.import_module(module_name)
+        if "." in name:
+            owner_name, name = name.split(".")
+            owner = getattr(owner, owner_name)
+            function = owner.__dict__[name]
+            if isinstance(function, classmethod):
+                setattr(owner, name, classmethod(timed_call(function.__func__, label)))
+                continue
+        else:
+            function = getattr(owner, name)
+        setattr(owner, name, timed_call(function, label))
+    native_bodies = [
+        json.dumps(runs_for("native-", runs)[k : k + batch]).encode() for k in range(0, runs, batch)
+    ]
+    base = [shape.run_dict(i, model_calls=True) for i in range(runs)]
+    otlp_bodies = [protobuf(otlp_json(base[k : k + batch], "0badcafe", k)) for k in range(0, runs, batch)]
+    ingestion.ingest_items(items=runs_for("warm-", 10))
+    warm, _, _ = reader.read_request(traces.decode_protobuf(protobuf(otlp_json(base[:10], "feedf00d", 0))))
+    span_store.intake_spans(spans=warm, errors=[])
+
+    def native() -> None:
+        for body in native_bodies:
+            ingestion.ingest_items(items=json.loads(body))
+
+    def spans() -> None:
+        for body in otlp_bodies:
+            read, errors, _ = reader.read_request(traces.decode_protobuf(body))
+            span_store.intake_spans(spans=read, errors=errors)
+
+    print(f"{runs} runs, {batch} a call, in this process on SQLite, {os.cpu_count()} cores; ms a run:")
+    for title, work in (("native", native), ("OTLP", spans)):
+        for label in spent:
+            spent[label] = 0.0
+        load = _load()
+        started = time.perf_counter()
+        work()
+        elapsed = time.perf_counter() - started
+        print(f"  {title:6} {1000 * elapsed / runs:6.2f} ms a run in all ({load})")
+        for label, seconds in spent.items():
+            if seconds:
+                print(f"         {1000 * seconds / runs:6.2f}  {label}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -421,11 +512,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3, help="native and OTLP, alternated")
     parser.add_argument("--no-loss", action="store_true", help="skip the SDK burst")
+    parser.add_argument(
+        "--phases", action="store_true", help="only where the time goes, in this process (no server)"
+    )
     parser.add_argument("--db-task", choices=["spans"], help=argparse.SUPPRESS)
     parser.add_argument("--prefix", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.db_task:
         db_task(args.prefix)
+        return
+    if args.phases:
+        phases(args.runs, args.batch)
         return
     atexit.register(stop_all)
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
