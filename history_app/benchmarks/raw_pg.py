@@ -130,21 +130,83 @@ def sizes(url: str, schema: str, like: str) -> list[tuple[str, int, int, int, in
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as connection:
-        return [tuple(row) for row in connection.execute(SIZES, (schema, like)).fetchall()]
+        return [(row[0], *map(int, row[1:])) for row in connection.execute(SIZES, (schema, like)).fetchall()]
+
+
+COLUMNS = """
+SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid
+WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped
+  AND t.typname IN ('text', 'varchar', 'jsonb', 'json', 'tsvector')
+"""
+
+
+def columns(url: str, schema: str, table: str) -> list[tuple[str, int, int, int, int]]:
+    """The table's text, JSON and tsvector columns: (column, bytes as stored, bytes as text,
+    values stored compressed, values) — ``pg_column_size`` is the size after compression,
+    in the table or its TOAST table."""
+    import psycopg
+    from psycopg import sql
+
+    found = []
+    with psycopg.connect(url, autocommit=True) as connection:
+        for name, kind in connection.execute(COLUMNS, (schema, table)).fetchall():
+            column = sql.Identifier(name)
+            as_text = sql.SQL("octet_length({}::text)" if kind != "tsvector" else "0").format(column)
+            query = sql.SQL(
+                "SELECT COALESCE(sum(pg_column_size({c})), 0), COALESCE(sum({t}), 0),"
+                " count(*) FILTER (WHERE pg_column_compression({c}) IS NOT NULL), count({c}) FROM {s}.{r}"
+            ).format(c=column, t=as_text, s=sql.Identifier(schema), r=sql.Identifier(table))
+            stored, text, compressed, values = connection.execute(query).fetchone()
+            found.append((name, int(stored), int(text), compressed, values))
+    return sorted(found, key=lambda row: -row[1])
+
+
+def _truncate_history() -> None:
+    """Every run table emptied by ``TRUNCATE`` (deleted rows would stay in the files and
+    be counted)."""
+    from django.db import connection
+
+    from history_app import models
+
+    tables = [
+        model._meta.db_table
+        for model in (
+            models.ContextEntry,
+            models.RunFingerprint,
+            models.RunSearch,
+            models.ModelCall,
+            models.ToolCall,
+            models.Iteration,
+            models.MemberInteraction,
+            models.InjectedContext,
+            models.Run,
+            models.SpanBatch,
+            models.SessionFacet,
+            models.DailyStat,
+            models.DailyUsage,
+            models.DailyLatency,
+            models.Session,
+            models.IngestReceipt,
+        )
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
 
 
 def fill_ours(runs: list[dict]) -> float:
     """Our history tables emptied and filled with ``runs`` (100 a call, as a request of 100
     runs stores them); the seconds the calls took."""
-    from history_app.benchmarks.prune import empty_history_tables, setup_django
+    from history_app.benchmarks.prune import setup_django
 
     setup_django()
-    empty_history_tables()
     from django.db import connection
 
     from history_app.intake import ingestion
 
-    ingestion.ingest_items(items=[dict(run, run_id=f"warm-{run['run_id']}") for run in runs[:10]])
+    _truncate_history()
+    ingestion.ingest_items(items=runs[:10])  # what a worker does once, not timed nor kept
+    _truncate_history()
     started = time.perf_counter()
     for k in range(0, len(runs), 100):
         results = ingestion.ingest_items(items=runs[k : k + 100])
@@ -153,6 +215,15 @@ def fill_ours(runs: list[dict]) -> float:
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     return elapsed
+
+
+def measure_loads(plain: list[dict], url: str, runs: int) -> tuple[float, float, float]:
+    from history_app.benchmarks import raw_sqlite
+    from history_app.benchmarks.ingest import runs_for
+
+    raw_seconds = raw_copy(plain, url)
+    raw_sqlite_rate = raw_sqlite.measure(plain, fts=True)
+    return raw_seconds, raw_sqlite_rate, fill_ours(runs_for("raw-pg-", runs))
 
 
 def _mb(n: float) -> str:
@@ -172,37 +243,54 @@ def report(title: str, rows: list[tuple[str, int, int, int, int, int]], runs: in
     return total
 
 
+def report_columns(url: str, schema: str, rows: list[tuple[str, int, int, int, int, int]]) -> None:
+    """The columns holding most of the bytes: stored (compressed or not) against their text."""
+    print(f"    {'column':50} {'stored MB':>9} {'as text':>8} {'compressed values':>18}")
+    found = [(table, *column) for table, *_ in rows[:6] for column in columns(url, schema, table)]
+    for table, name, stored, text, compressed, values in sorted(found, key=lambda row: -row[2])[:8]:
+        shown = _mb(text) if text else "       –"
+        print(f"    {table + '.' + name:50} {_mb(stored):>9} {shown} {compressed:>9} of {values}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--sizes-only", action="store_true", help="report what the database holds now")
     args = parser.parse_args()
     url = os.environ.get("BENCH_DATABASE_URL")
     if not url:
         sys.exit("set BENCH_DATABASE_URL to a PostgreSQL database whose history tables may be emptied")
-    from history_app.benchmarks import raw_sqlite, shape
-    from history_app.benchmarks.ingest import runs_for
+    from history_app.benchmarks import shape
 
     plain = [shape.run_dict(i, model_calls=True) for i in range(args.runs)]
     load = "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-    raw_seconds = raw_copy(plain, url)
-    raw_sqlite_rate = raw_sqlite.measure(plain, fts=True)
-    ours_seconds = fill_ours(runs_for("raw-pg-", args.runs))
+    if args.sizes_only:
+        raw_seconds = ours_seconds = 0.0
+    else:
+        raw_seconds, raw_sqlite_rate, ours_seconds = measure_loads(plain, url, args.runs)
     with_calls = shape.text_chars(plain[0])
     print(
         f"{args.runs} runs of the standard shape with 5 model calls ({with_calls} characters of text), "
         f"{os.cpu_count()} cores, {load}"
     )
-    print(
-        f"  raw PostgreSQL, COPY + tsvector + GIN, 100 runs a transaction  {args.runs / raw_seconds:6.0f} runs/s"
-    )
-    print(f"  raw sqlite3 + FTS5 search document, 100 runs a transaction      {raw_sqlite_rate:6.0f} runs/s")
-    print(
-        f"  ours on PostgreSQL, ingest_items in this process, 100 a call   {args.runs / ours_seconds:6.0f} runs/s"
-    )
-    raw_total = report("raw PostgreSQL", sizes(url, "raw_bench", "%"), args.runs)
-    ours_total = report("ours on PostgreSQL", sizes(url, "public", "history_%"), args.runs)
+    if raw_seconds:
+        print(
+            f"  raw PostgreSQL, COPY + tsvector + GIN, 100 runs a transaction  {args.runs / raw_seconds:6.0f} runs/s"
+        )
+        print(
+            f"  raw sqlite3 + FTS5 search document, 100 runs a transaction      {raw_sqlite_rate:6.0f} runs/s"
+        )
+        print(
+            f"  ours on PostgreSQL, ingest_items in this process, 100 a call   {args.runs / ours_seconds:6.0f} runs/s"
+        )
+    raw_rows = sizes(url, "raw_bench", "%")
+    raw_total = report("raw PostgreSQL", raw_rows, args.runs)
+    report_columns(url, "raw_bench", raw_rows)
+    our_rows = sizes(url, "public", "history_%")
+    ours_total = report("ours on PostgreSQL", our_rows, args.runs)
+    report_columns(url, "public", our_rows)
     print(f"  ours / raw = {ours_total / raw_total:.2f}x (target: at most 1.2x)")
 
 
