@@ -1131,3 +1131,75 @@ def test_a_secret_under_a_key_written_twice_is_not_kept_in_the_span_store(client
     assert key[8:30] not in stored and plain not in stored
     (kept_span,) = kept().values()
     assert "[REDACTED:" in kept_span["attributes"]["gen_ai.tool.call.result"]
+
+
+# --- Spans parsed and redacted once --------------------------------------------------
+
+
+def _trace_with_a_secret_in_its_messages(key: str) -> list[dict]:
+    chat1, tool, chat2, root = genai_agent_trace(T1)
+    for attribute in chat1["attributes"]:
+        if attribute["key"] == "gen_ai.input.messages":
+            messages = json.loads(attribute["value"]["stringValue"])
+            messages[0]["parts"][0]["content"] = f"What is 2+3? My key is {key}"
+            attribute["value"]["stringValue"] = json.dumps(messages)
+    return [chat1, tool, chat2, root]
+
+
+def test_a_span_s_json_attribute_is_read_as_json_once(client, auth_headers, monkeypatch):
+    """The messages a model span carries are parsed once on their way to the stored run:
+    redaction reads them, and the assembly takes what redaction made of them."""
+    spans = genai_agent_trace(T1)
+    messages = next(a for a in spans[0]["attributes"] if a["key"] == "gen_ai.input.messages")
+    text = messages["value"]["stringValue"]
+    real_loads, reads = json.loads, []
+
+    def counting_loads(value, *args, **kwargs):
+        if value == text:
+            reads.append(value)
+        return real_loads(value, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting_loads)
+    assert post(client, auth_headers, request(*spans)).status_code == 200
+    monkeypatch.setattr(json, "loads", real_loads)
+    call = models.ModelCall.objects.filter(run__run_id=T1).order_by("pk").first()
+    assert "What is 2+3?" in json.dumps(call.messages)
+    assert len(reads) == 1
+
+
+def test_runs_are_redacted_again_when_the_span_pass_let_a_secret_through(client, auth_headers, monkeypatch):
+    """The runs assembled from spans go through the server's redaction whatever the spans'
+    own pass did (here made to do nothing): no run row holds the secret."""
+    from history_app.intake import spans as span_store
+
+    key = "sk-proj-" + "Once1Twice2Thrice3" * 3
+    monkeypatch.setattr(span_store, "redact_spans", lambda spans, redactor: [])
+    assert post(client, auth_headers, request(*_trace_with_a_secret_in_its_messages(key))).status_code == 200
+    run = models.Run.objects.get(run_id=T1)
+    assert run.model_call_count == 2
+    assert key[3:] not in database_dump()
+
+
+def test_a_secret_in_a_span_s_messages_is_not_stored_when_the_runs_pass_is_skipped(
+    client, auth_headers, monkeypatch
+):
+    """The assembly reads the JSON the spans' redaction made, never the string as it came:
+    with the runs' own redaction made to do nothing, the run still holds no secret."""
+    from history_app.agent_history.redact import Redactor
+    from history_app.intake import ingestion
+
+    class Blind(Redactor):
+        def redact_with_report(self, obj, path="$"):
+            return obj, __import__("collections").Counter(), []
+
+    key = "sk-proj-" + "Once1Twice2Thrice3" * 3
+    real_prepare = ingestion.prepare_item
+
+    def prepare_blind(item, result, *, redactor, **kwargs):
+        return real_prepare(item, result, redactor=Blind(), **kwargs)
+
+    monkeypatch.setattr(ingestion, "prepare_item", prepare_blind)
+    assert post(client, auth_headers, request(*_trace_with_a_secret_in_its_messages(key))).status_code == 200
+    call = models.ModelCall.objects.filter(run__run_id=T1).order_by("pk").first()
+    assert "What is 2+3? My key is [REDACTED" in json.dumps(call.messages)
+    assert key[3:] not in database_dump() + kept_text()

@@ -511,10 +511,19 @@ def _finite(text: str) -> float:
     return number
 
 
+class JsonText(str):
+    """A string attribute whose JSON was read already (``json``): ``json_value`` answers
+    with that instead of reading the string again."""
+
+    json: Any
+
+
 def json_value(value: Any) -> Any:
     """A string attribute holding JSON, read as JSON: unless it is not JSON (NaN and
     Infinity are not), or nests deeper than ``MAX_JSON_DEPTH``; then the string. Any other
     value (one read already) as it is."""
+    if type(value) is JsonText:
+        return value.json
     if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
         if value.count("[") + value.count("{") > MAX_JSON_DEPTH and json_text_depth(value) > MAX_JSON_DEPTH:
             return value

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import functools
 import html
 import re
@@ -2900,15 +2901,30 @@ class Redactor:
         self.truncation_marker = truncation_marker
         marker = re.escape(truncation_marker).replace(re.escape("{removed}"), r"\d+")
         self._cut = re.compile(marker + r"\Z")
+        self._memory: _Memo | None = None
 
     # -- public API --------------------------------------------------------------
 
     def redact(self, obj: Any) -> Any:
         return self.redact_with_counts(obj)[0]
 
+    def remembering(self) -> Redactor:
+        """This redactor, keeping what it made of every text it was given: a text met in an
+        earlier call is a dictionary lookup, with the same result and counts. Every value
+        is still walked in each call (a key, a name/value pair or a command line can call
+        for a text to be hidden wherever it sits). For one piece of work (a request's
+        spans, then the runs assembled from them), never for long: it holds every
+        distinct text."""
+        twin = copy.copy(self)
+        twin._memory = _Memo(twin)
+        return twin
+
+    def _new_memo(self) -> _Memo:
+        return self._memory if self._memory is not None else _Memo(self)
+
     def redact_with_counts(self, obj: Any) -> tuple[Any, Counter[str]]:
         counts: Counter[str] = Counter()
-        memo = _Memo(self)
+        memo = self._new_memo()
         try:
             return self._walk(obj, counts, memo), counts
         except RecursionError:
@@ -2922,7 +2938,7 @@ class Redactor:
         ``[{"path": "$.iterations[0].thought", "rules": {"openai": 1}}]`` (never the values)."""
         counts: Counter[str] = Counter()
         fields: list[dict[str, Any]] = []
-        memo = _Memo(self)
+        memo = self._new_memo()
         try:
             return self._walk_report(obj, counts, path, fields, memo), counts, fields
         except RecursionError:

@@ -3,7 +3,13 @@
 The spans are redacted and kept (``SpanBatch``), so that a trace whose spans arrive in
 several requests, in any order, is assembled again from all of them each time: its runs
 are prepared as every other format is (``ingestion.prepare_item``: redacted again,
-hashed) and stored by the run writer (idempotent on run id, a receipt per request). A
+hashed) and stored by the run writer (idempotent on run id, a receipt per request).
+Each span is read once: a string attribute holding JSON is parsed by its redaction, and
+the assembly takes the redacted JSON from there (``otlp.JsonText``). Each text is
+redacted once: the runs' redaction walks every value again (a key or a name/value pair
+the assembly made can call for a text to be hidden), but shares the spans' memory of
+texts (``Redactor.remembering``), so a text a span carried is looked up, not redacted a
+second time. A
 request's traces are assembled under a lock per trace, so two requests carrying spans of
 one trace cannot each write a run that misses the other's spans.
 """
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -24,7 +31,7 @@ from django.db.models.fields.json import KT
 
 from history_app import models
 from history_app.agent_history import otlp
-from history_app.agent_history.records import without_lone_surrogates
+from history_app.agent_history.records import json_text_depth, without_lone_surrogates
 from history_app.intake import ingestion, writer
 from history_app.store import locks, mapper
 
@@ -141,26 +148,40 @@ def _unescaped(value: Any) -> Any:
     return value
 
 
-class _RepeatedKey(Exception):
-    pass
+def _read_json(text: str) -> tuple[Any, bool]:
+    """``otlp.json_value(text)`` read in the same pass as whether an object of it writes a
+    key twice."""
+    if (
+        text.count("[") + text.count("{") > otlp.MAX_JSON_DEPTH
+        and json_text_depth(text) > otlp.MAX_JSON_DEPTH
+    ):
+        return text, False
+    repeated = False
 
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeated
+        found = dict(items)
+        if len(found) != len(items):
+            repeated = True
+        return found
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found = dict(pairs)
-    if len(found) != len(pairs):
-        raise _RepeatedKey
-    return found
-
-
-def _repeats_a_key(text: str) -> bool:
-    """Whether an object of the JSON ``text`` (read once already) writes a key twice."""
     try:
-        json.loads(text, object_pairs_hook=_unique_pairs)
-    except _RepeatedKey:
-        return True
+        return json.loads(
+            text, object_pairs_hook=pairs, parse_constant=_no_constant, parse_float=_finite
+        ), repeated
     except (ValueError, RecursionError):
-        return False
-    return False
+        return text, False
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError("not a finite number")
+    return number
 
 
 def _parsed(attributes: dict[str, Any], parsed: list[tuple[dict[str, Any], str, str, Any]]) -> dict[str, Any]:
@@ -168,8 +189,8 @@ def _parsed(attributes: dict[str, Any], parsed: list[tuple[dict[str, Any], str, 
     out = {}
     for key, value in attributes.items():
         if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
-            read = otlp.json_value(value)
-            if not isinstance(read, str) and _repeats_a_key(value):
+            read, repeated = _read_json(value)
+            if repeated:
                 # JSON keeps the last of a key written twice ({"note": "sk-…", "note": "ok"}):
                 # read as JSON the secret would be out of sight and the string, unchanged,
                 # kept as it came. Such a string is redacted as the text it is.
@@ -191,7 +212,11 @@ def _as_strings(
         original = originals.get((id(before), key))
         if original is not None:
             text, read = original
-            value = text if value == read else json.dumps(value, ensure_ascii=False)
+            # The string, carrying its redacted JSON: the assembly reads it from there
+            # (``otlp.json_value``) instead of parsing the string a second time.
+            string = otlp.JsonText(text if value == read else json.dumps(value, ensure_ascii=False))
+            string.json = value
+            value = string
         out[key] = value
     return out
 
@@ -247,7 +272,9 @@ def intake_spans(
         ingestion.ItemResult(index=n, status="rejected", errors=[{"path": e.path, "message": str(e)}])
         for n, e in enumerate(errors)
     ]
-    redactor = ingestion.server_redactor()
+    # One memory of redacted texts for the request: the runs are redacted again, whole,
+    # but a text a span carried (most of a run's) is then a lookup, not redacted twice.
+    redactor = ingestion.server_redactor().remembering()
     changed_fields = redact_spans(spans, redactor) if spans else []
     traces = otlp.group_by_trace(spans)
     results: list[ingestion.ItemResult] = []
