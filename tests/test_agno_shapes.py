@@ -322,6 +322,73 @@ def shape_twenty_runs(db, server):
     return ["--history-runs", "3"]
 
 
+def shape_parser_model(db, server):
+    """An output schema filled by a second model (parser_model) from the first's answer."""
+    from agno.agent import Agent
+    from pydantic import BaseModel
+
+    class Facts(BaseModel):
+        summary: str
+        topics: list[str]
+
+    agent = Agent(
+        name="Parsed", id="parsed", model=_model(server), parser_model=_model(server), db=db,
+        output_schema=Facts, add_history_to_context=True,
+    )  # fmt: skip
+    for q in ("Facts on Lyon?", "Facts on Nice?"):
+        agent.run(q, session_id="parsed-1")
+    return ["--history-runs", "3"]
+
+
+def shape_output_model(db, server):
+    """A second model (output_model) writing the final answer after the first."""
+    from agno.agent import Agent
+
+    agent = Agent(
+        name="Polished", id="polished", model=_model(server), output_model=_model(server), db=db,
+        tools=[add], add_history_to_context=True,
+    )  # fmt: skip
+    for q in ("2+3?", "4+4?"):
+        agent.run(q, session_id="polished-1")
+    return ["--history-runs", "3"]
+
+
+def shape_agentic_memory(db, server):
+    """Agentic memory: the agent is given a tool to update the user's memories itself."""
+    from agno.agent import Agent
+
+    agent = Agent(
+        name="Agentic", id="agentic", model=_model(server), db=db, enable_agentic_memory=True,
+        add_history_to_context=True,
+    )  # fmt: skip
+    for q in ("I am Zoë from Lyon.", "Where am I from?"):
+        agent.run(q, session_id="agentic-1", user_id="zoe")
+    return ["--history-runs", "3"]
+
+
+def shape_followups(db, server):
+    """Follow-up suggestions agno asks the model for after the answer."""
+    from agno.agent import Agent
+
+    agent = Agent(name="Follows", id="follows", model=_model(server), db=db, followups=True)
+    for q in ("Tell me about Lyon.", "And Nice?"):
+        agent.run(q, session_id="follows-1")
+    return []
+
+
+def shape_compressed_tools(db, server):
+    """compress_tool_results: agno's compression manager rewrites large tool results."""
+    from agno.agent import Agent
+
+    agent = Agent(
+        name="Squeezed", id="squeezed", model=_model(server), db=db, tools=[lookup],
+        compress_tool_results=True, add_history_to_context=True,
+    )  # fmt: skip
+    for n in range(4):
+        agent.run(f"Ville {n}?", session_id="squeezed-1")
+    return ["--history-runs", "3"]
+
+
 SHAPES: dict[str, tuple[Callable, Responder | Callable[[], Responder]]] = {
     "parallel_tools": (shape_parallel_tools, lambda: Responder(tool_calls=2)),
     "failed_middle": (shape_failed_middle, Responder),
@@ -338,6 +405,11 @@ SHAPES: dict[str, tuple[Callable, Responder | Callable[[], Responder]]] = {
     "workflow_mix": (shape_workflow_mix, lambda: Responder({"REVIEWERS": ["critic"]})),
     "shared_session": (shape_shared_session, Responder),
     "twenty_runs": (shape_twenty_runs, Responder),
+    "parser_model": (shape_parser_model, Responder),
+    "output_model": (shape_output_model, Responder),
+    "agentic_memory": (shape_agentic_memory, Responder),
+    "followups": (shape_followups, Responder),
+    "compressed_tools": (shape_compressed_tools, Responder),
 }
 
 _RECORDED: dict[str, tuple[Path, list, list[str]]] = {}
@@ -398,6 +470,29 @@ XFAIL: dict[tuple[str, str], str] = {
     ("calls", "memory"): (
         "agno's memory-manager model calls (update_memory_on_run: 4 of 6 requests, 'You are a "
         "Memory Manager…' with its add_memory tool call and result) are stored as no model call"
+    ),
+    ("calls", "agentic_memory"): (
+        "enable_agentic_memory: the memory manager's model calls that agno makes inside the "
+        "agent's update_user_memory tool (4 requests) are stored as no model call"
+    ),
+    ("calls", "parser_model"): (
+        "parser_model: the parser's call (sent: 'You are tasked with creating a structured "
+        "output…' + the first answer) is stored as the main model's messages plus its answer, "
+        "not what was sent"
+    ),
+    ("calls", "output_model"): (
+        "output_model: the output model's call (1 per run) is stored as no call, and the main "
+        "model's last call is stored with the output model's answer ('Answer 3' for the 'Answer 2' "
+        "it received)"
+    ),
+    ("calls", "followups"): (
+        "followups=True: the follow-up suggestions call after each answer ('Based on the user's "
+        "message and the assistant's response…') is stored as no model call"
+    ),
+    ("calls", "compressed_tools"): (
+        "compress_tool_results: the compression manager's 6 calls are stored as no call, and "
+        "the calls after a compression are stored with the original 30 kB tool result where "
+        "agno sent the compressed one (in the run's own loop and in the replay)"
     ),
 }
 
