@@ -389,6 +389,37 @@ def shape_compressed_tools(db, server):
     return ["--history-runs", "3"]
 
 
+def shape_team_history_messages(db, server):
+    """A team leader bounded by num_history_messages, with a member of its own history."""
+    from agno.agent import Agent
+    from agno.team import Team
+
+    team = Team(
+        name="Lead", id="lead", model=_model(server), db=db, instructions="LEAD",
+        members=[Agent(name="Eta", id="eta", model=_model(server), tools=[add], instructions="Eta.",
+                       add_history_to_context=True, num_history_runs=2)],
+        add_history_to_context=True, num_history_messages=3,
+    )  # fmt: skip
+    for q in ("One?", "Two?", "Three?"):
+        team.run(q, session_id="lead-1")
+    return ["--history-messages", "Lead=3", "--history-runs", "Eta=2"]
+
+
+def shape_workflow_agent_history(db, server):
+    """A workflow step agent with its own history across the workflow's runs."""
+    from agno.agent import Agent
+    from agno.workflow import Step, Workflow
+
+    workflow = Workflow(
+        name="Diary", id="diary", db=db,
+        steps=[Step(name="note", agent=Agent(name="Noter", id="noter", model=_model(server), tools=[add],
+                                             add_history_to_context=True, num_history_runs=2))],
+    )  # fmt: skip
+    for q in ("Monday", "Tuesday", "Wednesday"):
+        workflow.run(q, session_id="diary-1")
+    return ["--history-runs", "Noter=2"]
+
+
 SHAPES: dict[str, tuple[Callable, Responder | Callable[[], Responder]]] = {
     "parallel_tools": (shape_parallel_tools, lambda: Responder(tool_calls=2)),
     "failed_middle": (shape_failed_middle, Responder),
@@ -410,6 +441,8 @@ SHAPES: dict[str, tuple[Callable, Responder | Callable[[], Responder]]] = {
     "agentic_memory": (shape_agentic_memory, Responder),
     "followups": (shape_followups, Responder),
     "compressed_tools": (shape_compressed_tools, Responder),
+    "team_history_messages": (shape_team_history_messages, lambda: Responder({"LEAD": ["eta"]})),
+    "workflow_agent_history": (shape_workflow_agent_history, Responder),
 }
 
 _RECORDED: dict[str, tuple[Path, list, list[str]]] = {}
