@@ -247,11 +247,6 @@ def test_agents_sdk_tripped_input_guardrail_fails_the_run(live_server, token):
     assert tripped.status == "failed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Agents SDK's function tool calls are stored with call_id '' though the model "
-    "call that asked for them gave ids (call_1_0, call_1_1); handoffs keep theirs",
-)
 def test_agents_sdk_function_tool_calls_keep_the_ids_the_model_gave(live_server, token):
     agents = framework("agents")
 
@@ -682,12 +677,6 @@ def test_pydantic_ai_model_retry_is_a_failed_tool_call_then_the_retried_one(live
     assert [c.call_id for c in (first, second)] == [asked_ids(run, 1)[0], asked_ids(run, 2)[0]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the retry prompt Pydantic AI sent as the tool message's content "
-    "('{\"error\":\"Capitalise the city.\"}') is stored as 'Capitalise the city.' in the later "
-    "model calls (1 of 3 calls exact)",
-)
 def test_pydantic_ai_model_retry_calls_are_stored_as_sent(live_server, token):
     server = run_pydantic_ai_retry(live_server, token)
     # Pydantic AI reports tool-call arguments as JSON values (the GenAI conventions).
@@ -902,12 +891,6 @@ def test_pydantic_ai_two_tool_calls_in_one_answer(live_server, token):
     assert [c.call_id for c in run.tool_calls.order_by("position")] == asked_ids(run, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the second model call's two tool messages (call_1_0 'Sunny in Paris', call_1_1 "
-    "'Sunny in Lyon') are stored as ONE message (tool_call_id '', both results as "
-    "tool_call_response parts): 5 messages sent, 4 stored",
-)
 def test_pydantic_ai_two_tool_results_are_stored_as_the_two_messages_sent(live_server, token):
     server = run_pydantic_ai_two_calls(live_server, token)
     assert_conforms(server, exact_arguments=False, expected=2)
@@ -930,11 +913,6 @@ def test_agno_two_tool_calls_in_one_answer(live_server, token):
     assert_conforms(server, expected=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agno's tool calls are stored with call_id '' though the model call that asked for "
-    "them gave ids (call_1_0, call_1_1)",
-)
 def test_agno_tool_calls_keep_the_ids_the_model_gave(live_server, token):
     run_agno_two_calls(live_server, token)
     (run,) = top_runs()
@@ -964,12 +942,6 @@ def test_smolagents_two_tool_calls_in_one_answer(live_server, token):
     assert_conforms(server, expected=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a smolagents ToolCallingAgent's tool calls (weather, final_answer) are stored with "
-    "call_id '' though the model gave ids (call_1_0, call_1_1, call_2_0); its managed-agent "
-    "calls keep theirs",
-)
 def test_smolagents_tool_calls_keep_the_ids_the_model_gave(live_server, token):
     run_smolagents_two_calls(live_server, token)
     (run,) = top_runs()

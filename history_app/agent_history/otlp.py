@@ -652,7 +652,10 @@ def _call_messages(span: Span) -> tuple[list[ModelMessage], ModelMessage | None,
         messages.append(system)
     inputs = json_value(genai.get("gen_ai.input.messages"))
     if isinstance(inputs, list):
-        messages.extend(wire.genai_message(item)[0] for item in inputs)
+        provider = _first_text(attributes, ("gen_ai.provider.name", "gen_ai.system"))
+        split = bool(provider) and wire.one_message_per_tool_result(provider)
+        for item in inputs:
+            messages.extend(wire.genai_messages(item, split_tool_results=split))
     outputs = json_value(genai.get("gen_ai.output.messages"))
     if isinstance(outputs, list):
         answers.extend(wire.genai_message(item) for item in outputs)
@@ -1281,7 +1284,9 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
                     iterations.append(current)
                 target = current
             target.tool_calls.append(tool)
+    _ids_of_requests(iterations)
     _unanswered_requests(builder, iterations, {tool.call_id for tool, _ in tools if tool.call_id})
+    _retries_as_sent(calls, trace)
     stepped = {node for _, _, node in builder.steps}
     for node_span, node in builder.nodes:
         if node_span["span_id"] not in stepped:
@@ -1375,6 +1380,38 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     run.metadata.update(kept)
 
 
+def _retries_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _Trace) -> None:
+    """Pydantic AI reports the retry prompt a tool call got (its ``ModelRetry``, or its
+    arguments' validation errors) as that call's ``tool_call_response`` result alone; its
+    models for the APIs with no error channel of their own (OpenAI's, and those like them)
+    send it wrapped, ``{"error": ...}`` in compact JSON (the validation errors as the JSON
+    list they are). The call's ``execute_tool`` span says it was a retry
+    (``pydantic_ai.tool.retry.cause``). The message is stored as it was sent, what the span
+    reported kept in ``extra["reported_content"]``."""
+    causes = {
+        _as_text(s["attributes"].get("gen_ai.tool.call.id")): _as_text(
+            s["attributes"]["pydantic_ai.tool.retry.cause"]
+        )
+        for s in trace.by_id.values()
+        if "pydantic_ai.tool.retry.cause" in s["attributes"] and s["attributes"].get("gen_ai.tool.call.id")
+    }
+    if not causes:
+        return
+    for call, messages in calls:
+        if call.messages_source != "otlp genai" or not wire.one_message_per_tool_result(call.provider):
+            continue
+        for message in messages:
+            cause = causes.get(message.tool_call_id)
+            if cause is None or message.parts or "reported_content" in message.extra:
+                continue
+            value: Any = message.content
+            if cause == "validation_error":
+                decoded = json_value(value)
+                value = decoded if isinstance(decoded, list) else value
+            message.extra["reported_content"] = message.content
+            message.content = json.dumps({"error": value}, ensure_ascii=False, separators=(",", ":"))
+
+
 def _node_name(trace: _Trace, node: str) -> str:
     return trace.by_id[node]["name"][:255] if node else ""
 
@@ -1415,6 +1452,31 @@ def _handoff(tools: list[tuple[ToolCall, Span]], agent: str, agents: set[str]) -
     if source == agent and isinstance(target, str) and target in agents and target != agent:
         return f"handoff to {target}"
     return ""
+
+
+def _ids_of_requests(iterations: list[Iteration]) -> None:
+    """A tool call whose span carries no call id (CrewAI's, agno's, smolagents', the
+    Agents SDK's function tools) takes the id of the request its iteration's model call
+    made of its name and arguments, each request answering one call, in order."""
+    for iteration in iterations:
+        if all(tool.call_id for tool in iteration.tool_calls):
+            continue
+        taken = {tool.call_id for tool in iteration.tool_calls if tool.call_id}
+        requests = [
+            request
+            for call in iteration.model_calls
+            for request in (call.answer.tool_calls if call.answer is not None else ())
+            if request.id and request.id not in taken
+        ]
+        for tool in iteration.tool_calls:
+            if tool.call_id:
+                continue
+            match = next(
+                (r for r in requests if r.name == tool.tool and json_value(r.arguments) == tool.params), None
+            )
+            if match is not None:
+                tool.call_id = match.id[:255]
+                requests.remove(match)
 
 
 def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answered: set[str]) -> None:
@@ -1755,9 +1817,7 @@ def _crewai_run(
     named after the crew or the agent's role; a task's input is its description as the
     agent was given it (the ``TaskOutput``'s, else the first model call's input); the
     output is the text the crew or the task returned (``raw``). The whole values stay in
-    the run's metadata. A tool's span carries no call id: a tool call takes the id of the
-    request of its name and arguments in its iteration's model call. Other runs are left
-    as they are."""
+    the run's metadata. Other runs are left as they are."""
     if span is None or span.get("scope") != CREWAI_SCOPE:
         return
     attributes = span["attributes"]
@@ -1778,22 +1838,3 @@ def _crewai_run(
             kept["input.value"] = attributes["input.value"]
     elif span["name"].endswith(".kickoff") and not _first_text(attributes, AGENT_NAME_KEYS):
         run.agent_name = span["name"][: -len(".kickoff")][:255] or run.agent_name
-    for iteration in iterations:
-        requests = [
-            request
-            for call in iteration.model_calls
-            for request in (call.answer.tool_calls if call.answer is not None else ())
-            if request.id
-        ]
-        for tool in iteration.tool_calls:
-            match = next(
-                (
-                    r
-                    for r in requests
-                    if not tool.call_id and r.name == tool.tool and json_value(r.arguments) == tool.params
-                ),
-                None,
-            )
-            if match is not None:
-                tool.call_id = match.id[:255]
-                requests.remove(match)
