@@ -396,7 +396,8 @@ def test_a_graph_node_is_a_step_a_subgraph_a_member_run_and_a_plain_node_a_step_
         _llm(trace, "0000000000000003", "0000000000000002", "Lyon", start_ms=1, node="planner_agent"),
         # A node that calls no model and no tool is a step of its own.
         _node(trace, "0000000000000004", "0000000000000001", "fetch", "fetch:2", start_ms=20, end_ms=30),
-        # A node running a graph of its own (a deeper checkpoint namespace) is a member run.
+        # A node running a graph of its own (a deeper checkpoint namespace) is a member run,
+        # and a step of the graph's run linked to it.
         _node(
             trace, "0000000000000005", "0000000000000001", "research", "research:3", start_ms=40, end_ms=90
         ),
@@ -416,8 +417,11 @@ def test_a_graph_node_is_a_step_a_subgraph_a_member_run_and_a_plain_node_a_step_
     assert [(it.index, it.name, len(it.model_calls)) for it in top.iterations] == [
         (1, "planner_agent", 1),
         (2, "fetch", 0),
+        (3, "research", 0),
     ]
     assert (member.kind, member.agent_name, member.parent_run_id) == ("member", "research", top.run_id)
+    assert top.iterations[2].metadata["member_run_id"] == member.run_id
+    assert top.iterations[2].thought == "Found"
     assert [(it.index, it.name) for it in member.iterations] == [(1, "agent")]
 
 

@@ -427,13 +427,6 @@ def test_langgraph_subgraph_node_is_a_member_run_of_the_invocation(live_server, 
     assert_conforms(server, expected=3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the subgraph node's execution ('researcher', which ran first) is no step of the "
-    "invocation: its steps are [(1, 'summarise')] alone, the member run reachable only from "
-    "the member interactions (an Agents SDK team run has each agent turn as a step linked to "
-    "its member run)",
-)
 def test_langgraph_subgraph_node_is_a_step_linked_to_its_member_run(live_server, token):
     run_langgraph_subgraph(live_server, token)
     (run,) = top_runs()
@@ -484,23 +477,12 @@ def test_langgraph_parallel_send_branches_are_one_run(live_server, token):
     assert_conforms(server, expected=3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a graph whose state has no messages: the output is the whole final state dumped as "
-    'JSON ({"cities": [...], "reports": [...], "summary": "Both sunny."}), not the final '
-    "answer 'Both sunny.'",
-)
 def test_langgraph_send_graph_output_is_the_final_answer_not_the_state(live_server, token):
     run_langgraph_send(live_server, token)
     (run,) = top_runs()
     assert run.output == "Both sunny."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LangGraph's conditional entry (add_conditional_edges(START, ...) returning Send) is "
-    "stored as iteration 1 named '__start__' (no model call): the user's nodes start at 2",
-)
 def test_langgraph_send_graph_steps_are_its_nodes_from_one(live_server, token):
     run_langgraph_send(live_server, token)
     (run,) = top_runs()

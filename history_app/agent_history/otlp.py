@@ -1040,6 +1040,7 @@ class _RunBuilder:
         self.steps: list[tuple[str, Span, str]] = []
         self.nodes: list[tuple[Span, str]] = []  # graph node executions of the run
         self.members: list[Run] = []
+        self.subgraphs: dict[str, Run] = {}  # graph node execution span id → its subgraph's member run
         self.named_by: Span | None = None  # the span the run is named after, where not its own
         self.runner_run = False  # an Agents SDK Runner.run's task span: a team, not a workflow
 
@@ -1170,6 +1171,11 @@ def assemble(spans: list[Span]) -> list[Run]:
             )
             builders.append(member)
             owner.members.append(member.run)
+            if step:
+                # A node running a subgraph: a step of the graph's run too, linked to the
+                # subgraph's member run.
+                owner.nodes.append((span, step))
+                owner.subgraphs[span["span_id"]] = member.run
             return member, ""
         return owner, node
 
@@ -1192,6 +1198,11 @@ def assemble(spans: list[Span]) -> list[Run]:
     # spans tells by it how many arrived since (``SPAN_COUNT_KEY``).
     top.run.metadata[SPAN_COUNT_KEY] = len(trace.by_id)
     return [builder.run for builder in builders]
+
+
+# LangGraph's entry and exit: ``__start__`` runs as a node where the graph's entry is a
+# conditional edge (its branch function, its ``Send``s), but is no step of the user's graph.
+_GRAPH_ENDS = frozenset({"__start__", "__end__"})
 
 
 class _Graph:
@@ -1226,7 +1237,7 @@ class _Graph:
     def node(self, span: Span) -> str:
         """The node's name where ``span`` is a node execution's own span, else ""."""
         meta = self.meta.get(span["span_id"])
-        if meta is None or meta["langgraph_node"] != span["name"]:
+        if meta is None or meta["langgraph_node"] != span["name"] or span["name"] in _GRAPH_ENDS:
             return ""
         parent = self.meta.get(span["parent_span_id"])
         if (
@@ -1290,14 +1301,20 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     stepped = {node for _, _, node in builder.steps}
     for node_span, node in builder.nodes:
         if node_span["span_id"] not in stepped:
-            # A node that called no model and no tool: a step of its own.
+            # A node that called no model and no tool: a step of its own; one running a
+            # subgraph ends in the subgraph's answer, linked to its member run.
+            metadata = {"otel.span_id": node_span["span_id"]}
+            subgraph = builder.subgraphs.get(node_span["span_id"])
+            if subgraph is not None:
+                metadata["member_run_id"] = subgraph.run_id
             iterations.append(
                 Iteration(
                     index=0,
                     name=node[:255],
+                    thought=(subgraph.output or None) if subgraph is not None else None,
                     started_at=_time(node_span["start"]),
                     ended_at=_time(node_span["end"]),
-                    metadata={"otel.span_id": node_span["span_id"]},
+                    metadata=metadata,
                 )
             )
     if builder.nodes:
@@ -1693,6 +1710,13 @@ def _run_output(
         if attributes.get(key) is not None:
             text = _user_text(attributes[key], "output")
             if text is None:
+                data = json_value(attributes[key])
+                answer = calls[-1][0].output if calls else None
+                if answer and isinstance(data, dict) and answer in data.values():
+                    # A graph state holding no messages: the value in it that is the last
+                    # model call's answer (a ``summary`` key), the state one click away.
+                    kept[key] = attributes[key]
+                    return answer
                 return _as_text(attributes[key])
             kept[key] = attributes[key]
             return text
