@@ -224,23 +224,12 @@ def test_agents_sdk_guardrails_leave_one_run_per_runner_run(live_server, token):
     assert_conforms(server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a guardrail span (GUARDRAIL, no model call) is stored as an iteration of its own with "
-    "a tool call 'no_lyon' (params None) before the agent's one model call: the agent's first "
-    "turn is iteration 2, the run shows 2 iterations for 1 model call",
-)
 def test_agents_sdk_input_guardrail_is_not_an_iteration_before_the_model_call(live_server, token):
     run_agents_guardrail(live_server, token)
     member = models.Run.objects.filter(kind="member").order_by("started_at").first()
     assert steps(member) == [(1, "", 1, [])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Runner.run stopped by InputGuardrailTripwireTriggered (its 'turn' span has status "
-    "ERROR) is stored 'completed', with input '' and output None",
-)
 def test_agents_sdk_tripped_input_guardrail_fails_the_run(live_server, token):
     run_agents_guardrail(live_server, token)
     tripped = top_runs()[1]

@@ -66,7 +66,7 @@ _INT64 = 2**63
 # attributes: a request of a few kilobytes of gzip must not become a run of megabytes.
 MAX_VALUES = 10_000
 
-AGENT, MODEL, TOOL, OTHER = "agent", "model", "tool", "other"
+AGENT, MODEL, TOOL, GUARDRAIL, OTHER = "agent", "model", "tool", "guardrail", "other"
 # gen_ai.operation.name → role in a run.
 _GENAI_OPERATIONS = {
     "invoke_agent": AGENT,
@@ -78,8 +78,9 @@ _GENAI_OPERATIONS = {
     "embeddings": MODEL,
     "execute_tool": TOOL,
 }
-# openinference.span.kind → role in a run. Retrievers, rerankers, guardrails and
-# evaluators are steps the agent took: they are shown as tool calls named after the span.
+# openinference.span.kind → role in a run. Retrievers, rerankers and evaluators are steps
+# the agent took: they are shown as tool calls named after the span. A guardrail checks the
+# run's input or output beside the agent's turns, no model asking for it: it is no step.
 _OPENINFERENCE_KINDS = {
     "AGENT": AGENT,
     "LLM": MODEL,
@@ -87,7 +88,7 @@ _OPENINFERENCE_KINDS = {
     "TOOL": TOOL,
     "RETRIEVER": TOOL,
     "RERANKER": TOOL,
-    "GUARDRAIL": TOOL,
+    "GUARDRAIL": GUARDRAIL,
     "EVALUATOR": TOOL,
 }
 SESSION_KEYS = ("session.id", "gen_ai.conversation.id")
@@ -1040,6 +1041,8 @@ class _RunBuilder:
         self.steps: list[tuple[str, Span, str]] = []
         self.nodes: list[tuple[Span, str]] = []  # graph node executions of the run
         self.members: list[Run] = []
+        self.guardrails: list[Span] = []  # guardrail spans of the run
+        self.errors: list[Span] = []  # spans of no role of their own that ended in error
         self.subgraphs: dict[str, Run] = {}  # graph node execution span id → its subgraph's member run
         self.named_by: Span | None = None  # the span the run is named after, where not its own
         self.runner_run = False  # an Agents SDK Runner.run's task span: a team, not a workflow
@@ -1121,6 +1124,9 @@ def assemble(spans: list[Span]) -> list[Run]:
         if kind in (MODEL, TOOL):
             owner.steps.append((kind, span, node))
             return owner, node
+        if kind == GUARDRAIL:
+            owner.guardrails.append(span)
+            return owner, node
         if is_top:
             return owner, node
         if span["span_id"] in later_tasks:
@@ -1177,6 +1183,8 @@ def assemble(spans: list[Span]) -> list[Run]:
                 owner.nodes.append((span, step))
                 owner.subgraphs[span["span_id"]] = member.run
             return member, ""
+        if span["status"] == ERROR and kind == OTHER:
+            owner.errors.append(span)
         return owner, node
 
     # Depth first, in start order, without recursion (a trace may nest thousands deep).
@@ -1337,6 +1345,8 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         failed = span["status"] == ERROR
         run.status = "failed" if failed else "completed"
         run.error = (_error_text(span) or "failed") if failed else None
+        if not failed and span.get("scope") == AGENTS_SDK_SCOPE:
+            _agents_sdk_failure(builder)
     else:  # the root span has not arrived: what has is shown, the run still running
         starts = [t for t in (_time(s["start"]) for s in trace.by_id.values()) if t]
         run.started_at = min(starts) if starts else None
@@ -1395,6 +1405,12 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         run.kind = "workflow" if workflow else "team"
     run.metadata = _run_metadata(span, trace)
     run.metadata.update(kept)
+    if builder.guardrails:
+        # The guardrails that checked the run (the OpenAI Agents SDK's): no steps of it.
+        run.metadata["guardrails"] = [
+            {"name": g["name"], "status": "failed" if g["status"] == ERROR else "ok"}
+            for g in builder.guardrails
+        ]
 
 
 def _retries_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _Trace) -> None:
@@ -1427,6 +1443,18 @@ def _retries_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _
                 value = decoded if isinstance(decoded, list) else value
             message.extra["reported_content"] = message.content
             message.content = json.dumps({"error": value}, ensure_ascii=False, separators=(",", ":"))
+
+
+def _agents_sdk_failure(builder: _RunBuilder) -> None:
+    """The OpenAI Agents SDK's instrumentation leaves the agent's and the ``Runner.run``'s
+    spans OK when the run raised (an input guardrail's tripwire, the turn limit): the
+    error is on the agent's ``turn`` span. Such an agent run failed with that error, and
+    so did the ``Runner.run`` whose last agent it was."""
+    run = builder.run
+    if builder.errors:
+        run.status, run.error = "failed", _error_text(builder.errors[-1]) or "failed"
+    elif builder.members and builder.members[-1].status == "failed":
+        run.status, run.error = "failed", builder.members[-1].error
 
 
 def _node_name(trace: _Trace, node: str) -> str:
