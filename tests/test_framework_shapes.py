@@ -919,12 +919,6 @@ def test_smolagents_tool_calls_keep_the_ids_the_model_gave(live_server, token):
     assert sorted(c.call_id for c in run.tool_calls.all()) == sorted(asked_ids(run, 1) + asked_ids(run, 2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an agent run inside another agent's tool (helper.run(..., usage=ctx.usage), Pydantic "
-    "AI's delegation) is stored as a top-level 'agent' run of a session of its own, not a "
-    "member run of the delegating run (parent None, no member interaction)",
-)
 def test_pydantic_ai_agent_delegating_in_a_tool_is_a_member_run(live_server, token):
     from pydantic_ai import Agent, RunContext
 

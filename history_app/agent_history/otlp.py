@@ -92,6 +92,8 @@ _OPENINFERENCE_KINDS = {
     "EVALUATOR": TOOL,
 }
 SESSION_KEYS = ("session.id", "gen_ai.conversation.id")
+# Pydantic AI's: the conversation an agent run's conversation was started from.
+ROOT_CONVERSATION_KEY = "pydantic_ai.root_conversation_id"
 USER_KEYS = ("user.id", "enduser.id", "gen_ai.user.id")
 AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name", "agent_name")
 ERROR = 2  # status code of a span that failed
@@ -1143,6 +1145,13 @@ def assemble(spans: list[Span]) -> list[Run]:
             builders.append(task)
             return task, ""
         own_session = session_key(_first_text(span["attributes"], SESSION_KEYS))[:255]
+        if (
+            own_session
+            and session_key(_as_text(span["attributes"].get(ROOT_CONVERSATION_KEY))) == owner.run.session_id
+        ):
+            # Pydantic AI's agent run inside another's tool (its delegation): a conversation
+            # of its own, whose root is the delegating run's: a member run of it.
+            own_session = ""
         if (own_session and own_session != owner.run.session_id) or (
             kind == AGENT and span["span_id"] in trace.detached
         ):
