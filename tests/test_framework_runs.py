@@ -943,3 +943,51 @@ def test_smolagents_code_agent_calling_its_managed_agent_in_code_delegates_the_t
         f'Started the member run of <strong>weather_agent</strong>: <a href="/p/default/runs/{member.run_id}/"'
         in page
     )
+
+
+def test_a_pydantic_ai_retry_prompt_is_stored_wrapped_as_its_openai_model_sends_it():
+    from .otlp_spans import span
+
+    trace = "ef" * 16
+    asked = [
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "city", "arguments": {}}]}
+    ]
+    retry = {"type": "tool_call_response", "id": "c1", "name": "city", "result": "Capitalise the city."}
+    later = json.dumps(
+        [
+            {"role": "user", "parts": [{"type": "text", "content": "Hi"}]},
+            *asked,
+            {"role": "user", "parts": [retry]},
+        ]
+    )
+
+    def chat(span_id, provider, start_ms):
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.input.messages": later,
+        }
+        return span(trace, span_id, "0000000000000001", "chat", attributes, start_ms=start_ms)
+
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "city", "gen_ai.tool.call.id": "c1"}
+    (run,) = _assembled(
+        span(
+            trace, "0000000000000001", name="agent run", attributes={"gen_ai.operation.name": "invoke_agent"}
+        ),
+        span(
+            trace,
+            "0000000000000002",
+            "0000000000000001",
+            "execute_tool city",
+            {**tool, "pydantic_ai.tool.retry.cause": "model_retry"},
+            start_ms=1,
+        ),
+        chat("0000000000000003", "openai", 2),
+        chat("0000000000000004", "anthropic", 3),
+    )
+    openai_call, anthropic_call = run.all_model_calls()
+    sent = openai_call.messages[-1]
+    assert (sent.tool_call_id, sent.content) == ("c1", '{"error":"Capitalise the city."}')
+    assert sent.extra["reported_content"] == "Capitalise the city."
+    # Anthropic's API has an error channel of its own (is_error): the text is what it sends.
+    assert anthropic_call.messages[-1].content == "Capitalise the city."
