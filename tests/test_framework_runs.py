@@ -396,7 +396,8 @@ def test_a_graph_node_is_a_step_a_subgraph_a_member_run_and_a_plain_node_a_step_
         _llm(trace, "0000000000000003", "0000000000000002", "Lyon", start_ms=1, node="planner_agent"),
         # A node that calls no model and no tool is a step of its own.
         _node(trace, "0000000000000004", "0000000000000001", "fetch", "fetch:2", start_ms=20, end_ms=30),
-        # A node running a graph of its own (a deeper checkpoint namespace) is a member run.
+        # A node running a graph of its own (a deeper checkpoint namespace) is a member run,
+        # and a step of the graph's run linked to it.
         _node(
             trace, "0000000000000005", "0000000000000001", "research", "research:3", start_ms=40, end_ms=90
         ),
@@ -416,8 +417,11 @@ def test_a_graph_node_is_a_step_a_subgraph_a_member_run_and_a_plain_node_a_step_
     assert [(it.index, it.name, len(it.model_calls)) for it in top.iterations] == [
         (1, "planner_agent", 1),
         (2, "fetch", 0),
+        (3, "research", 0),
     ]
     assert (member.kind, member.agent_name, member.parent_run_id) == ("member", "research", top.run_id)
+    assert top.iterations[2].metadata["member_run_id"] == member.run_id
+    assert top.iterations[2].thought == "Found"
     assert [(it.index, it.name) for it in member.iterations] == [(1, "agent")]
 
 
@@ -939,3 +943,51 @@ def test_smolagents_code_agent_calling_its_managed_agent_in_code_delegates_the_t
         f'Started the member run of <strong>weather_agent</strong>: <a href="/p/default/runs/{member.run_id}/"'
         in page
     )
+
+
+def test_a_pydantic_ai_retry_prompt_is_stored_wrapped_as_its_openai_model_sends_it():
+    from .otlp_spans import span
+
+    trace = "ef" * 16
+    asked = [
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "city", "arguments": {}}]}
+    ]
+    retry = {"type": "tool_call_response", "id": "c1", "name": "city", "result": "Capitalise the city."}
+    later = json.dumps(
+        [
+            {"role": "user", "parts": [{"type": "text", "content": "Hi"}]},
+            *asked,
+            {"role": "user", "parts": [retry]},
+        ]
+    )
+
+    def chat(span_id, provider, start_ms):
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.input.messages": later,
+        }
+        return span(trace, span_id, "0000000000000001", "chat", attributes, start_ms=start_ms)
+
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "city", "gen_ai.tool.call.id": "c1"}
+    (run,) = _assembled(
+        span(
+            trace, "0000000000000001", name="agent run", attributes={"gen_ai.operation.name": "invoke_agent"}
+        ),
+        span(
+            trace,
+            "0000000000000002",
+            "0000000000000001",
+            "execute_tool city",
+            {**tool, "pydantic_ai.tool.retry.cause": "model_retry"},
+            start_ms=1,
+        ),
+        chat("0000000000000003", "openai", 2),
+        chat("0000000000000004", "anthropic", 3),
+    )
+    openai_call, anthropic_call = run.all_model_calls()
+    sent = openai_call.messages[-1]
+    assert (sent.tool_call_id, sent.content) == ("c1", '{"error":"Capitalise the city."}')
+    assert sent.extra["reported_content"] == "Capitalise the city."
+    # Anthropic's API has an error channel of its own (is_error): the text is what it sends.
+    assert anthropic_call.messages[-1].content == "Capitalise the city."

@@ -224,34 +224,18 @@ def test_agents_sdk_guardrails_leave_one_run_per_runner_run(live_server, token):
     assert_conforms(server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a guardrail span (GUARDRAIL, no model call) is stored as an iteration of its own with "
-    "a tool call 'no_lyon' (params None) before the agent's one model call: the agent's first "
-    "turn is iteration 2, the run shows 2 iterations for 1 model call",
-)
 def test_agents_sdk_input_guardrail_is_not_an_iteration_before_the_model_call(live_server, token):
     run_agents_guardrail(live_server, token)
     member = models.Run.objects.filter(kind="member").order_by("started_at").first()
     assert steps(member) == [(1, "", 1, [])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Runner.run stopped by InputGuardrailTripwireTriggered (its 'turn' span has status "
-    "ERROR) is stored 'completed', with input '' and output None",
-)
 def test_agents_sdk_tripped_input_guardrail_fails_the_run(live_server, token):
     run_agents_guardrail(live_server, token)
     tripped = top_runs()[1]
     assert tripped.status == "failed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Agents SDK's function tool calls are stored with call_id '' though the model "
-    "call that asked for them gave ids (call_1_0, call_1_1); handoffs keep theirs",
-)
 def test_agents_sdk_function_tool_calls_keep_the_ids_the_model_gave(live_server, token):
     agents = framework("agents")
 
@@ -432,13 +416,6 @@ def test_langgraph_subgraph_node_is_a_member_run_of_the_invocation(live_server, 
     assert_conforms(server, expected=3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the subgraph node's execution ('researcher', which ran first) is no step of the "
-    "invocation: its steps are [(1, 'summarise')] alone, the member run reachable only from "
-    "the member interactions (an Agents SDK team run has each agent turn as a step linked to "
-    "its member run)",
-)
 def test_langgraph_subgraph_node_is_a_step_linked_to_its_member_run(live_server, token):
     run_langgraph_subgraph(live_server, token)
     (run,) = top_runs()
@@ -489,23 +466,12 @@ def test_langgraph_parallel_send_branches_are_one_run(live_server, token):
     assert_conforms(server, expected=3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a graph whose state has no messages: the output is the whole final state dumped as "
-    'JSON ({"cities": [...], "reports": [...], "summary": "Both sunny."}), not the final '
-    "answer 'Both sunny.'",
-)
 def test_langgraph_send_graph_output_is_the_final_answer_not_the_state(live_server, token):
     run_langgraph_send(live_server, token)
     (run,) = top_runs()
     assert run.output == "Both sunny."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LangGraph's conditional entry (add_conditional_edges(START, ...) returning Send) is "
-    "stored as iteration 1 named '__start__' (no model call): the user's nodes start at 2",
-)
 def test_langgraph_send_graph_steps_are_its_nodes_from_one(live_server, token):
     run_langgraph_send(live_server, token)
     (run,) = top_runs()
@@ -682,12 +648,6 @@ def test_pydantic_ai_model_retry_is_a_failed_tool_call_then_the_retried_one(live
     assert [c.call_id for c in (first, second)] == [asked_ids(run, 1)[0], asked_ids(run, 2)[0]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the retry prompt Pydantic AI sent as the tool message's content "
-    "('{\"error\":\"Capitalise the city.\"}') is stored as 'Capitalise the city.' in the later "
-    "model calls (1 of 3 calls exact)",
-)
 def test_pydantic_ai_model_retry_calls_are_stored_as_sent(live_server, token):
     server = run_pydantic_ai_retry(live_server, token)
     # Pydantic AI reports tool-call arguments as JSON values (the GenAI conventions).
@@ -902,12 +862,6 @@ def test_pydantic_ai_two_tool_calls_in_one_answer(live_server, token):
     assert [c.call_id for c in run.tool_calls.order_by("position")] == asked_ids(run, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the second model call's two tool messages (call_1_0 'Sunny in Paris', call_1_1 "
-    "'Sunny in Lyon') are stored as ONE message (tool_call_id '', both results as "
-    "tool_call_response parts): 5 messages sent, 4 stored",
-)
 def test_pydantic_ai_two_tool_results_are_stored_as_the_two_messages_sent(live_server, token):
     server = run_pydantic_ai_two_calls(live_server, token)
     assert_conforms(server, exact_arguments=False, expected=2)
@@ -930,11 +884,6 @@ def test_agno_two_tool_calls_in_one_answer(live_server, token):
     assert_conforms(server, expected=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agno's tool calls are stored with call_id '' though the model call that asked for "
-    "them gave ids (call_1_0, call_1_1)",
-)
 def test_agno_tool_calls_keep_the_ids_the_model_gave(live_server, token):
     run_agno_two_calls(live_server, token)
     (run,) = top_runs()
@@ -964,24 +913,12 @@ def test_smolagents_two_tool_calls_in_one_answer(live_server, token):
     assert_conforms(server, expected=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a smolagents ToolCallingAgent's tool calls (weather, final_answer) are stored with "
-    "call_id '' though the model gave ids (call_1_0, call_1_1, call_2_0); its managed-agent "
-    "calls keep theirs",
-)
 def test_smolagents_tool_calls_keep_the_ids_the_model_gave(live_server, token):
     run_smolagents_two_calls(live_server, token)
     (run,) = top_runs()
     assert sorted(c.call_id for c in run.tool_calls.all()) == sorted(asked_ids(run, 1) + asked_ids(run, 2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an agent run inside another agent's tool (helper.run(..., usage=ctx.usage), Pydantic "
-    "AI's delegation) is stored as a top-level 'agent' run of a session of its own, not a "
-    "member run of the delegating run (parent None, no member interaction)",
-)
 def test_pydantic_ai_agent_delegating_in_a_tool_is_a_member_run(live_server, token):
     from pydantic_ai import Agent, RunContext
 

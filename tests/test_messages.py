@@ -53,6 +53,27 @@ def test_genai_tool_calls_and_their_answers():
     assert (answered.role, answered.tool_call_id, json.loads(answered.content)) == ("tool", "c1", {"sum": 5})
 
 
+def test_genai_tool_results_are_one_message_each_where_the_wire_sends_them_so():
+    results = {
+        "role": "user",
+        "parts": [
+            {"type": "tool_call_response", "id": "c1", "name": "weather", "result": "Sunny in Paris"},
+            {"type": "tool_call_response", "id": "c2", "name": "weather", "result": "Sunny in Lyon"},
+            {"type": "text", "content": "Go on."},
+        ],
+    }
+    split = wire.genai_messages(results, split_tool_results=True)
+    assert [(m.tool_call_id, m.content) for m in split] == [
+        ("c1", "Sunny in Paris"),
+        ("c2", "Sunny in Lyon"),
+        ("", "Go on."),
+    ]
+    # Anthropic's API takes them as blocks of one user message: one message, as reported.
+    assert wire.one_message_per_tool_result("openai") and not wire.one_message_per_tool_result("anthropic")
+    (kept,) = wire.genai_messages(results, split_tool_results=False)
+    assert [p["type"] for p in kept.parts] == ["tool_call_response", "tool_call_response", "text"]
+
+
 def test_openinference_flattened_messages_keep_calls_ids_names_and_parts():
     flat = {
         "llm.input_messages.0.message.role": "assistant",

@@ -251,6 +251,61 @@ def responses_answer(response: Mapping[str, Any]) -> tuple[ModelMessage, str]:
 # -- The OpenTelemetry GenAI conventions ------------------------------------------------
 
 
+# Providers whose APIs take a model request's tool results together in one message (content
+# blocks of one user turn); the others (OpenAI's chat completions and Responses APIs, and
+# the many compatible with them) take one tool message per result.
+_GROUPED_TOOL_RESULTS = frozenset(
+    {
+        "anthropic",
+        "aws.bedrock",
+        "bedrock",
+        "gcp.gemini",
+        "gcp.gen_ai",
+        "gcp.vertex_ai",
+        "google",
+        "google-gla",
+        "google-vertex",
+    }
+)
+
+
+def one_message_per_tool_result(provider: str) -> bool:
+    """Whether ``provider``'s wire sends each tool result as a message of its own."""
+    return provider.lower() not in _GROUPED_TOOL_RESULTS
+
+
+def genai_messages(item: Any, *, split_tool_results: bool = False) -> list[ModelMessage]:
+    """A GenAI input message as the messages it was sent as. With ``split_tool_results``
+    (a provider whose wire sends one tool message per result, as Pydantic AI's OpenAI
+    model does), a message holding several ``tool_call_response`` parts is one message per
+    result, in order, each answering its call, and the parts between them one message
+    each run of them; otherwise the one message ``genai_message`` reads."""
+    parts = item.get("parts") if isinstance(item, dict) else None
+    if (
+        not split_tool_results
+        or not isinstance(parts, list)
+        or len(parts) < 2
+        or not any(isinstance(p, dict) and p.get("type") == "tool_call_response" for p in parts)
+    ):
+        return [genai_message(item)[0]]
+    found: list[ModelMessage] = []
+    others: list[Any] = []
+
+    def flush() -> None:
+        if others:
+            found.append(genai_message({**item, "parts": list(others)})[0])
+            others.clear()
+
+    for part in parts:
+        if isinstance(part, dict) and part.get("type") == "tool_call_response":
+            flush()
+            found.append(genai_message({**item, "parts": [part]})[0])
+        else:
+            others.append(part)
+    flush()
+    return found
+
+
 def genai_message(item: Any) -> tuple[ModelMessage, str]:
     """A GenAI message (1.37+: ``{"role", "parts", "name"?, "finish_reason"?}``; or the
     older events' ``{"role"?, "content", "tool_calls"?, "id"?}`` body) and its finish

@@ -66,7 +66,7 @@ _INT64 = 2**63
 # attributes: a request of a few kilobytes of gzip must not become a run of megabytes.
 MAX_VALUES = 10_000
 
-AGENT, MODEL, TOOL, OTHER = "agent", "model", "tool", "other"
+AGENT, MODEL, TOOL, GUARDRAIL, OTHER = "agent", "model", "tool", "guardrail", "other"
 # gen_ai.operation.name → role in a run.
 _GENAI_OPERATIONS = {
     "invoke_agent": AGENT,
@@ -78,8 +78,9 @@ _GENAI_OPERATIONS = {
     "embeddings": MODEL,
     "execute_tool": TOOL,
 }
-# openinference.span.kind → role in a run. Retrievers, rerankers, guardrails and
-# evaluators are steps the agent took: they are shown as tool calls named after the span.
+# openinference.span.kind → role in a run. Retrievers, rerankers and evaluators are steps
+# the agent took: they are shown as tool calls named after the span. A guardrail checks the
+# run's input or output beside the agent's turns, no model asking for it: it is no step.
 _OPENINFERENCE_KINDS = {
     "AGENT": AGENT,
     "LLM": MODEL,
@@ -87,10 +88,12 @@ _OPENINFERENCE_KINDS = {
     "TOOL": TOOL,
     "RETRIEVER": TOOL,
     "RERANKER": TOOL,
-    "GUARDRAIL": TOOL,
+    "GUARDRAIL": GUARDRAIL,
     "EVALUATOR": TOOL,
 }
 SESSION_KEYS = ("session.id", "gen_ai.conversation.id")
+# Pydantic AI's: the conversation an agent run's conversation was started from.
+ROOT_CONVERSATION_KEY = "pydantic_ai.root_conversation_id"
 USER_KEYS = ("user.id", "enduser.id", "gen_ai.user.id")
 AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name", "agent_name")
 ERROR = 2  # status code of a span that failed
@@ -661,7 +664,10 @@ def _call_messages(span: Span) -> tuple[list[ModelMessage], ModelMessage | None,
         messages.append(system)
     inputs = json_value(genai.get("gen_ai.input.messages"))
     if isinstance(inputs, list):
-        messages.extend(wire.genai_message(item)[0] for item in inputs)
+        provider = _first_text(attributes, ("gen_ai.provider.name", "gen_ai.system"))
+        split = bool(provider) and wire.one_message_per_tool_result(provider)
+        for item in inputs:
+            messages.extend(wire.genai_messages(item, split_tool_results=split))
     outputs = json_value(genai.get("gen_ai.output.messages"))
     if isinstance(outputs, list):
         answers.extend(wire.genai_message(item) for item in outputs)
@@ -1046,6 +1052,9 @@ class _RunBuilder:
         self.steps: list[tuple[str, Span, str]] = []
         self.nodes: list[tuple[Span, str]] = []  # graph node executions of the run
         self.members: list[Run] = []
+        self.guardrails: list[Span] = []  # guardrail spans of the run
+        self.errors: list[Span] = []  # spans of no role of their own that ended in error
+        self.subgraphs: dict[str, Run] = {}  # graph node execution span id → its subgraph's member run
         self.named_by: Span | None = None  # the span the run is named after, where not its own
         self.runner_run = False  # an Agents SDK Runner.run's task span: a team, not a workflow
 
@@ -1126,6 +1135,9 @@ def assemble(spans: list[Span]) -> list[Run]:
         if kind in (MODEL, TOOL):
             owner.steps.append((kind, span, node))
             return owner, node
+        if kind == GUARDRAIL:
+            owner.guardrails.append(span)
+            return owner, node
         if is_top:
             return owner, node
         if span["span_id"] in later_tasks:
@@ -1142,6 +1154,13 @@ def assemble(spans: list[Span]) -> list[Run]:
             builders.append(task)
             return task, ""
         own_session = session_key(_first_text(span["attributes"], SESSION_KEYS))[:255]
+        if (
+            own_session
+            and session_key(_as_text(span["attributes"].get(ROOT_CONVERSATION_KEY))) == owner.run.session_id
+        ):
+            # Pydantic AI's agent run inside another's tool (its delegation): a conversation
+            # of its own, whose root is the delegating run's: a member run of it.
+            own_session = ""
         if (own_session and own_session != owner.run.session_id) or (
             kind == AGENT and span["span_id"] in trace.detached
         ):
@@ -1176,7 +1195,14 @@ def assemble(spans: list[Span]) -> list[Run]:
             )
             builders.append(member)
             owner.members.append(member.run)
+            if step:
+                # A node running a subgraph: a step of the graph's run too, linked to the
+                # subgraph's member run.
+                owner.nodes.append((span, step))
+                owner.subgraphs[span["span_id"]] = member.run
             return member, ""
+        if span["status"] == ERROR and kind == OTHER:
+            owner.errors.append(span)
         return owner, node
 
     # Depth first, in start order, without recursion (a trace may nest thousands deep).
@@ -1198,6 +1224,11 @@ def assemble(spans: list[Span]) -> list[Run]:
     # spans tells by it how many arrived since (``SPAN_COUNT_KEY``).
     top.run.metadata[SPAN_COUNT_KEY] = len(trace.by_id)
     return [builder.run for builder in builders]
+
+
+# LangGraph's entry and exit: ``__start__`` runs as a node where the graph's entry is a
+# conditional edge (its branch function, its ``Send``s), but is no step of the user's graph.
+_GRAPH_ENDS = frozenset({"__start__", "__end__"})
 
 
 class _Graph:
@@ -1232,7 +1263,7 @@ class _Graph:
     def node(self, span: Span) -> str:
         """The node's name where ``span`` is a node execution's own span, else ""."""
         meta = self.meta.get(span["span_id"])
-        if meta is None or meta["langgraph_node"] != span["name"]:
+        if meta is None or meta["langgraph_node"] != span["name"] or span["name"] in _GRAPH_ENDS:
             return ""
         parent = self.meta.get(span["parent_span_id"])
         if (
@@ -1290,18 +1321,26 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
                     iterations.append(current)
                 target = current
             target.tool_calls.append(tool)
+    _ids_of_requests(iterations)
     _unanswered_requests(builder, iterations, {tool.call_id for tool, _ in tools if tool.call_id})
+    _retries_as_sent(calls, trace)
     stepped = {node for _, _, node in builder.steps}
     for node_span, node in builder.nodes:
         if node_span["span_id"] not in stepped:
-            # A node that called no model and no tool: a step of its own.
+            # A node that called no model and no tool: a step of its own; one running a
+            # subgraph ends in the subgraph's answer, linked to its member run.
+            metadata = {"otel.span_id": node_span["span_id"]}
+            subgraph = builder.subgraphs.get(node_span["span_id"])
+            if subgraph is not None:
+                metadata["member_run_id"] = subgraph.run_id
             iterations.append(
                 Iteration(
                     index=0,
                     name=node[:255],
+                    thought=(subgraph.output or None) if subgraph is not None else None,
                     started_at=_time(node_span["start"]),
                     ended_at=_time(node_span["end"]),
-                    metadata={"otel.span_id": node_span["span_id"]},
+                    metadata=metadata,
                 )
             )
     if builder.nodes:
@@ -1324,6 +1363,8 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         failed = span["status"] == ERROR
         run.status = "failed" if failed else "completed"
         run.error = (_error_text(span) or "failed") if failed else None
+        if not failed and span.get("scope") == AGENTS_SDK_SCOPE:
+            _agents_sdk_failure(builder)
     else:  # the root span has not arrived: what has is shown, the run still running
         starts = [t for t in (_time(s["start"]) for s in trace.by_id.values()) if t]
         run.started_at = min(starts) if starts else None
@@ -1382,6 +1423,56 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         run.kind = "workflow" if workflow else "team"
     run.metadata = _run_metadata(span, trace)
     run.metadata.update(kept)
+    if builder.guardrails:
+        # The guardrails that checked the run (the OpenAI Agents SDK's): no steps of it.
+        run.metadata["guardrails"] = [
+            {"name": g["name"], "status": "failed" if g["status"] == ERROR else "ok"}
+            for g in builder.guardrails
+        ]
+
+
+def _retries_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _Trace) -> None:
+    """Pydantic AI reports the retry prompt a tool call got (its ``ModelRetry``, or its
+    arguments' validation errors) as that call's ``tool_call_response`` result alone; its
+    models for the APIs with no error channel of their own (OpenAI's, and those like them)
+    send it wrapped, ``{"error": ...}`` in compact JSON (the validation errors as the JSON
+    list they are). The call's ``execute_tool`` span says it was a retry
+    (``pydantic_ai.tool.retry.cause``). The message is stored as it was sent, what the span
+    reported kept in ``extra["reported_content"]``."""
+    causes = {
+        _as_text(s["attributes"].get("gen_ai.tool.call.id")): _as_text(
+            s["attributes"]["pydantic_ai.tool.retry.cause"]
+        )
+        for s in trace.by_id.values()
+        if "pydantic_ai.tool.retry.cause" in s["attributes"] and s["attributes"].get("gen_ai.tool.call.id")
+    }
+    if not causes:
+        return
+    for call, messages in calls:
+        if call.messages_source != "otlp genai" or not wire.one_message_per_tool_result(call.provider):
+            continue
+        for message in messages:
+            cause = causes.get(message.tool_call_id)
+            if cause is None or message.parts or "reported_content" in message.extra:
+                continue
+            value: Any = message.content
+            if cause == "validation_error":
+                decoded = json_value(value)
+                value = decoded if isinstance(decoded, list) else value
+            message.extra["reported_content"] = message.content
+            message.content = json.dumps({"error": value}, ensure_ascii=False, separators=(",", ":"))
+
+
+def _agents_sdk_failure(builder: _RunBuilder) -> None:
+    """The OpenAI Agents SDK's instrumentation leaves the agent's and the ``Runner.run``'s
+    spans OK when the run raised (an input guardrail's tripwire, the turn limit): the
+    error is on the agent's ``turn`` span. Such an agent run failed with that error, and
+    so did the ``Runner.run`` whose last agent it was."""
+    run = builder.run
+    if builder.errors:
+        run.status, run.error = "failed", _error_text(builder.errors[-1]) or "failed"
+    elif builder.members and builder.members[-1].status == "failed":
+        run.status, run.error = "failed", builder.members[-1].error
 
 
 def _node_name(trace: _Trace, node: str) -> str:
@@ -1424,6 +1515,31 @@ def _handoff(tools: list[tuple[ToolCall, Span]], agent: str, agents: set[str]) -
     if source == agent and isinstance(target, str) and target in agents and target != agent:
         return f"handoff to {target}"
     return ""
+
+
+def _ids_of_requests(iterations: list[Iteration]) -> None:
+    """A tool call whose span carries no call id (CrewAI's, agno's, smolagents', the
+    Agents SDK's function tools) takes the id of the request its iteration's model call
+    made of its name and arguments, each request answering one call, in order."""
+    for iteration in iterations:
+        if all(tool.call_id for tool in iteration.tool_calls):
+            continue
+        taken = {tool.call_id for tool in iteration.tool_calls if tool.call_id}
+        requests = [
+            request
+            for call in iteration.model_calls
+            for request in (call.answer.tool_calls if call.answer is not None else ())
+            if request.id and request.id not in taken
+        ]
+        for tool in iteration.tool_calls:
+            if tool.call_id:
+                continue
+            match = next(
+                (r for r in requests if r.name == tool.tool and json_value(r.arguments) == tool.params), None
+            )
+            if match is not None:
+                tool.call_id = match.id[:255]
+                requests.remove(match)
 
 
 def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answered: set[str]) -> None:
@@ -1640,6 +1756,13 @@ def _run_output(
         if attributes.get(key) is not None:
             text = _user_text(attributes[key], "output")
             if text is None:
+                data = json_value(attributes[key])
+                answer = calls[-1][0].output if calls else None
+                if answer and isinstance(data, dict) and answer in data.values():
+                    # A graph state holding no messages: the value in it that is the last
+                    # model call's answer (a ``summary`` key), the state one click away.
+                    kept[key] = attributes[key]
+                    return answer
                 return _as_text(attributes[key])
             kept[key] = attributes[key]
             return text
@@ -1764,9 +1887,7 @@ def _crewai_run(
     named after the crew or the agent's role; a task's input is its description as the
     agent was given it (the ``TaskOutput``'s, else the first model call's input); the
     output is the text the crew or the task returned (``raw``). The whole values stay in
-    the run's metadata. A tool's span carries no call id: a tool call takes the id of the
-    request of its name and arguments in its iteration's model call. Other runs are left
-    as they are."""
+    the run's metadata. Other runs are left as they are."""
     if span is None or span.get("scope") != CREWAI_SCOPE:
         return
     attributes = span["attributes"]
@@ -1787,22 +1908,3 @@ def _crewai_run(
             kept["input.value"] = attributes["input.value"]
     elif span["name"].endswith(".kickoff") and not _first_text(attributes, AGENT_NAME_KEYS):
         run.agent_name = span["name"][: -len(".kickoff")][:255] or run.agent_name
-    for iteration in iterations:
-        requests = [
-            request
-            for call in iteration.model_calls
-            for request in (call.answer.tool_calls if call.answer is not None else ())
-            if request.id
-        ]
-        for tool in iteration.tool_calls:
-            match = next(
-                (
-                    r
-                    for r in requests
-                    if not tool.call_id and r.name == tool.tool and json_value(r.arguments) == tool.params
-                ),
-                None,
-            )
-            if match is not None:
-                tool.call_id = match.id[:255]
-                requests.remove(match)
