@@ -616,11 +616,6 @@ def _system_of(run: models.Run) -> str:
     return next(m["content"] for m in call.messages if m["role"] in ("system", "developer"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the <summary_of_previous_interactions> block agno puts in the system message is no "
-    "injected context: the inspector neither names nor rebuilds it",
-)
 def test_the_session_summary_given_to_a_run_is_a_context(tmp_path_factory):
     path, _, flags = recorded("summary", tmp_path_factory)
     run_import(path, flags)
@@ -631,11 +626,6 @@ def test_the_session_summary_given_to_a_run_is_a_context(tmp_path_factory):
     assert any("<summary_of_previous_interactions>" in text and text in system for text in texts), texts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the <memories_from_previous_interactions> block agno puts in the system message is "
-    "no injected context: the inspector neither names nor rebuilds it",
-)
 def test_the_memories_given_to_a_run_are_a_context(tmp_path_factory):
     path, _, flags = recorded("memory", tmp_path_factory)
     run_import(path, flags)

@@ -762,6 +762,14 @@ def _contexts(
                 text=block.text, kind=block.kind, target="user", step=step, settings=block.settings
             )
         )
+    system = next(
+        (m for m in messages if m.get("role") in ("system", "developer") and not m.get("from_history")), None
+    )
+    system_text = value_text(system.get("content")) if system else None
+    for kind, found in system_blocks(system_text or ""):
+        contexts.append(
+            InjectedContext(text=found[0], kind=kind, target="system", step=step, settings=found[1])
+        )
     replayed = [m for m in messages if m.get("from_history")]
     if replayed:
         contexts.append(
@@ -774,6 +782,49 @@ def _contexts(
             )
         )
     return contexts
+
+
+# The blocks agno 3.1 writes into an agent's or a team leader's system message
+# (``get_system_message``): kind -> (opener, closer, the sentence agno writes right after).
+SYSTEM_BLOCKS = {
+    "memories": (
+        "<memories_from_previous_interactions>",
+        "\n</memories_from_previous_interactions>",
+        "\n\nNote: this information is from previous interactions and may be updated in this conversation.",
+    ),
+    "session_summary": (
+        "<summary_of_previous_interactions>\n",
+        "\n</summary_of_previous_interactions>",
+        "\n\nNote: this information is from previous interactions and may be outdated.",
+    ),
+}
+
+
+def system_blocks(text: str) -> list[tuple[str, tuple[str, dict[str, Any]]]]:
+    """The user's memories (``add_memories_to_context``) and the session summary
+    (``add_session_summary_to_context``) agno put in a system message, each as
+    ``(kind, (text, settings))``: the block from its opening tag to its closing tag, exactly
+    as sent. agno escapes nothing, so a memory or a summary may hold the closing tag: the
+    block ends at the first closing tag agno's note follows; where several do, the
+    settings say the boundary is ambiguous."""
+    found = []
+    for kind, (opener, closer, note) in SYSTEM_BLOCKS.items():
+        start = text.find(opener)
+        if start < 0:
+            continue
+        ends, at = [], start + len(opener) - 1
+        while (at := text.find(closer + note, at + 1)) >= 0:
+            ends.append(at + len(closer))
+        if not ends:
+            continue
+        settings = {
+            "boundary": "exact" if len(ends) == 1 else "ambiguous",
+            "block": f"agno 3.1 get_system_message ({opener.strip()})",
+        }
+        if len(ends) > 1:
+            settings["readings"] = len(ends)
+        found.append((kind, (text[start : ends[0]], settings)))
+    return found
 
 
 def reconstructed_workflow_history(
