@@ -827,6 +827,58 @@ def system_blocks(text: str) -> list[tuple[str, tuple[str, dict[str, Any]]]]:
     return found
 
 
+SUMMARY_PROMPT = (
+    "Analyze the following conversation between a user and an assistant, and extract the following details:\n"
+    "- Summary (str): Provide a concise summary of the session, focusing on important information that "
+    "would be helpful for future interactions.\n"
+    "- Topics (Optional[List[str]]): List the topics discussed in the session.\n"
+    "Keep the summary concise and to the point. Only include relevant information.\n"
+)
+SUMMARY_REQUEST = "Provide the summary of the conversation."
+
+
+def summary_call(payload: dict[str, Any], previous: Sequence[dict[str, Any]]) -> ModelCall | None:
+    """The session-summary call agno made after the run (``enable_session_summaries``: its
+    ``metrics.details`` names a ``session_summary_model``), rebuilt from the session's runs
+    so far (``previous``, oldest first, then this one) as ``SessionSummaryManager`` builds
+    it: its default prompt, the conversation of every user and assistant message, and its
+    request. agno stores neither the call nor its raw answer (the session keeps only the
+    latest summary, parsed): the answer is marked not stored. Assumes the default prompt
+    and a model with native structured outputs (no JSON instructions appended)."""
+    details = _details(payload)
+    if not details.get("session_summary_model"):
+        return None
+    messages, _ = history_messages([*previous, payload])
+    lines = []
+    for m in messages:
+        if m.get("role") == "user":
+            content = m.get("content")
+            if not content or (isinstance(content, str) and not content.strip()):
+                continue  # agno names media here; none is stored as text
+            lines.append(f"User: {content}")
+        elif m.get("role") in ("assistant", "model"):
+            lines.append(f"Assistant: {m.get('content')}\n")
+    prompt = SUMMARY_PROMPT + "<conversation>" + "\n".join(lines) + "</conversation>"
+    entry = details["session_summary_model"][0] if isinstance(details["session_summary_model"], list) else {}
+    entry = entry if isinstance(entry, dict) else {}
+    provider = value_text(payload.get("model_provider")) or ""
+    call = ModelCall(
+        model=value_text(entry.get("id")) or "",
+        provider=provider,
+        messages=[
+            wire.chat_message({"role": wire_role("system", provider), "content": prompt}, "instructions"),
+            wire.chat_message({"role": "user", "content": SUMMARY_REQUEST}, "input"),
+        ],
+        api=wire.CHAT,
+        metadata={
+            "role": "session_summary_model",
+            "answer_not_stored": "agno keeps only the session's latest summary, parsed, not the model's answer",
+        },
+    )
+    return _reconstructed(call, "SessionSummaryManager._prepare_summary_messages: its default prompt and "
+                                "the session's messages")  # fmt: skip
+
+
 def reconstructed_workflow_history(
     previous: list[dict[str, Any]], num_history_runs: int = 3
 ) -> InjectedContext | None:
