@@ -502,12 +502,16 @@ XFAIL: dict[tuple[str, str], str] = {
         "parsed (agno_sessions.summary), so the 3 answers cannot match"
     ),
     ("calls", "memory"): (
-        "agno's memory-manager model calls (update_memory_on_run: 4 of 6 requests, 'You are a "
-        "Memory Manager…' with its add_memory tool call and result) are stored as no model call"
+        "update_memory_on_run: the memory manager's 4 calls cannot be rebuilt: agno stores no "
+        "trace of them but a memory_model entry in the run's metrics.details. Its prompt lists "
+        "the user's memories as they were then (agno_memories holds them as they are now), and "
+        "the add_memory tool calls it made (ids, arguments) and their results are stored nowhere"
     ),
     ("calls", "agentic_memory"): (
-        "enable_agentic_memory: the memory manager's model calls that agno makes inside the "
-        "agent's update_user_memory tool (4 requests) are stored as no model call"
+        "enable_agentic_memory: the memory manager's 4 calls agno makes inside the agent's "
+        "update_user_memory tool cannot be rebuilt: agno stores only that tool's task and result; "
+        "the manager's prompt (the memories as they were then), its own tool calls (ids, "
+        "arguments) and their results are stored nowhere, and metrics.details does not name them"
     ),
     ("calls", "output_model"): (
         "output_model: agno stores no trace of the main model's last answer ('Answer 2'): "
@@ -516,8 +520,10 @@ XFAIL: dict[tuple[str, str], str] = {
         "its answer marked answer_not_stored), so the main call's answer cannot match"
     ),
     ("calls", "followups"): (
-        "followups=True: the follow-up suggestions call after each answer ('Based on the user's "
-        "message and the assistant's response…') is stored as no model call"
+        "followups=True: the follow-up suggestions call after each answer is not stored: agno "
+        "keeps only a followup_model entry in the run's metrics.details, and neither the "
+        "suggestions nor the model's raw answer; its request ('Based on the user's message and "
+        "the assistant's response…' + the run's input and answer) is not rebuilt yet"
     ),
     ("calls", "compressed_tools"): (
         "compress_tool_results: agno compresses the replayed copies of earlier runs' tool results "
