@@ -520,10 +520,10 @@ XFAIL: dict[tuple[str, str], str] = {
         "its answer marked answer_not_stored), so the main call's answer cannot match"
     ),
     ("calls", "followups"): (
-        "followups=True: the follow-up suggestions call after each answer is not stored: agno "
-        "keeps only a followup_model entry in the run's metrics.details, and neither the "
-        "suggestions nor the model's raw answer; its request ('Based on the user's message and "
-        "the assistant's response…' + the run's input and answer) is not rebuilt yet"
+        "followups=True: the follow-up suggestions call after each answer is rebuilt message for "
+        "message (reconstructed, from agno's _build_followup_messages and the run's input and "
+        "answer), but its answer is stored nowhere: agno keeps neither the suggestions nor the "
+        "model's raw answer, only a followup_model entry in metrics.details"
     ),
     ("calls", "compressed_tools"): (
         "compress_tool_results: agno compresses the replayed copies of earlier runs' tool results "
