@@ -28,6 +28,8 @@ CONTEXT_KINDS = (
     "member_interactions",
     "chat_history",
     "cot_history",
+    "session_summary",
+    "memories",
     "instructions",
     "custom",
 )

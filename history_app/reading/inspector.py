@@ -30,6 +30,20 @@ _RUN_MARK = re.compile(r"\[(run-|Workflow Run-)([0-9]{1,9})\]")
 _MEMBER_MARK = re.compile(r"^Member: .*$", re.MULTILINE)
 
 RERENDERABLE = ("workflow_history", "team_history", "member_interactions", "cot_history")
+# Blocks agno writes into a system message from state it keeps only in its latest form:
+# named, never rebuilt (the API's ``rebuild`` is null for them).
+AGNO_STATE_BLOCKS = {
+    "session_summary": (
+        "Session summary: the <summary_of_previous_interactions> block agno put in the system "
+        "message, exactly as sent. It cannot be rebuilt: agno keeps only the session's latest "
+        "summary (each summary replaces the one before), not the one this run was given."
+    ),
+    "memories": (
+        "Memories: the <memories_from_previous_interactions> block agno put in the system message, "
+        "exactly as sent. It cannot be rebuilt: agno keeps the user's memories as they are now "
+        "(updated and deleted in place), not as this run read them."
+    ),
+}
 # What the rebuild check concludes (``Inspection.verdict``, the JSON's ``rebuild.verdict``).
 IDENTICAL, DIFFERS, CANNOT_REBUILD = "identical", "differs", "cannot_rebuild"
 
@@ -141,6 +155,8 @@ def inspect(project: models.Project, run_id: str, position: int, params: Any) ->
             "of their own (each model call lists them), shown here one line each; only history blocks "
             "(workflow, team, member interactions, CoT) are re-rendered."
         )
+    elif context.kind in AGNO_STATE_BLOCKS:
+        inspection.notes.append(AGNO_STATE_BLOCKS[context.kind])
     else:
         inspection.notes.append(
             f"{context.get_kind_display()} is free text the agent wrote; only history blocks "

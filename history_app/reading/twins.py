@@ -130,7 +130,9 @@ def inspection(context: dict[str, Any]) -> dict[str, Any]:
             for source_id, run in i.sources
         ],
         "entries": entries,
-        "rebuild": {
+        "rebuild": None
+        if injected.kind in inspector.AGNO_STATE_BLOCKS
+        else {
             "matches": None if i.rebuilt is None else i.rebuilt == injected.text,
             "verdict": i.verdict,
             "text": i.rebuilt,

@@ -199,6 +199,11 @@ class _Placer:
         """A call ends no earlier than the whole second agno stored as its answer's time,
         and, when the next part is a tool with an exact start, when that tool starts."""
         if call.ended_at is None and call.started_at is None:
+            if "reconstructed" in call.metadata:
+                # A call agno made but kept no time for (rebuilt from agno's code: a parser,
+                # output or compression model's): an instant where the run had got to.
+                call.started_at = call.ended_at = position
+                call.metadata["time_estimated"] = True
             return position
         seconds = _seconds(call.started_at, call.ended_at)
         start = position

@@ -244,6 +244,32 @@ def row_payload(row: tuple) -> dict[str, Any] | None:
     return payload
 
 
+def add_summary_calls(pending: list[tuple[int, list, str, list | None]], rows: list[tuple]) -> None:
+    """Each agent or team-leader run after which agno made a follow-up suggestions call or a
+    session-summary call gets it, rebuilt (``agno.followup_call``; ``agno.summary_call`` from
+    the session's runs so far), as a call of the run's own after its last part, at the run's
+    end (agno stores no time for either)."""
+    earlier: dict[str, list[dict[str, Any]]] = {}
+    previous_of: dict[str, list[dict[str, Any]]] = {}
+    for payload in (p for p in map(row_payload, rows) if p is not None and p.get("run_id")):
+        if replays_history(payload):
+            previous = earlier.setdefault(str(payload.get("session_id")), [])
+            previous_of[str(payload["run_id"])] = list(previous)
+            previous.append(payload)
+    for _, items, _, runs in pending:
+        if not runs or not items or str(items[0].get("run_id")) not in previous_of:
+            continue
+        calls = [
+            agno.followup_call(items[0]),
+            agno.summary_call(items[0], previous_of[str(items[0]["run_id"])]),
+        ]
+        for call in calls:
+            if call is not None:
+                call.started_at = call.ended_at = runs[0].ended_at
+                call.metadata["time_estimated"] = True
+                runs[0].model_calls.append(call)
+
+
 def history_replays(rows: list[tuple], options: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The replay agno sent each agent or team-leader run the flags cover, by run id
     (``agno.replayed_history``), rebuilt from the earlier runs of its session among
@@ -470,6 +496,7 @@ class Command(BaseCommand):
                 format_name = "native"
             pending.append((number, items, format_name, runs))
         agno_times.place_times(run for _, _, _, runs in pending for run in runs or ())
+        add_summary_calls(pending, history_rows(source, schema, since_epoch, rows))
         for number, items, format_name, runs in pending:
             if runs is not None:
                 items = [run.to_dict() for run in runs]
