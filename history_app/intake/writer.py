@@ -24,7 +24,7 @@ import random
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -774,6 +774,9 @@ def _settled_by_team_run(run: Run, project_id: int) -> Run:
 
 # The most earlier runs a rebuilt team history block is tried with (agno's default is 3).
 TEAM_HISTORY_RUNS_TRIED = 20
+# The most runs of a member run's own second taken as possibly before it.
+SAME_SECOND_TRIED = 5
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _team_histories(project_id: int, run: Run) -> list[str]:
@@ -781,7 +784,8 @@ def _team_histories(project_id: int, run: Run) -> list[str]:
     stored runs of its session before it (``get_team_history_context``): for a sub-team,
     its own completed runs; for an agent, the session's completed top-level team runs;
     never the run it ran under. One block for each number of runs up to
-    ``TEAM_HISTORY_RUNS_TRIED``. One query."""
+    ``TEAM_HISTORY_RUNS_TRIED``, with each number of the runs of its own second before it
+    (up to ``SAME_SECOND_TRIED``). One query."""
     runs = models.Run.objects.filter(
         project_id=project_id, session__session_id=run.session_id, kind="team", status="completed"
     ).exclude(run_id__in=[run.run_id, run.parent_run_id or ""])
@@ -789,12 +793,29 @@ def _team_histories(project_id: int, run: Run) -> list[str]:
         runs = runs.filter(team_id=run.team_id) if run.team_id else runs.filter(agent_name=run.agent_name)
     else:
         runs = runs.filter(Q(parent_run_id__isnull=True) | Q(parent_run_id=""))
-    if run.started_at is not None:
-        runs = runs.filter(started_at__lt=run.started_at)
-    found = list(runs.order_by("-started_at", "-id").values_list("input", "output")[:TEAM_HISTORY_RUNS_TRIED])
-    found.reverse()
-    entries = [{"input": text or "", "output": output or ""} for text, output in found]
-    return [renderers.render_team_history(entries[-n:], verbatim=True) for n in range(1, len(entries) + 1)]
+    second = run.started_at.replace(microsecond=0) if run.started_at is not None else None
+    if second is not None:
+        runs = runs.filter(started_at__lt=second + timedelta(seconds=1))
+    found = list(
+        runs.order_by("-started_at", "-id").values_list("input", "output", "started_at", "id")[
+            : TEAM_HISTORY_RUNS_TRIED + SAME_SECOND_TRIED
+        ]
+    )
+    # agno keeps whole seconds (the fractions are estimates placed inside each parent, not
+    # comparable across parents): the runs of its own second are ordered as they arrived,
+    # and any number of them may have come before it.
+    found.sort(key=lambda row: (row[2].replace(microsecond=0) if row[2] else EPOCH, row[3]))
+    earlier = [row for row in found if second is None or row[2] is None or row[2] < second]
+    same = [row for row in found if row not in earlier][:SAME_SECOND_TRIED]
+    known: list[str] = []
+    for taken in range(len(same) + 1):
+        rows = (earlier + same[:taken])[-TEAM_HISTORY_RUNS_TRIED:]
+        entries = [{"input": text or "", "output": output or ""} for text, output, _, _ in rows]
+        for n in range(1, len(entries) + 1):
+            block = renderers.render_team_history(entries[-n:], verbatim=True)
+            if block not in known:
+                known.append(block)
+    return known
 
 
 def _settle_members(team: Run, project_id: int) -> None:
