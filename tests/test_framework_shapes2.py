@@ -557,3 +557,57 @@ def test_agents_sdk_run_page_shows_question_answer_and_tools_in_order(live_serve
     )
     # The run the user started links to the agent's run that holds the tools.
     assert member.run_id in run_page(alice_client, run)
+
+
+# -- Round three: failures the user must see --------------------------------------------------
+
+
+def test_pydantic_ai_tool_raising_a_plain_exception_fails_the_run_with_its_error(live_server, token):
+    def body(server, tracer_provider):
+        agent = _pydantic_agent(server, tracer_provider)
+        agent.tool_plain(broken)
+        with pytest.raises(ValueError):
+            agent.run_sync("Pollen in Paris?")
+
+    server = drive(live_server, token, [], body, [A(tool_calls=[("broken", '{"city": "Paris"}')])])
+    (run,) = top_runs()
+    assert (run.input, run.status) == ("Pollen in Paris?", "failed")
+    assert "no pollen data for Paris" in (run.error or "")
+    assert not run.output
+    assert steps(run) == [(1, "", 1, ["broken"])]
+    call = run.tool_calls.get()
+    assert call.params == {"city": "Paris"} and "no pollen data for Paris" in (call.error or "")
+    assert_conforms(server, exact_arguments=False, expected=1)
+
+
+def test_langgraph_interrupted_and_not_resumed_is_one_run_without_a_made_up_answer(live_server, token):
+    instrumentor = _langchain()
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.types import interrupt
+
+    def body(server, tracer_provider):
+        model = _chat(server)
+
+        def draft(state):
+            return {"messages": [model.invoke(state["messages"])]}
+
+        def approve(state):
+            interrupt("Send this draft?")
+            return {}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("draft", draft)
+        builder.add_node("approve", approve)
+        builder.add_edge(START, "draft")
+        builder.add_edge("draft", "approve")
+        builder.add_edge("approve", END)
+        graph = builder.compile(checkpointer=InMemorySaver())
+        graph.invoke({"messages": [("user", "Draft a note")]}, {"configurable": {"thread_id": "int-1"}})
+
+    server = drive(live_server, token, [instrumentor], body, [A("Dear all, ...")])
+    (run,) = top_runs()
+    assert run.input == "Draft a note" and run.session.session_id == "int-1"
+    assert run.status != "failed", "an interrupt waiting for the user is no failure"
+    assert [(i, n) for i, n, *_ in steps(run)] == [(1, "draft"), (2, "approve")]
+    assert_conforms(server, expected=1)
