@@ -609,5 +609,89 @@ def test_langgraph_interrupted_and_not_resumed_is_one_run_without_a_made_up_answ
     (run,) = top_runs()
     assert run.input == "Draft a note" and run.session.session_id == "int-1"
     assert run.status != "failed", "an interrupt waiting for the user is no failure"
+    assert not (run.output or "").lstrip().startswith(("{", "[")), f"a state dump as output: {run.output!r}"
     assert [(i, n) for i, n, *_ in steps(run)] == [(1, "draft"), (2, "approve")]
+    assert_conforms(server, expected=1)
+
+
+def test_agents_sdk_session_memory_second_run_has_the_new_text_as_input(live_server, token):
+    agents = framework("agents")
+    from openinference.instrumentation import using_session
+
+    def body(server, tracer_provider):
+        agent = agents.Agent(name="helper", instructions="Help.", model=_agents_model(server))
+        memory = agents.SQLiteSession("mem-1")
+        with using_session("mem-1"):
+            agents.Runner.run_sync(agent, "Hi, I am Ann.", session=memory)
+            agents.Runner.run_sync(agent, "Who am I?", session=memory)
+
+    server = drive(live_server, token, [_agents_instrumentor()], body, [A("Hello Ann."), A("You are Ann.")])
+    runs = top_runs()
+    assert [(r.input, r.output) for r in runs] == [
+        ("Hi, I am Ann.", "Hello Ann."),
+        ("Who am I?", "You are Ann."),
+    ]
+    assert_conforms(server, expected=2)
+
+
+def test_langgraph_message_with_content_blocks_has_the_text_as_input(live_server, token):
+    instrumentor = _langchain()
+    from langchain_core.messages import HumanMessage
+
+    def body(server, tracer_provider):
+        from langchain.agents import create_agent
+
+        graph = create_agent(_chat(server), [], system_prompt="Help.")
+        graph.invoke(
+            {"messages": [HumanMessage(content=[{"type": "text", "text": "Name a city in France."}])]}
+        )
+
+    server = drive(live_server, token, [instrumentor], body, [A("Lyon.")])
+    (run,) = top_runs()
+    assert (run.input, run.output) == ("Name a city in France.", "Lyon.")
+    assert_conforms(server, expected=1)
+
+
+def test_smolagents_code_agent_with_planning_interval_keeps_steps_from_one(live_server, token):
+    instrumentors = _smol()
+    from smolagents import CodeAgent, tool
+
+    def body(server, tracer_provider):
+        CodeAgent(
+            tools=[tool(weather)], model=_smol_model(server), max_steps=4, planning_interval=1, name="coder"
+        ).run("Weather in Paris?")
+
+    script = [
+        A("1. Call weather.\n2. Answer."),
+        A('Thought: ask.\n<code>\nw = weather(city="Paris")\nprint(w)\n</code>'),
+        A("1. Answer now."),
+        A('Thought: done.\n<code>\nfinal_answer("Sunny in Paris.")\n</code>'),
+    ]
+    server = drive(live_server, token, instrumentors, body, script)
+    (run,) = top_runs()
+    assert (run.agent_name, run.input, run.output) == ("coder", "Weather in Paris?", "Sunny in Paris.")
+    found = steps(run)
+    assert [i for i, *_ in found] == list(range(1, len(found) + 1))
+    assert [t for *_, t in found if t] == [["weather"], ["final_answer"]]
+    assert sum(m for _, _, m, _ in found) == len(server.requests) == 4
+    assert_conforms(server, expected=4)
+
+
+def test_agno_agent_with_output_schema_answers_with_its_structured_output(live_server, token):
+    instrumentor = _agno_instrumentor()
+    from agno.agent import Agent
+    from pydantic import BaseModel
+
+    class Sky(BaseModel):
+        city: str
+        sky: str
+
+    def body(server, tracer_provider):
+        agent = Agent(name="Sky", model=_agno(server), output_schema=Sky)
+        assert agent.run("Paris sky?", session_id="sky-1").content == Sky(city="Paris", sky="sunny")
+
+    server = drive(live_server, token, [instrumentor], body, [A('{"city": "Paris", "sky": "sunny"}')])
+    (run,) = top_runs()
+    assert run.input == "Paris sky?"
+    assert json.loads(run.output) == {"city": "Paris", "sky": "sunny"}
     assert_conforms(server, expected=1)
