@@ -387,11 +387,6 @@ def test_agents_sdk_second_run_given_the_history_as_input_list_has_the_new_text_
     assert_conforms(server, expected=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tool_use_behavior='stop_on_first_tool': the run's final_output is the tool's result, "
-    "but the run and its member run are stored with output None (the tool call's result is kept)",
-)
 def test_agents_sdk_stop_on_first_tool_answers_with_the_tool_result(live_server, token):
     agents = framework("agents")
 
@@ -432,12 +427,6 @@ def test_pydantic_ai_second_run_with_message_history_has_the_new_prompt_as_input
     assert_conforms(server, exact_arguments=False, expected=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an output_validator's ModelRetry on a structured (final_result tool) output is sent to "
-    'OpenAI as the tool message \'{"error":"Capitalise the city."}\' but stored unwrapped as '
-    "'Capitalise the city.' (_retries_as_sent only wraps retries of execute_tool spans)",
-)
 def test_pydantic_ai_structured_output_validator_retry_keeps_the_final_result(live_server, token):
     from pydantic import BaseModel
     from pydantic_ai import ModelRetry

@@ -1375,6 +1375,22 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     handoff = _handoff(tools, run.agent_name, agents)
     if handoff and (not calls or not calls[-1][0].output) and "output.value" not in attributes:
         run.output = handoff  # the run ended handing the conversation to another agent
+    elif (
+        span is not None
+        and span.get("scope") == AGENTS_SDK_SCOPE
+        and run.status == "completed"
+        and not run.output
+        and "output.value" not in attributes
+        and calls
+        and not calls[-1][0].output
+        and tools
+        and tools[-1][0].result is not None
+        and not tools[-1][0].error
+    ):
+        # ``tool_use_behavior="stop_on_first_tool"`` (or a tool in ``stop_at_tool_names``):
+        # the agent's final output is the result of the tool its last model call asked
+        # for, and no span says so otherwise.
+        run.output = tools[-1][0].result
     if builder.members and not calls and not _has_text(attributes, "input.value"):
         run.input = run.input or builder.members[0].input
         if span is not None and not _has_text(attributes, "output.value"):
@@ -1431,6 +1447,10 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         ]
 
 
+# What Pydantic AI answers an output tool call it accepted.
+FINAL_RESULT_PROCESSED = "Final result processed."
+
+
 def _retries_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _Trace) -> None:
     """Pydantic AI reports the retry prompt a tool call got (its ``ModelRetry``, or its
     arguments' validation errors) as that call's ``tool_call_response`` result alone; its
@@ -1446,13 +1466,30 @@ def _retries_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _
         for s in trace.by_id.values()
         if "pydantic_ai.tool.retry.cause" in s["attributes"] and s["attributes"].get("gen_ai.tool.call.id")
     }
-    if not causes:
+    pydantic = any(str(s.get("scope") or "").startswith("pydantic-ai") for s in trace.by_id.values())
+    if not causes and not pydantic:
         return
     for call, messages in calls:
         if call.messages_source != "otlp genai" or not wire.one_message_per_tool_result(call.provider):
             continue
+        # An output tool (``final_result``) runs without a span: its answer is "Final
+        # result processed." unless an output validator asked for a retry.
+        output_tools = {
+            request.id
+            for message in messages
+            for request in message.tool_calls
+            if pydantic and request.id and request.name.startswith("final_result")
+        }
         for message in messages:
             cause = causes.get(message.tool_call_id)
+            if (
+                cause is None
+                and message.tool_call_id in output_tools
+                and message.content != FINAL_RESULT_PROCESSED
+            ):
+                # The validation errors of its arguments are a JSON list; a validator's
+                # ``ModelRetry`` is its text.
+                cause = "validation_error" if isinstance(json_value(message.content), list) else "retry"
             if cause is None or message.parts or "reported_content" in message.extra:
                 continue
             value: Any = message.content
