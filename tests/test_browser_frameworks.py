@@ -10,6 +10,7 @@ console error or CSP violation. Each page's top is saved as
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import pytest
 from history_app import models
 
 from . import fake_openai
+from . import test_framework_crewai as crew
 from . import test_framework_runs as drives
 from .test_browser import OUTPUT, log_in, open_page
 from .test_otlp_live import run_openai_client_support_bot
@@ -42,6 +44,22 @@ def weather_answers(*cities: str) -> list[fake_openai.Answer]:
     return script
 
 
+def post_recorded_crew(live_server, token) -> None:
+    """What the real CrewAI sent for a crew kicked off for Paris and Lyon (recorded in
+    ``tests/fixtures/crewai/``: CrewAI needs an environment of its own, see
+    ``tests/test_framework_crewai.py``), posted to the live server as the crew posted it."""
+    bodies = sorted(crew.RECORDED.glob("otlp-*.pb"), key=lambda p: int(p.stem.split("-")[1]))
+    assert bodies, "tests/fixtures/crewai/ holds no recorded request"
+    for body in bodies:
+        request = urllib.request.Request(
+            f"{live_server.url}/v1/traces",
+            data=body.read_bytes(),
+            headers={"Content-Type": "application/x-protobuf", "Authorization": f"Bearer {token}"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+
+
 @dataclass(frozen=True)
 class Case:
     drive: Callable  # (live_server, token): the framework's run(s), sent to the live server
@@ -62,7 +80,7 @@ CASES = {
         name="weather_agent",
         answer="Sunny in Paris.",
         tool="weather",
-        shown=("Parent run", "Kind\nmember"),
+        shown=("Parent run", "Kind\nmember", "Framework\nopenai-agents"),
         member=True,
     ),
     # A graph of LangChain's create_agent (the connect page's recipe), one question of a thread.
@@ -74,7 +92,7 @@ CASES = {
         name="LangGraph",
         answer="Sunny in Paris.",
         tool="weather",
-        shown=("Iteration 1 · model", "Iteration 2 · model"),
+        shown=("Iteration 1 · model", "Iteration 2 · model", "Framework\nlanggraph"),
     ),
     "smolagents": Case(
         drives.run_smolagents_task,
@@ -82,7 +100,7 @@ CASES = {
         name="weather_agent",
         answer="Sunny in Paris.",
         tool="weather",
-        shown=("final_answer",),
+        shown=("final_answer", "Framework\nsmolagents"),
     ),
     "pydantic-ai": Case(
         lambda live_server, token: drives.run_pydantic_ai_conversation(
@@ -92,6 +110,7 @@ CASES = {
         name="weather",
         answer="Sunny in Paris.",
         tool="weather",
+        shown=("Framework\npydantic-ai",),
     ),
     # A team whose leader delegates to its member with the weather tool.
     "agno": Case(
@@ -100,7 +119,18 @@ CASES = {
         name="desk",
         answer="It is sunny in Paris.",
         tool="delegate_task_to_member",
-        shown=("Started the member run of Researcher",),
+        shown=("Started the member run of Researcher", "Framework\nagno"),
+    ),
+    # A crew's researcher, given its task, calls the weather tool and answers: the page of
+    # its member run (the crew's run is the kickoff; each agent's task a member run).
+    "crewai": Case(
+        post_recorded_crew,
+        question="Find the weather in Paris.",
+        name="Researcher",
+        answer="Sunny in Paris.",
+        tool="weather",
+        shown=("Parent run", "Framework\ncrewai"),
+        member=True,
     ),
     # The plain OpenAI client, the agent and its tool traced with OpenInference's decorators.
     "openai": Case(
@@ -109,6 +139,7 @@ CASES = {
         name="support_bot",
         answer="The answer is 5.",
         tool="add",
+        shown=("Framework\nopeninference",),  # the OpenAI client alone: the instrumentation's family
     ),
 }
 

@@ -21,6 +21,7 @@ from history_app.reading import connect
 
 from . import fake_openai
 from .test_conformance import framework
+from .test_framework_crewai import crew_environment, crewai_or_skip
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,6 +45,7 @@ MODULES = {
     "agno": "agno",
     "openai": "openai",
     "native": "openai",
+    "crewai": None,  # its own virtual environment (CrewAI requires openai<3)
 }
 
 
@@ -58,7 +60,11 @@ def other_project(db):
 
 @pytest.mark.parametrize("key", [r.key for r in connect.RECIPES])
 def test_each_recipe_sends_its_run_to_the_tokens_project(key, live_server, other_project, tmp_path):
-    framework(MODULES[key])
+    python = sys.executable
+    if MODULES[key]:
+        framework(MODULES[key])
+    else:
+        python = str(crewai_or_skip())
     recipe = connect.BY_KEY[key]
     code = recipe.code_for(
         traces_url=f"{live_server.url}/v1/traces", ingest_url=f"{live_server.url}/api/v1/ingest"
@@ -70,7 +76,7 @@ def test_each_recipe_sends_its_run_to_the_tokens_project(key, live_server, other
     # Run as a user runs it: a script of its own, in a fresh Python (no instrumentation
     # left switched on in this process), OpenAI's address pointed at the fake server.
     env = {
-        **os.environ,
+        **(crew_environment(tmp_path) if key == "crewai" else os.environ),
         "TOKEN": RECIPE_TOKEN,
         "OPENAI_BASE_URL": server.base_url,
         "OPENAI_API_KEY": "sk-test",
@@ -78,7 +84,7 @@ def test_each_recipe_sends_its_run_to_the_tokens_project(key, live_server, other
     }
     try:
         done = subprocess.run(
-            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+            [python, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
         )
     finally:
         server.shutdown()
@@ -199,13 +205,13 @@ def test_a_project_you_are_not_in_has_no_connect_page(client, django_user_model)
 
 
 def test_an_unknown_framework_is_a_400_naming_it(admin_client):
-    response = admin_client.get("/p/default/connect/?framework=crewai")
+    response = admin_client.get("/p/default/connect/?framework=autogen")
     assert response.status_code == 400
     page = response.content.decode()
     assert "framework: must be one of openai-agents, langgraph" in page and "<code>framework</code>" in page
-    twin = admin_client.get("/api/v1/connect?framework=crewai")
+    twin = admin_client.get("/api/v1/connect?framework=autogen")
     assert twin.status_code == 400 and twin.json()["parameter"] == "framework"
-    posted = admin_client.post("/p/default/connect/token/", {"framework": "crewai"})
+    posted = admin_client.post("/p/default/connect/token/", {"framework": "autogen"})
     assert posted.status_code == 400 and "framework: must be one of" in posted.content.decode()
     assert not models.IngestToken.objects.exists()
 

@@ -102,6 +102,12 @@ def _remove(folder: Path) -> None:
 def crewai():
     """CrewAI's Python, or a skip saying why it could not be had (a failure where CI
     requires the frameworks)."""
+    return crewai_or_skip()
+
+
+def crewai_or_skip() -> Path:
+    """CrewAI's Python (made if need be), or a skip saying why it could not be had (a
+    failure where CI requires the frameworks). Also used by the connect page's recipe test."""
     started = time.monotonic()
     try:
         python, made = crewai_python()
@@ -197,6 +203,7 @@ def assert_crew_runs(requests, client) -> None:
     ]
     assert models.Run.objects.count() == 6
     assert {r.session.session_id for r in models.Run.objects.all()} == {"crew-chat"}
+    assert set(models.Run.objects.values_list("framework", flat=True)) == {"crewai"}
     for run, city in zip(runs, CITIES, strict=True):
         # Each agent's task: a member run named after the agent's role, its input the
         # task as the agent was given it, its output the task's answer.

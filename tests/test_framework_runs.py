@@ -97,6 +97,8 @@ def test_openai_agents_sdk_one_run_per_runner_run_with_its_handoff(live_server, 
     ]
     assert models.Run.objects.count() == 6
     assert {r.session.session_id for r in models.Run.objects.all()} == {"weather-chat"}
+    # Named after the framework the user wrote it with, not the instrumentation's family.
+    assert set(models.Run.objects.values_list("framework", flat=True)) == {"openai-agents"}
     first = runs[0]
     handoffs = list(first.member_interactions.values_list("member", "task", "response"))
     assert handoffs == [
@@ -185,6 +187,7 @@ def test_langgraph_one_run_per_invocation_with_its_nodes_as_steps(live_server, t
         ("agent", f"Weather in Paris? (question {n})", fake_openai.ANSWER) for n in (1, 2, 3)
     ]
     assert {r.session.session_id for r in runs} == {"thread-1"}
+    assert {r.framework for r in runs} == {"langgraph"}  # LangChain's instrumentation, a graph
     for run in runs:
         # Node executions are the run's steps: the tool call sits with the model call that
         # asked for it, though the graph ran it in its "tools" node.
@@ -234,10 +237,11 @@ def run_smolagents_task(live_server, token) -> fake_openai.FakeServer:
 def test_smolagents_run_is_the_task_with_the_tools_arguments(live_server, token):
     run_smolagents_task(live_server, token)
     (run,) = models.Run.objects.all()
-    assert (run.agent_name, run.input, run.output) == (
+    assert (run.agent_name, run.input, run.output, run.framework) == (
         "weather_agent",
         "Weather in Paris?",
         "Sunny in Paris.",
+        "smolagents",  # the framework's instrumentation, though the OpenAI client's spans are there too
     )
     assert json.loads(run.metadata["input.value"])["task"] == "Weather in Paris?"
     assert steps(run) == [(1, "", 1, ["weather"]), (2, "", 1, ["final_answer"])]
@@ -331,6 +335,7 @@ def test_agno_sessions_follow_each_span_inside_one_trace(live_server, token, ali
             ("member", "Writer", "Write about Lyon", "Lyon is lovely."),
         ],
     }
+    assert set(models.Run.objects.values_list("framework", flat=True)) == {"agno"}
     researcher = models.Run.objects.get(agent_name="Researcher")
     assert steps(researcher) == [(1, "", 1, ["weather"]), (2, "", 1, [])]
     team = models.Run.objects.get(agent_name="desk")

@@ -918,17 +918,44 @@ def _error_text(span: Span) -> str:
     return ""
 
 
+# OpenInference's instrumentations of agent frameworks, by scope: their runs are named
+# after the framework a user wrote them with (a trace of the OpenAI client alone, or of
+# OpenInference's decorators, stays "openinference").
+FRAMEWORK_SCOPES = {
+    "openinference.instrumentation.agno": "agno",
+    "openinference.instrumentation.crewai": "crewai",
+    "openinference.instrumentation.langchain": "langchain",
+    "openinference.instrumentation.openai_agents": "openai-agents",
+    "openinference.instrumentation.smolagents": "smolagents",
+    "openinference.instrumentation.llama_index": "llama-index",
+    "openinference.instrumentation.dspy": "dspy",
+    "openinference.instrumentation.autogen": "autogen",
+    "openinference.instrumentation.autogen_agentchat": "autogen",
+    "openinference.instrumentation.beeai": "beeai",
+    "openinference.instrumentation.google_adk": "google-adk",
+    "openinference.instrumentation.haystack": "haystack",
+    "openinference.instrumentation.mcp": "mcp",
+}
+
+
 def _framework(spans: list[Span]) -> str:
     """The framework that sent a trace, by the instrumentation scope of its spans (the
-    root's first), else by the convention its attributes follow."""
+    root's first): an agent framework's own instrumentation wherever it is in the trace
+    (its spans enclose the model client's), else the instrumentation's family, else the
+    convention the attributes follow."""
+    family = ""
     for span in spans:
         scope = span.get("scope", "")
         if scope.startswith("pydantic-ai"):
             return "pydantic-ai"
-        if scope.startswith("openinference"):
-            return "openinference"
-        if scope.startswith("opentelemetry.instrumentation."):
-            return "openllmetry"
+        if scope in FRAMEWORK_SCOPES:
+            return FRAMEWORK_SCOPES[scope]
+        if scope.startswith("openinference") and not family:
+            family = "openinference"
+        elif scope.startswith("opentelemetry.instrumentation.") and not family:
+            family = "openllmetry"
+    if family:
+        return family
     if any("openinference.span.kind" in span["attributes"] for span in spans):
         return "openinference"
     return FRAMEWORK
@@ -1120,6 +1147,8 @@ def assemble(spans: list[Span]) -> list[Run]:
     builders = [top]
     wrappers = trace.wrapping_models()
     graph = _Graph(trace)
+    if framework == "langchain" and graph.meta:
+        top.run.framework = framework = "langgraph"  # LangChain's instrumentation, a graph's nodes
     # Several Runner.run calls in one trace: one run each, in the trace's session (the
     # first is the trace's run, named after it).
     tasks = _agents_sdk_tasks(trace)

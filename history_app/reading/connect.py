@@ -112,6 +112,18 @@ RECIPES = (
         "agno's own session id, which the instrumentation reports as the session",
     ),
     Recipe(
+        "crewai",
+        "CrewAI",
+        "with_crewai.py",
+        ("CrewAIInstrumentor", "OpenAIInstrumentor"),
+        f'with using_session("{SESSION}"):',
+        "OpenInference's context manager (CrewAI's instrumentation sends no session of its own)",
+        "One crew.kickoff is one run named after the crew, each agent's task a member run. The "
+        "OpenAI client's instrumentation beside CrewAI's keeps each model call's messages exactly as "
+        "they were sent. CrewAI 1.x requires openai<3: give it an environment of its own if your "
+        "agents also use the OpenAI Agents SDK.",
+    ),
+    Recipe(
         "openai",
         "The OpenAI client",
         "with_openai_client.py",
