@@ -14,6 +14,13 @@ from django.db import connection
 from django.test import override_settings
 from hypothesis import settings as hypothesis_settings
 
+# pytest keeps each test module's assertion-rewritten code in __pycache__ and reuses it
+# from the next run on, unless bytecode caches are switched off: some machines (this
+# project's CI among them) set PYTHONDONTWRITEBYTECODE=1, and every pytest process then
+# rewrote all 90 test modules again, about 8 s of CPU a process, each xdist worker
+# included. The suite writes them (__pycache__ is ignored by git).
+sys.dont_write_bytecode = False
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 AUTOURGOS = FIXTURES / "autourgos"
