@@ -415,6 +415,47 @@ def shape_responses_team(db, server):
     return ["--history-runs", "3"]
 
 
+def shape_streamed_reasoning(db, server):
+    """A reasoning model on a streamed run (agno streams the reasoning agent too)."""
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIChat
+
+    thinker = OpenAIChat(id="o3-mini", base_url=server.base_url, api_key="sk-test")
+    agent = Agent(
+        name="StreamThinker", id="stream-thinker", model=_model(server), db=db, reasoning_model=thinker,
+        instructions="Think ✓", tools=[add], add_history_to_context=True,
+    )  # fmt: skip
+    for question in ("2+3?", "4+5?"):
+        for _ in agent.run(question, session_id="stream-thinker-1", stream=True):
+            pass
+    return ["--history-runs", "3"]
+
+
+def shape_team_schema(db, server):
+    """A team answering in an output schema, its leader with history."""
+    from agno.agent import Agent
+    from agno.team import Team
+
+    team = Team(
+        name="Typist", id="typist", model=_model(server), db=db, instructions="TYPIST",
+        members=[Agent(name="Omicron", id="omicron", model=_model(server), instructions="Omicron.")],
+        output_schema=Facts.model(), add_history_to_context=True,
+    )  # fmt: skip
+    for question in ("Facts on Lyon?", "Facts on Nice?"):
+        team.run(question, session_id="typist-1")
+    return ["--history-runs", "3"]
+
+
+def shape_chat_history_tool(db, server):
+    """read_chat_history: the agent reads its session's history through a tool."""
+    from agno.agent import Agent
+
+    agent = Agent(name="Reader", id="reader", model=_model(server), db=db, read_chat_history=True)
+    for question in ("Lyon?", "Nice?", "What did I ask?"):
+        agent.run(question, session_id="reader-1")
+    return []
+
+
 def shape_streamed_team(db, server):
     """A team run streamed with its events, the leader with history, a member with a tool."""
     from agno.agent import Agent
@@ -532,6 +573,9 @@ SHAPES: dict[str, tuple[Callable, Callable[[], Responder]]] = {
     "session_state": (shape_session_state, Responder3),
     "responses_api": (shape_responses_api, Responder3),
     "responses_team": (shape_responses_team, lambda: Responder3({"RELAY": ["xi"]})),
+    "streamed_reasoning": (shape_streamed_reasoning, Responder3),
+    "team_schema": (shape_team_schema, lambda: Responder3({"TYPIST": ["omicron"]})),
+    "chat_history_tool": (shape_chat_history_tool, Responder3),
     "streamed_team": (shape_streamed_team, lambda: Responder3({"LIVE": ["mu"]})),
     "async_sessions": (shape_async_sessions, Responder3),
     "message_list_input": (shape_message_list_input, Responder3),
