@@ -1328,6 +1328,13 @@ def _workflow_runs(payload: dict[str, Any]) -> list[Run]:
         for step, _ in _leaf_steps(payload.get("step_results") or [])
         if isinstance(step.get("content"), str)
     ]
+    kept = {e.get("run_id") for e in payload.get("step_executor_runs") or [] if isinstance(e, dict)}
+    for step, _ in _leaf_steps(payload.get("step_results") or []):
+        if step.get("step_run_id") is not None and step.get("step_run_id") not in kept:
+            child = _unkept_step_run(payload, step, run)
+            if child is not None and child.run_id not in seen:
+                seen.add(child.run_id)
+                runs.append(child)
     for executor in payload.get("step_executor_runs") or []:
         if not isinstance(executor, dict) or executor.get("run_id") is None:
             continue
@@ -1341,6 +1348,60 @@ def _workflow_runs(payload: dict[str, Any]) -> list[Run]:
                 seen.add(child.run_id)
                 runs.append(child)
     return runs
+
+
+MESSAGES_NOT_STORED = (
+    "store_executor_outputs=False: agno keeps the step's answer, model and tokens "
+    "(step_results[].metrics.details), not the step run's messages nor what its model was sent"
+)
+
+
+def _unkept_step_run(payload: dict[str, Any], step: dict[str, Any], workflow: Run) -> Run | None:
+    """The run of an agent or team step whose executor run agno did not keep
+    (``store_executor_outputs=False``): its ``step_results`` entry still names the step run,
+    its executor, its answer and, per model call, the model and tokens. A call for each,
+    its messages marked not stored; the last call answered the step's content."""
+    if step.get("executor_type") not in ("agent", "team"):
+        return None
+    metrics = step.get("metrics") if isinstance(step.get("metrics"), dict) else {}
+    details = metrics.get("details") if isinstance(metrics.get("details"), dict) else {}
+    entries = [e for e in details.get("model") or () if isinstance(e, dict)]
+    name = value_text(step.get("executor_name")) or value_text(step.get("step_name")) or "step"
+    child = _base(
+        {
+            "run_id": step["step_run_id"],
+            "session_id": payload.get("session_id"),
+            "user_id": payload.get("user_id"),
+            "parent_run_id": workflow.run_id,
+            "created_at": payload.get("created_at"),
+            "status": "COMPLETED" if step.get("success") is not False else "ERROR",
+            "content": step.get("content") if step.get("success") is not False else step.get("error"),
+            "metrics": metrics,
+        },
+        "team" if step.get("executor_type") == "team" else "agent",
+        name,
+    )
+    child.metadata["messages_not_stored"] = MESSAGES_NOT_STORED
+    content = value_text(step.get("content"))
+    for n, entry in enumerate(entries):
+        last = n == len(entries) - 1
+        call = usage.call_from_usage(
+            entry,
+            model=value_text(entry.get("id")) or "",
+            provider=value_text(payload.get("model_provider")) or "",
+        )
+        call.provider = value_text(entry.get("provider")) or call.provider
+        call.metadata["messages_not_stored"] = MESSAGES_NOT_STORED
+        if last and content is not None:
+            call.output = content
+            call.answer = wire.chat_message({"role": "assistant", "content": content})
+            call.api = wire.CHAT
+        else:
+            call.metadata["answer_not_stored"] = MESSAGES_NOT_STORED
+        _reconstructed(call, "the step's metrics.details.model entry (model, tokens) and, for its last call, "
+                             "the step's content")  # fmt: skip
+        child.iterations.append(Iteration(index=n + 1, model_calls=[call]))
+    return child
 
 
 def _workflow(payload: dict[str, Any]) -> Run:
