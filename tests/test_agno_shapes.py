@@ -448,15 +448,17 @@ SHAPES: dict[str, tuple[Callable, Responder | Callable[[], Responder]]] = {
 _RECORDED: dict[str, tuple[Path, list, list[str]]] = {}
 
 
-def recorded(shape: str, tmp_path_factory) -> tuple[Path, list, list[str]]:
-    """(agno's database, the requests the server received, the import flags) of a shape,
-    driven once per test session."""
-    if shape not in _RECORDED:
+def recorded(shape: str, tmp_path_factory, shapes: dict | None = None) -> tuple[Path, list, list[str]]:
+    """(agno's database, the requests the server received, the import flags) of a shape of
+    ``shapes`` (this file's by default), driven once per test session."""
+    shapes = SHAPES if shapes is None else shapes
+    key = f"{id(shapes)}:{shape}"
+    if key not in _RECORDED:
         framework("agno")
         framework("sqlalchemy")
         from agno.db.sqlite import SqliteDb
 
-        drive, responder = SHAPES[shape]
+        drive, responder = shapes[shape]
         path = tmp_path_factory.mktemp(f"agno-{shape}") / "agno.db"
         server = _server(responder())
         try:
@@ -464,8 +466,8 @@ def recorded(shape: str, tmp_path_factory) -> tuple[Path, list, list[str]]:
         finally:
             server.shutdown()
         assert server.requests, shape
-        _RECORDED[shape] = (path, list(server.requests), flags)
-    return _RECORDED[shape]
+        _RECORDED[key] = (path, list(server.requests), flags)
+    return _RECORDED[key]
 
 
 def agno_rows(path) -> list[dict]:
@@ -548,8 +550,15 @@ def cases(check: str):
 def test_every_request_is_a_stored_call_message_for_message(shape, tmp_path_factory):
     path, requests, flags = recorded(shape, tmp_path_factory)
     run_import(path, flags)
+    check_calls(requests)
+
+
+def check_calls(requests, label: str = "") -> None:
+    """Every recorded request is a stored call message for message, and no call more."""
     calls = stored_calls()
     exact, report, _ = conformance.match(requests, calls)
+    if label:
+        print(f"agno {label}: exact {exact} of {len(requests)} calls ({len(calls)} stored)")
     assert report == [], "\n".join(report[:20])
     assert exact == len(requests) == len(calls), (exact, len(requests), len(calls))
 
@@ -558,8 +567,15 @@ def test_every_request_is_a_stored_call_message_for_message(shape, tmp_path_fact
 def test_every_run_agno_ran_is_a_run(shape, tmp_path_factory):
     path, _, flags = recorded(shape, tmp_path_factory)
     run_import(path, flags)
+    check_runs(path)
+
+
+def check_runs(path, label: str = "") -> None:
+    """Every run agno ran is a run here, named as agno names it."""
     ran = runs_agno_ran(path)
     stored = set(models.Run.objects.values_list("run_id", flat=True))
+    if label:
+        print(f"agno {label}: runs {len(set(ran) & stored)} of {len(ran)} agno ran")
     assert set(ran) - stored == set(), [
         (ran[r].get("agent_name") or ran[r].get("team_name")) for r in set(ran) - stored
     ]
@@ -580,6 +596,11 @@ def _inside(child_start, child_end, start, end, what):
 def test_nothing_sits_outside_its_parent(shape, tmp_path_factory):
     path, _, flags = recorded(shape, tmp_path_factory)
     run_import(path, flags)
+    check_times()
+
+
+def check_times() -> None:
+    """No run, call, tool or step sits outside its parent in time."""
     runs = {r.run_id: r for r in models.Run.objects.all()}
     for run in runs.values():
         assert run.started_at and run.ended_at, run.agent_name
@@ -600,6 +621,11 @@ def test_nothing_sits_outside_its_parent(shape, tmp_path_factory):
 def test_every_agno_block_rebuilds_identical(shape, tmp_path_factory, alice_client):
     path, _, flags = recorded(shape, tmp_path_factory)
     run_import(path, flags)
+    check_blocks(alice_client)
+
+
+def check_blocks(alice_client) -> None:
+    """Every agno block the inspector can rebuild rebuilds identical."""
     for context in models.InjectedContext.objects.exclude(kind="chat_history").select_related("run"):
         answer = alice_client.get(f"/api/v1/runs/{context.run.run_id}/contexts/{context.position + 1}").json()
         rebuild = answer.get("rebuild")
@@ -612,6 +638,11 @@ def test_every_agno_block_rebuilds_identical(shape, tmp_path_factory, alice_clie
 def test_a_second_import_changes_nothing(shape, tmp_path_factory):
     path, _, flags = recorded(shape, tmp_path_factory)
     run_import(path, flags)
+    check_again(path, flags)
+
+
+def check_again(path, flags) -> None:
+    """Importing the same database again (after a first import) changes nothing."""
     before = database_dump(exclude=("history_app_ingestreceipt",))
     out = run_import(path, flags)
     assert "0 created, 0 updated" in out, out

@@ -201,9 +201,12 @@ def _tool_calls(payload: dict[str, Any]) -> tuple[list[Iteration], dict[str, dic
     messages = payload.get("messages") or []
     received = _Received(messages, value_text(payload.get("model_provider")) or "")
     extras = _second_models(payload, messages)
+    given = _given_ids(payload)
     for m, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("from_history") or message.get("role") != "assistant":
             continue
+        if message.get("id") is not None and message.get("id") in given:
+            continue  # an assistant message the caller gave in the run's input: no call wrote it
         iteration = Iteration(index=len(iterations) + 1, thought=value_text(message.get("content")) or None)
         iteration.model_calls.extend(_model_calls(payload, received, m, message, extras))
         for k, raw in enumerate(message.get("tool_calls") or []):
@@ -270,6 +273,12 @@ class _Received:
         self.budget = RUN_MESSAGES_BUDGET
         self.made: dict[tuple[int, bool], Any] = {}
         self.compressed_at = compression_point(messages)
+        self.call_ids = responses_call_ids(messages)
+        self.api = (
+            wire.RESPONSES
+            if self.call_ids or any(_response_id(m) for m in messages if isinstance(m, dict))
+            else wire.CHAT
+        )
 
     def before(self, end: int) -> tuple[list[Any], int]:
         """What a call answering message ``end`` received, and how many it left out."""
@@ -303,10 +312,49 @@ class _Received:
                     sent["content"] = message["compressed_content"]
                 if "role" in sent:
                     sent["role"] = wire_role(sent["role"], self.provider)
+                sent = with_call_ids(sent, self.call_ids)
                 made = wire.chat_message(sent, _part(message, n == self.first_input))
                 made.role = made.role or ""
                 self.made[key] = made
         return self.made[key]
+
+
+def _response_id(message: dict[str, Any]) -> bool:
+    data = message.get("provider_data")
+    return isinstance(data, dict) and str(data.get("response_id") or "").startswith("resp")
+
+
+def responses_call_ids(messages: Sequence[Any]) -> dict[str, str]:
+    """agno's ``OpenAIResponses`` stores a tool call's ``id`` as the Responses API item id
+    (``fc_…``) and the id the model gave it as ``call_id``, and answers the item id in the
+    tool message; on the wire both the ``function_call`` and its ``function_call_output``
+    carry ``call_id``. The item ids of the run's messages (replayed ones too), mapped to
+    the ``call_id`` each was sent as."""
+    found: dict[str, str] = {}
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict) and call.get("call_id") and call.get("id"):
+                found[str(call["id"])] = str(call["call_id"])
+    return found
+
+
+def with_call_ids(sent: dict[str, Any], call_ids: dict[str, str]) -> dict[str, Any]:
+    """A message as sent, its Responses API item ids given as the ``call_id`` sent."""
+    if not call_ids:
+        return sent
+    if sent.get("tool_calls"):
+        sent = {
+            **sent,
+            "tool_calls": [
+                {**c, "id": call_ids.get(str(c.get("id")), c.get("id"))} if isinstance(c, dict) else c
+                for c in sent["tool_calls"]
+            ],
+        }
+    if sent.get("tool_call_id") in call_ids:
+        sent = {**sent, "tool_call_id": call_ids[sent["tool_call_id"]]}
+    return sent
 
 
 def compression_point(messages: Sequence[Any]) -> int | None:
@@ -421,6 +469,26 @@ def _details(payload: dict[str, Any]) -> dict[str, Any]:
     return details if isinstance(details, dict) else {}
 
 
+def _given_ids(payload: dict[str, Any]) -> set[Any]:
+    """The ids of the messages a run was given as its input (``agent.run([Message…])``:
+    agno stores them in ``input.input_content`` and, as they are, in the run's messages)."""
+    given = (
+        (payload.get("input") or {}).get("input_content") if isinstance(payload.get("input"), dict) else None
+    )
+    if not isinstance(given, list):
+        return set()
+    return {m.get("id") for m in given if isinstance(m, dict) and m.get("id") is not None}
+
+
+def _reasoning_ids(payload: dict[str, Any]) -> list[Any]:
+    """The ids of the messages agno's reasoning agent wrote (``reasoning_model``): agno
+    appends each to the run's messages and keeps it in ``reasoning_messages`` too."""
+    if not _details(payload).get("reasoning_model"):
+        return []
+    kept = payload.get("reasoning_messages")
+    return [m.get("id") for m in kept or () if isinstance(m, dict) and m.get("id") is not None]
+
+
 def _second_models(payload: dict[str, Any], messages: list[Any]) -> dict[int, str]:
     """The run's assistant messages that a second model wrote, by index: ``"parser"``
     for a parser model's answer (``parser_model``: agno appends it after the main model's
@@ -428,19 +496,31 @@ def _second_models(payload: dict[str, Any], messages: list[Any]) -> dict[int, st
     model's last answer from the run's messages and keeps the output model's in its
     place). Told by the run's ``metrics.details``, which names the models that ran."""
     details = _details(payload)
+    reasoning = set(_reasoning_ids(payload))
+    found = {
+        n: "reasoning"
+        for n, m in enumerate(messages)
+        if isinstance(m, dict)
+        and not m.get("from_history")
+        and m.get("id") is not None
+        and m.get("id") in reasoning
+    }
     own = [
         n
         for n, m in enumerate(messages)
-        if isinstance(m, dict) and not m.get("from_history") and m.get("role") == "assistant"
+        if isinstance(m, dict)
+        and not m.get("from_history")
+        and m.get("role") == "assistant"
+        and n not in found
     ]
     if not own or messages[own[-1]].get("tool_calls"):
-        return {}
+        return found
     last = own[-1]
     if details.get("parser_model") and len(own) >= 2 and own[-2] == last - 1:
-        return {last: "parser"}
+        return {**found, last: "parser"}
     if details.get("output_model"):
-        return {last: "output"}
-    return {}
+        return {**found, last: "output"}
+    return found
 
 
 def _reconstructed(call: ModelCall, how: str) -> ModelCall:
@@ -455,6 +535,8 @@ def _model_calls(
     just before it, and for a message a second model wrote, the main model's call too."""
     calls = _compressions(payload, received, m) if m == received.compressed_at else []
     kind = extras.get(m)
+    if kind == "reasoning":
+        return [*calls, _reasoning_call(payload, received, m, answer, extras)]
     if kind == "parser":
         previous = received.messages[m - 1]
         call = _model_call(payload, received, m, answer)
@@ -482,6 +564,46 @@ def _model_calls(
         return [*calls, _reconstructed(main, "the messages the output model was sent, which are the main "
                                              "model's last call's minus its answer"), output]  # fmt: skip
     return [*calls, _model_call(payload, received, m, answer)]
+
+
+def _reasoning_call(
+    payload: dict[str, Any], received: _Received, m: int, answer: dict[str, Any], extras: dict[int, str]
+) -> ModelCall:
+    """The reasoning agent's call that wrote reasoning message ``m`` (``reasoning_model``,
+    e.g. ``get_openai_reasoning``): agno gives it the run's input messages
+    (``RunMessages.get_input_messages``: the system message and the input, never the
+    replayed history) and stores what it answered as the message's ``reasoning_content``
+    (inside ``<thinking>`` tags as the message's content); its tokens are the matching
+    ``metrics.details.reasoning_model`` entry."""
+    picked = [
+        n
+        for n in range(m)
+        if isinstance(received.messages[n], dict)
+        and not received.messages[n].get("from_history")
+        and extras.get(n) != "reasoning"
+    ]
+    order = sum(1 for n in range(m) if extras.get(n) == "reasoning")
+    entries = _details(payload).get("reasoning_model")
+    entry = entries[order] if isinstance(entries, list) and order < len(entries) else {}
+    entry = entry if isinstance(entry, dict) else {}
+    text = answer.get("reasoning_content")
+    text = value_text(text if isinstance(text, str) else answer.get("content")) or ""
+    call = usage.call_from_usage(
+        entry,
+        model=value_text(entry.get("id")) or "",
+        provider=value_text(payload.get("model_provider")) or "",
+        messages=[received._message(n) for n in picked],
+        output=text,
+    )
+    call.answer = wire.chat_message({"role": "assistant", "content": text})
+    call.api = wire.CHAT
+    call.metadata["role"] = "reasoning_model"
+    ended = _safe_time(answer.get("created_at"))
+    if ended is not None:
+        call.ended_at = ended
+    return _reconstructed(call, "the reasoning agent's input (the run's system message and input, not its "
+                                "history) and its answer, the message's reasoning_content (the text inside "
+                                "<think> tags only, when the model wrote them)")  # fmt: skip
 
 
 def _compressions(payload: dict[str, Any], received: _Received, m: int) -> list[ModelCall]:
@@ -551,8 +673,8 @@ def _model_call(payload: dict[str, Any], received: _Received, m: int, answer: di
         call.finish_reason = "tool_calls"
     if answer.get("tool_calls") or answer.get("content") is not None:
         sent = {key: answer[key] for key in _SENT_KEYS if answer.get(key) is not None}
-        call.answer = wire.chat_message({"content": None, **sent})
-        call.api = wire.CHAT
+        call.answer = wire.chat_message(with_call_ids({"content": None, **sent}, received.call_ids))
+        call.api = received.api
     ended = _safe_time(answer.get("created_at"))
     duration = usage.number(metrics.get("duration"))
     if ended is not None:
@@ -1206,6 +1328,13 @@ def _workflow_runs(payload: dict[str, Any]) -> list[Run]:
         for step, _ in _leaf_steps(payload.get("step_results") or [])
         if isinstance(step.get("content"), str)
     ]
+    kept = {e.get("run_id") for e in payload.get("step_executor_runs") or [] if isinstance(e, dict)}
+    for step, _ in _leaf_steps(payload.get("step_results") or []):
+        if step.get("step_run_id") is not None and step.get("step_run_id") not in kept:
+            child = _unkept_step_run(payload, step, run)
+            if child is not None and child.run_id not in seen:
+                seen.add(child.run_id)
+                runs.append(child)
     for executor in payload.get("step_executor_runs") or []:
         if not isinstance(executor, dict) or executor.get("run_id") is None:
             continue
@@ -1219,6 +1348,60 @@ def _workflow_runs(payload: dict[str, Any]) -> list[Run]:
                 seen.add(child.run_id)
                 runs.append(child)
     return runs
+
+
+MESSAGES_NOT_STORED = (
+    "store_executor_outputs=False: agno keeps the step's answer, model and tokens "
+    "(step_results[].metrics.details), not the step run's messages nor what its model was sent"
+)
+
+
+def _unkept_step_run(payload: dict[str, Any], step: dict[str, Any], workflow: Run) -> Run | None:
+    """The run of an agent or team step whose executor run agno did not keep
+    (``store_executor_outputs=False``): its ``step_results`` entry still names the step run,
+    its executor, its answer and, per model call, the model and tokens. A call for each,
+    its messages marked not stored; the last call answered the step's content."""
+    if step.get("executor_type") not in ("agent", "team"):
+        return None
+    metrics = step.get("metrics") if isinstance(step.get("metrics"), dict) else {}
+    details = metrics.get("details") if isinstance(metrics.get("details"), dict) else {}
+    entries = [e for e in details.get("model") or () if isinstance(e, dict)]
+    name = value_text(step.get("executor_name")) or value_text(step.get("step_name")) or "step"
+    child = _base(
+        {
+            "run_id": step["step_run_id"],
+            "session_id": payload.get("session_id"),
+            "user_id": payload.get("user_id"),
+            "parent_run_id": workflow.run_id,
+            "created_at": payload.get("created_at"),
+            "status": "COMPLETED" if step.get("success") is not False else "ERROR",
+            "content": step.get("content") if step.get("success") is not False else step.get("error"),
+            "metrics": metrics,
+        },
+        "team" if step.get("executor_type") == "team" else "agent",
+        name,
+    )
+    child.metadata["messages_not_stored"] = MESSAGES_NOT_STORED
+    content = value_text(step.get("content"))
+    for n, entry in enumerate(entries):
+        last = n == len(entries) - 1
+        call = usage.call_from_usage(
+            entry,
+            model=value_text(entry.get("id")) or "",
+            provider=value_text(payload.get("model_provider")) or "",
+        )
+        call.provider = value_text(entry.get("provider")) or call.provider
+        call.metadata["messages_not_stored"] = MESSAGES_NOT_STORED
+        if last and content is not None:
+            call.output = content
+            call.answer = wire.chat_message({"role": "assistant", "content": content})
+            call.api = wire.CHAT
+        else:
+            call.metadata["answer_not_stored"] = MESSAGES_NOT_STORED
+        _reconstructed(call, "the step's metrics.details.model entry (model, tokens) and, for its last call, "
+                             "the step's content")  # fmt: skip
+        child.iterations.append(Iteration(index=n + 1, model_calls=[call]))
+    return child
 
 
 def _workflow(payload: dict[str, Any]) -> Run:
