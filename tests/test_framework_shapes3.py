@@ -218,10 +218,6 @@ def test_agents_sdk_tripped_output_guardrail_fails_the_run_keeping_its_model_cal
 # -- LangGraph / LangChain -------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the entrypoint's node is taken for a subgraph (its tasks run in a deeper namespace): a member run",
-)
 def test_langgraph_functional_entrypoint_with_tasks_is_one_run(live_server, token):
     instrumentor = _langchain()
     from langgraph.func import entrypoint, task
@@ -284,9 +280,6 @@ def test_langgraph_command_goto_routing_has_its_nodes_as_steps(live_server, toke
     assert_conforms(server, expected=2)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a named agent graph run as a node is a member run inside the node's member run"
-)
 def test_langgraph_two_subgraph_agents_are_two_member_runs_in_order(live_server, token):
     instrumentor = _langchain()
     from langchain.agents import create_agent
@@ -425,7 +418,6 @@ def test_smolagents_tool_calling_agent_failing_tool_keeps_its_error_then_answers
     assert_conforms(server, expected=2)
 
 
-@pytest.mark.xfail(strict=True, reason="a streamed run's output.value is every stream event's repr joined")
 def test_smolagents_streamed_run_is_one_run_of_the_task(live_server, token):
     instrumentors = _smol()
     from smolagents import ToolCallingAgent, tool
@@ -449,8 +441,7 @@ def test_smolagents_streamed_run_is_one_run_of_the_task(live_server, token):
     assert_conforms(server, expected=2)
 
 
-@pytest.mark.xfail(strict=True, reason="the error of a step whose code failed is kept nowhere")
-def test_smolagents_code_agent_code_error_is_a_step_then_the_answer(live_server, token):
+def test_smolagents_code_agent_code_error_is_a_step_then_the_answer(live_server, token, alice_client):
     instrumentors = _smol()
     from smolagents import CodeAgent, tool
 
@@ -469,6 +460,8 @@ def test_smolagents_code_agent_code_error_is_a_step_then_the_answer(live_server,
     assert steps(run) == [(1, "", 1, []), (2, "", 1, ["weather", "final_answer"])]
     failed_step = run.iterations.get(index=1)
     assert "Forbidden function evaluation: 'wether'" in failed_step.metadata.get("error", "")
+    page = alice_client.get(f"/p/default/runs/{run.run_id}/").content.decode()
+    assert "Forbidden function evaluation: &#x27;wether&#x27;" in page, "the run page hides the step's error"
     assert_conforms(server, expected=2)
 
 

@@ -1178,6 +1178,14 @@ def assemble(spans: list[Span]) -> list[Run]:
             builders.append(other)
             return other, ""
         step = graph.node(span)
+        if kind == AGENT and graph.is_subgraph_of(span, owner.span):
+            # The subgraph a node runs, an agent graph of a name of its own (``create_agent(
+            # ..., name=...)``): the node's member run, named after it.
+            owner.named_by = span
+            return owner, node
+        if step and span["span_id"] in graph.callers:
+            # A node (an ``@entrypoint``) whose tasks are its steps: no step of its own.
+            return owner, span["span_id"]
         if step and not graph.runs_a_graph(span):
             owner.nodes.append((span, step))
             return owner, span["span_id"]
@@ -1245,16 +1253,34 @@ class _Graph:
             if isinstance(meta, dict) and isinstance(meta.get("langgraph_node"), str):
                 self.meta[span_id] = meta
         self.parents_of_subgraphs: set[str] = set()
+        # Nodes that called tasks (the functional API's ``@task``, called from an
+        # ``@entrypoint`` or a node): their tasks are the steps, in a deeper namespace
+        # that is no subgraph.
+        self.callers: set[str] = set()
         for span_id in self.meta:
             if not self.node(trace.by_id[span_id]):
                 continue
             depth = self._depth(span_id)
+            called = self._called(span_id)
             parent, hops = trace.by_id[span_id]["parent_span_id"], 0
             while parent and parent in trace.by_id and hops < 256:
                 if self.node(trace.by_id[parent]) and self._depth(parent) < depth:
-                    self.parents_of_subgraphs.add(parent)
+                    (self.callers if called else self.parents_of_subgraphs).add(parent)
                     break
                 parent, hops = trace.by_id[parent]["parent_span_id"], hops + 1
+        self.parents_of_subgraphs -= self.callers
+
+    def _called(self, span_id: str) -> bool:
+        """Whether the node execution is a task called from inside another node's
+        (LangGraph's ``PUSH`` of a call: its path holds the calling task's path; a
+        ``Send``'s holds an index)."""
+        path = self.meta[span_id].get("langgraph_path")
+        return (
+            isinstance(path, list)
+            and len(path) > 1
+            and path[0] == "__pregel_push"
+            and isinstance(path[1], list)
+        )
 
     def _depth(self, span_id: str) -> int:
         namespace = self.meta[span_id].get("langgraph_checkpoint_ns")
@@ -1273,6 +1299,18 @@ class _Graph:
         ):
             return ""  # a span inside the node named as the node
         return meta["langgraph_node"]
+
+    def is_subgraph_of(self, span: Span, node: Span | None) -> bool:
+        """Whether ``span`` is the graph that the node execution ``node`` runs (the
+        compiled subgraph invoked as the node: right under it, of its node and namespace)."""
+        if node is None or span["parent_span_id"] != node["span_id"] or not self.runs_a_graph(node):
+            return False
+        meta, outer = self.meta.get(span["span_id"]), self.meta[node["span_id"]]
+        return (
+            meta is not None
+            and meta["langgraph_node"] == outer["langgraph_node"]
+            and meta.get("langgraph_checkpoint_ns") == outer.get("langgraph_checkpoint_ns")
+        )
 
     def runs_a_graph(self, span: Span) -> bool:
         return span["span_id"] in self.parents_of_subgraphs
@@ -1348,6 +1386,7 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     for number, iteration in enumerate(iterations, start=1):
         iteration.index = number
     _mark_parts(calls)
+    _step_errors(builder.errors, iterations)
     for iteration in iterations:
         ends = [c.ended_at for c in iteration.model_calls + iteration.tool_calls if c.ended_at]  # type: ignore[operator]
         if ends:
@@ -1371,6 +1410,17 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     kept: dict[str, Any] = {}
     run.input = _run_input(attributes, calls, kept)
     run.output = _run_output(attributes, calls, kept) if span is not None else None
+    if span is not None and _streamed_smolagents_run(span) and "output.value" in attributes:
+        # ``agent.run(task, stream=True)``: the instrumentation joins the repr of every
+        # event streamed as the output; the answer is the final_answer tool's result (or,
+        # out of steps, the last model call's), the joined events one click away.
+        answers = [
+            tool.result for tool, _ in tools if tool.tool == "final_answer" and tool.result is not None
+        ]
+        answer = answers[-1] if answers else (calls[-1][0].output if calls else None)
+        if answer is not None:
+            kept["output.value"] = attributes["output.value"]
+            run.output = answer
     _crewai_run(run, span, calls, iterations, kept)
     handoff = _handoff(tools, run.agent_name, agents)
     if handoff and (not calls or not calls[-1][0].output) and "output.value" not in attributes:
@@ -1510,6 +1560,36 @@ def _agents_sdk_failure(builder: _RunBuilder) -> None:
         run.status, run.error = "failed", _error_text(builder.errors[-1]) or "failed"
     elif builder.members and builder.members[-1].status == "failed":
         run.status, run.error = "failed", builder.members[-1].error
+
+
+def _step_errors(errors: list[Span], iterations: list[Iteration]) -> None:
+    """A step that failed without a failed tool call (smolagents' ``Step N`` span whose
+    code raised, or whose answer did not parse): its error, with the iteration of the
+    model call made inside it (``metadata["error"]``); the run goes on to the next step."""
+    for error in errors:
+        start, end = _time(error["start"]), _time(error["end"])
+        text = _error_text(error)
+        if not (start and end and text):
+            continue
+        for iteration in iterations:
+            if (
+                iteration.model_calls
+                and iteration.started_at
+                and start <= iteration.started_at <= end
+                and not any(tool.error for tool in iteration.tool_calls)
+            ):
+                iteration.metadata["error"] = text
+                break
+
+
+SMOLAGENTS_SCOPE = "openinference.instrumentation.smolagents"
+
+
+def _streamed_smolagents_run(span: Span) -> bool:
+    if span.get("scope") != SMOLAGENTS_SCOPE or role(span) != AGENT:
+        return False
+    arguments = json_value(span["attributes"].get("input.value"))
+    return isinstance(arguments, dict) and arguments.get("stream") is True
 
 
 def _node_name(trace: _Trace, node: str) -> str:
