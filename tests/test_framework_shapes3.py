@@ -910,10 +910,6 @@ def test_agents_sdk_runner_run_inside_a_function_tool_is_a_member_of_the_caller(
     assert_conforms(server, expected=3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the output is the graph state (structured_response beside messages), the structured output's tool call is missing",
-)
 def test_langchain_create_agent_with_a_response_format_answers_with_the_structured_response(
     live_server, token
 ):
@@ -942,10 +938,6 @@ def test_langchain_create_agent_with_a_response_format_answers_with_the_structur
     assert_conforms(server, expected=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the member run of a graph invoked inside a node's function has the node's input, not the graph's",
-)
 def test_langgraph_graph_invoked_inside_a_node_function_is_a_member_run(live_server, token):
     instrumentor = _langchain()
     from langgraph.graph import END, START, MessagesState, StateGraph

@@ -1056,6 +1056,7 @@ class _RunBuilder:
         self.errors: list[Span] = []  # spans of no role of their own that ended in error
         self.subgraphs: dict[str, Run] = {}  # graph node execution span id → its subgraph's member run
         self.named_by: Span | None = None  # the span the run is named after, where not its own
+        self.io_span: Span | None = None  # the span whose input and output are the run's, where not its own
         self.runner_run = False  # an Agents SDK Runner.run's task span: a team, not a workflow
 
 
@@ -1178,10 +1179,14 @@ def assemble(spans: list[Span]) -> list[Run]:
             builders.append(other)
             return other, ""
         step = graph.node(span)
-        if kind == AGENT and graph.is_subgraph_of(span, owner.span):
-            # The subgraph a node runs, an agent graph of a name of its own (``create_agent(
-            # ..., name=...)``): the node's member run, named after it.
-            owner.named_by = span
+        if graph.is_subgraph_of(span, owner.span):
+            # The graph a node runs (the node itself, or a graph the node's function
+            # invoked): the node's member run, with that graph's input and output, named
+            # after it where it is an agent of a name of its own (``create_agent(...,
+            # name=...)``).
+            owner.io_span = span
+            if kind == AGENT:
+                owner.named_by = span
             return owner, node
         if step and span["span_id"] in graph.callers:
             # A node (an ``@entrypoint``) whose tasks are its steps: no step of its own.
@@ -1302,7 +1307,8 @@ class _Graph:
 
     def is_subgraph_of(self, span: Span, node: Span | None) -> bool:
         """Whether ``span`` is the graph that the node execution ``node`` runs (the
-        compiled subgraph invoked as the node: right under it, of its node and namespace)."""
+        compiled subgraph added as the node, or a graph its function invoked: right under
+        it, of its node and namespace)."""
         if node is None or span["parent_span_id"] != node["span_id"] or not self.runs_a_graph(node):
             return False
         meta, outer = self.meta.get(span["span_id"]), self.meta[node["span_id"]]
@@ -1408,8 +1414,9 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         starts = [t for t in (_time(s["start"]) for s in trace.by_id.values()) if t]
         run.started_at = min(starts) if starts else None
     kept: dict[str, Any] = {}
-    run.input = _run_input(attributes, calls, kept)
-    run.output = _run_output(attributes, calls, kept) if span is not None else None
+    io = builder.io_span["attributes"] if builder.io_span is not None else attributes
+    run.input = _run_input(io, calls, kept)
+    run.output = _run_output(io, calls, kept) if span is not None else None
     if span is not None and _streamed_smolagents_run(span) and "output.value" in attributes:
         # ``agent.run(task, stream=True)``: the instrumentation joins the repr of every
         # event streamed as the output; the answer is the final_answer tool's result (or,
@@ -1667,6 +1674,7 @@ def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answ
     ``final_result`` (the structured output, which is the run's output too)."""
     members = list(builder.members)
     final_results = builder.run.framework == "pydantic-ai"
+    structured = _structured_returns(builder.io_span or builder.span)
     for iteration in iterations:
         for call in iteration.model_calls:
             for request in call.answer.tool_calls if call.answer is not None else ():
@@ -1704,7 +1712,36 @@ def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answ
                             call_id=request.id[:255] or None,
                         )
                     )
+                elif request.id in structured:
+                    iteration.tool_calls.append(
+                        ToolCall(
+                            tool=request.name[:255],
+                            params=params,
+                            result=structured[request.id],
+                            started_at=call.ended_at,
+                            ended_at=call.ended_at,
+                            call_id=request.id[:255] or None,
+                        )
+                    )
     _called_in_code(iterations, members)
+
+
+def _structured_returns(span: Span | None) -> dict[str, str]:
+    """LangChain's ``create_agent(..., response_format=ToolStrategy(...))`` answers the
+    model's call of the structured output's tool itself, without a tool span: the tool
+    messages of the graph's output (``structured_response`` beside ``messages``) by call id."""
+    data = json_value(span["attributes"].get("output.value")) if span is not None else None
+    if not isinstance(data, dict) or not isinstance(data.get("structured_response"), dict | list):
+        return {}
+    found: dict[str, str] = {}
+    for message in data.get("messages") or ():
+        if not isinstance(message, dict):
+            continue
+        body = message.get("data") if isinstance(message.get("data"), dict) else message
+        call_id = body.get("tool_call_id")
+        if message.get("type") == "tool" and isinstance(call_id, str) and call_id:
+            found[call_id] = _content_text(body.get("content"))
+    return found
 
 
 def _called_in_code(iterations: list[Iteration], members: list[Run]) -> None:
@@ -1910,6 +1947,12 @@ def _user_text(value: Any, side: str) -> str | None:
             return resume if isinstance(resume, str) else json.dumps(resume, ensure_ascii=False)
         return _user_text(data.get("update"), side) if isinstance(data.get("update"), dict) else None
     if isinstance(data, dict):
+        structured = data.get("structured_response")
+        if side == "output" and isinstance(structured, dict | list):
+            # LangChain's ``create_agent(..., response_format=...)``: the structured
+            # response the user asked for is the answer (the messages end in the tool
+            # message that returned it).
+            return json.dumps(structured, ensure_ascii=False)
         messages = data.get("messages")
         if isinstance(messages, list) and messages:
             found = _last_message(messages, _USER_ROLES if side == "input" else _ASSISTANT_ROLES)
