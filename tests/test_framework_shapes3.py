@@ -1174,9 +1174,6 @@ def test_agents_sdk_agent_tool_with_an_output_extractor_answers_the_extracted_te
     assert_conforms(server, expected=3)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a model called alone has its request and response as JSON for input and output"
-)
 def test_langchain_chat_model_called_alone_is_one_run_per_call(live_server, token):
     instrumentor = _langchain()
 
@@ -1237,10 +1234,6 @@ def test_smolagents_additional_args_leave_the_task_as_input(live_server, token):
     assert_conforms(server, expected=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an image given by URL is stored as the GenAI uri part Pydantic AI reports, not the image_url part it sent",
-)
 def test_pydantic_ai_prompt_with_an_image_has_its_text_as_input_and_the_image_as_sent(live_server, token):
     from pydantic_ai import ImageUrl
 

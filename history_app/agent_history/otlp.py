@@ -1368,6 +1368,7 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     _ids_of_requests(iterations)
     _unanswered_requests(builder, iterations, {tool.call_id for tool, _ in tools if tool.call_id})
     _retries_as_sent(calls, trace)
+    _images_as_sent(calls, trace)
     stepped = {node for _, _, node in builder.steps}
     for node_span, node in builder.nodes:
         if node_span["span_id"] not in stepped:
@@ -1415,6 +1416,10 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         run.started_at = min(starts) if starts else None
     kept: dict[str, Any] = {}
     io = builder.io_span["attributes"] if builder.io_span is not None else attributes
+    if span is not None and role(span) == MODEL and calls:
+        # A model called alone (LangChain's ``ChatOpenAI.invoke``, a client's call): the
+        # run's input and output are the call's, not the request and response as JSON.
+        io = {}
     run.input = _run_input(io, calls, kept)
     run.output = _run_output(io, calls, kept) if span is not None else None
     if span is not None and _streamed_smolagents_run(span) and "output.value" in attributes:
@@ -1555,6 +1560,26 @@ def _retries_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _
                 value = decoded if isinstance(decoded, list) else value
             message.extra["reported_content"] = message.content
             message.content = json.dumps({"error": value}, ensure_ascii=False, separators=(",", ":"))
+
+
+def _images_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _Trace) -> None:
+    """Pydantic AI reports an image given by its URL (``ImageUrl``) as a GenAI ``uri`` part;
+    its OpenAI chat model sends it as an ``image_url`` part. The part is stored as it was
+    sent, the reported one kept in the message's ``extra["reported_parts"]`` (by position)."""
+    if not any(str(s.get("scope") or "").startswith("pydantic-ai") for s in trace.by_id.values()):
+        return
+    for call, messages in calls:
+        if call.messages_source != "otlp genai" or call.api not in ("", "chat.completions"):
+            continue
+        if call.provider.lower() != "openai":
+            continue
+        for message in messages:
+            for position, part in enumerate(message.parts):
+                uri = part.get("uri")
+                if part.get("type") != "uri" or part.get("modality") != "image" or not isinstance(uri, str):
+                    continue
+                message.extra.setdefault("reported_parts", {})[str(position)] = dict(part)
+                message.parts[position] = {"type": "image_url", "image_url": {"url": uri}}
 
 
 def _agents_sdk_failure(builder: _RunBuilder) -> None:
