@@ -1313,3 +1313,176 @@ def test_agno_workflow_condition_runs_only_the_chosen_agent(live_server, token):
     members = list(models.Run.objects.filter(parent_run_id=run.run_id).values_list("agent_name", "output"))
     assert members == [("WeatherDesk", "Sunny in Nice.")]
     assert_conforms(server, expected=1)
+
+
+# -- Fifth round -----------------------------------------------------------------------------
+
+
+def test_smolagents_streamed_run_out_of_steps_answers_the_forced_final_answer(live_server, token):
+    instrumentors = _smol()
+    from smolagents import ToolCallingAgent, tool
+
+    def body(server, tracer_provider):
+        agent = ToolCallingAgent(tools=[tool(weather)], model=_smol_model(server), max_steps=1, name="looper")
+        for _ in agent.run("Weather in Paris?", stream=True):
+            pass
+
+    script = [A(tool_calls=[("weather", '{"city": "Paris"}')]), A("Probably sunny in Paris.")]
+    server = drive(live_server, token, instrumentors, body, script)
+    (run,) = top_runs()
+    assert (run.input, run.output) == ("Weather in Paris?", "Probably sunny in Paris.")
+    indexes_from_one(run)
+    assert steps(run)[0] == (1, "", 1, ["weather"])
+    assert sum(m for _, _, m, _ in steps(run)) == 2
+    assert_conforms(server, expected=2)
+
+
+def test_langgraph_entrypoint_calling_the_model_and_a_task_has_both_as_steps(live_server, token):
+    instrumentor = _langchain()
+    from langgraph.func import entrypoint, task
+
+    def body(server, tracer_provider):
+        model = _chat(server)
+
+        @task
+        def polish(text: str) -> str:
+            return model.invoke(f"Polish: {text}").content
+
+        @entrypoint()
+        def writer(topic: str) -> str:
+            draft = model.invoke(f"Draft about {topic}").content
+            return polish(draft).result()
+
+        writer.invoke("Nice")
+
+    server = drive(live_server, token, [instrumentor], body, [A("Nice draft."), A("Nice, polished.")])
+    (run,) = top_runs()
+    assert (run.input, run.output) == ("Nice", "Nice, polished.")
+    assert models.Run.objects.count() == 1
+    assert steps(run) == [(1, "writer", 1, []), (2, "polish", 1, [])]
+    assert_conforms(server, expected=2)
+
+
+def test_langgraph_subgraph_inside_a_subgraph_is_a_member_of_the_member(live_server, token):
+    instrumentor = _langchain()
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def body(server, tracer_provider):
+        model = _chat(server)
+
+        def leaf(state):
+            return {"messages": [model.invoke(state["messages"])]}
+
+        inner = StateGraph(MessagesState)
+        inner.add_node("leaf", leaf)
+        inner.add_edge(START, "leaf")
+        inner.add_edge("leaf", END)
+        middle = StateGraph(MessagesState)
+        middle.add_node("inner", inner.compile())
+        middle.add_edge(START, "inner")
+        middle.add_edge("inner", END)
+        outer = StateGraph(MessagesState)
+        outer.add_node("middle", middle.compile())
+        outer.add_edge(START, "middle")
+        outer.add_edge("middle", END)
+        outer.compile().invoke({"messages": [("user", "Deep question?")]})
+
+    server = drive(live_server, token, [instrumentor], body, [A("Deep answer.")])
+    (run,) = top_runs()
+    assert (run.input, run.output) == ("Deep question?", "Deep answer.")
+    (middle,) = models.Run.objects.filter(parent_run_id=run.run_id)
+    (inner,) = models.Run.objects.filter(parent_run_id=middle.run_id)
+    assert (middle.output, inner.output) == ("Deep answer.", "Deep answer.")
+    assert steps(inner) == [(1, "leaf", 1, [])]
+    assert [(i, n) for i, n, *_ in steps(run)] == [(1, "middle")]
+    assert [(i, n) for i, n, *_ in steps(middle)] == [(1, "inner")]
+    assert models.ModelCall.objects.count() == 1
+    assert_conforms(server, expected=1)
+
+
+def test_agents_sdk_streamed_run_with_a_handoff_is_one_run_of_two_turns(live_server, token):
+    agents = framework("agents")
+    script = [
+        A(tool_calls=[("transfer_to_weather_agent", "{}")]),
+        A(tool_calls=[("weather", '{"city": "Paris"}')]),
+        A("Sunny in Paris."),
+    ]
+
+    def body(server, tracer_provider):
+        model = _agents_model(server)
+        weather_agent = agents.Agent(
+            name="weather_agent", instructions="Weather.", model=model, tools=[agents.function_tool(weather)]
+        )
+        triage = agents.Agent(name="triage", instructions="Triage.", model=model, handoffs=[weather_agent])
+
+        async def go():
+            result = agents.Runner.run_streamed(triage, "Weather in Paris?")
+            async for _ in result.stream_events():
+                pass
+
+        asyncio.run(go())
+
+    server = drive(live_server, token, [_agents_instrumentor()], body, script)
+    (run,) = top_runs()
+    assert (run.kind, run.agent_name, run.input, run.output) == (
+        "team",
+        "triage",
+        "Weather in Paris?",
+        "Sunny in Paris.",
+    )
+    assert [(it.index, it.name) for it in run.iterations.order_by("position")] == [
+        (1, "triage"),
+        (2, "weather_agent"),
+    ]
+    weather_member = models.Run.objects.get(agent_name="weather_agent")
+    assert steps(weather_member) == [(1, "", 1, ["weather"]), (2, "", 1, [])]
+    assert_conforms(server, expected=3)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the final_result call, which has no span, is put after the tools run beside it, not where the model asked for it",
+)
+def test_pydantic_ai_exhaustive_end_runs_the_tool_asked_beside_the_final_result(live_server, token):
+    def body(server, tracer_provider):
+        agent = _pydantic_agent(server, tracer_provider, output_type=Sky, end_strategy="exhaustive")
+        agent.tool_plain(weather)
+        assert agent.run_sync("Sky over Paris?").output == Sky(city="Paris", sky="clear")
+
+    script = [
+        A(
+            tool_calls=[
+                ("final_result", '{"city": "Paris", "sky": "clear"}'),
+                ("weather", '{"city": "Paris"}'),
+            ]
+        )
+    ]
+    server = drive(live_server, token, [], body, script)
+    (run,) = top_runs()
+    assert run.input == "Sky over Paris?"
+    assert json.loads(run.output) == {"city": "Paris", "sky": "clear"}
+    assert steps(run) == [(1, "", 1, ["final_result", "weather"])]
+    assert_conforms(server, exact_arguments=False, expected=1)
+
+
+def test_agno_tool_call_limit_keeps_the_calls_made_and_the_answer(live_server, token):
+    instrumentor = _agno_instrumentor()
+    from agno.agent import Agent
+
+    def body(server, tracer_provider):
+        Agent(name="Limited", model=_agno(server), tools=[weather, forecast], tool_call_limit=1).run(
+            "Paris now and tomorrow?", session_id="limit"
+        )
+
+    script = [
+        A(tool_calls=[("weather", '{"city": "Paris"}'), ("forecast", '{"city": "Paris"}')]),
+        A("Sunny now; no forecast."),
+    ]
+    server = drive(live_server, token, [instrumentor], body, script)
+    (run,) = top_runs()
+    assert (run.input, run.output) == ("Paris now and tomorrow?", "Sunny now; no forecast.")
+    first, second = steps(run)
+    assert first[:3] == (1, "", 1) and "weather" in first[3]
+    assert second == (2, "", 1, [])
+    assert run.tool_calls.get(tool="weather").result == "Sunny in Paris"
+    assert_conforms(server, expected=2)
