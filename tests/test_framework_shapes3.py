@@ -1439,10 +1439,6 @@ def test_agents_sdk_streamed_run_with_a_handoff_is_one_run_of_two_turns(live_ser
     assert_conforms(server, expected=3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the final_result call, which has no span, is put after the tools run beside it, not where the model asked for it",
-)
 def test_pydantic_ai_exhaustive_end_runs_the_tool_asked_beside_the_final_result(live_server, token):
     def body(server, tracer_provider):
         agent = _pydantic_agent(server, tracer_provider, output_type=Sky, end_strategy="exhaustive")

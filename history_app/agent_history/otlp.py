@@ -1727,7 +1727,20 @@ def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answ
                         )
                     )
                 elif final_results and request.name.startswith("final_result"):
-                    iteration.tool_calls.append(
+                    # Where the model asked for it among the calls it asked for (Pydantic
+                    # AI takes the output before running the other tools, ``end_strategy=
+                    # "exhaustive"``): before those it asked for after it.
+                    later = {
+                        r.id
+                        for r in call.answer.tool_calls[call.answer.tool_calls.index(request) + 1 :]
+                        if r.id
+                    }
+                    at = next(
+                        (n for n, c in enumerate(iteration.tool_calls) if c.call_id and c.call_id in later),
+                        len(iteration.tool_calls),
+                    )
+                    iteration.tool_calls.insert(
+                        at,
                         ToolCall(
                             tool=request.name[:255],
                             params=params,
@@ -1735,7 +1748,7 @@ def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answ
                             started_at=call.ended_at,
                             ended_at=call.ended_at,
                             call_id=request.id[:255] or None,
-                        )
+                        ),
                     )
                 elif request.id in structured:
                     iteration.tool_calls.append(
