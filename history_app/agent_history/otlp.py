@@ -1083,6 +1083,7 @@ class _RunBuilder:
         self.errors: list[Span] = []  # spans of no role of their own that ended in error
         self.subgraphs: dict[str, Run] = {}  # graph node execution span id → its subgraph's member run
         self.named_by: Span | None = None  # the span the run is named after, where not its own
+        self.io_span: Span | None = None  # the span whose input and output are the run's, where not its own
         self.runner_run = False  # an Agents SDK Runner.run's task span: a team, not a workflow
 
 
@@ -1207,6 +1208,18 @@ def assemble(spans: list[Span]) -> list[Run]:
             builders.append(other)
             return other, ""
         step = graph.node(span)
+        if graph.is_subgraph_of(span, owner.span):
+            # The graph a node runs (the node itself, or a graph the node's function
+            # invoked): the node's member run, with that graph's input and output, named
+            # after it where it is an agent of a name of its own (``create_agent(...,
+            # name=...)``).
+            owner.io_span = span
+            if kind == AGENT:
+                owner.named_by = span
+            return owner, node
+        if step and span["span_id"] in graph.callers:
+            # A node (an ``@entrypoint``) whose tasks are its steps: no step of its own.
+            return owner, span["span_id"]
         if step and not graph.runs_a_graph(span):
             owner.nodes.append((span, step))
             return owner, span["span_id"]
@@ -1274,16 +1287,34 @@ class _Graph:
             if isinstance(meta, dict) and isinstance(meta.get("langgraph_node"), str):
                 self.meta[span_id] = meta
         self.parents_of_subgraphs: set[str] = set()
+        # Nodes that called tasks (the functional API's ``@task``, called from an
+        # ``@entrypoint`` or a node): their tasks are the steps, in a deeper namespace
+        # that is no subgraph.
+        self.callers: set[str] = set()
         for span_id in self.meta:
             if not self.node(trace.by_id[span_id]):
                 continue
             depth = self._depth(span_id)
+            called = self._called(span_id)
             parent, hops = trace.by_id[span_id]["parent_span_id"], 0
             while parent and parent in trace.by_id and hops < 256:
                 if self.node(trace.by_id[parent]) and self._depth(parent) < depth:
-                    self.parents_of_subgraphs.add(parent)
+                    (self.callers if called else self.parents_of_subgraphs).add(parent)
                     break
                 parent, hops = trace.by_id[parent]["parent_span_id"], hops + 1
+        self.parents_of_subgraphs -= self.callers
+
+    def _called(self, span_id: str) -> bool:
+        """Whether the node execution is a task called from inside another node's
+        (LangGraph's ``PUSH`` of a call: its path holds the calling task's path; a
+        ``Send``'s holds an index)."""
+        path = self.meta[span_id].get("langgraph_path")
+        return (
+            isinstance(path, list)
+            and len(path) > 1
+            and path[0] == "__pregel_push"
+            and isinstance(path[1], list)
+        )
 
     def _depth(self, span_id: str) -> int:
         namespace = self.meta[span_id].get("langgraph_checkpoint_ns")
@@ -1302,6 +1333,19 @@ class _Graph:
         ):
             return ""  # a span inside the node named as the node
         return meta["langgraph_node"]
+
+    def is_subgraph_of(self, span: Span, node: Span | None) -> bool:
+        """Whether ``span`` is the graph that the node execution ``node`` runs (the
+        compiled subgraph added as the node, or a graph its function invoked: right under
+        it, of its node and namespace)."""
+        if node is None or span["parent_span_id"] != node["span_id"] or not self.runs_a_graph(node):
+            return False
+        meta, outer = self.meta.get(span["span_id"]), self.meta[node["span_id"]]
+        return (
+            meta is not None
+            and meta["langgraph_node"] == outer["langgraph_node"]
+            and meta.get("langgraph_checkpoint_ns") == outer.get("langgraph_checkpoint_ns")
+        )
 
     def runs_a_graph(self, span: Span) -> bool:
         return span["span_id"] in self.parents_of_subgraphs
@@ -1353,6 +1397,7 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     _ids_of_requests(iterations)
     _unanswered_requests(builder, iterations, {tool.call_id for tool, _ in tools if tool.call_id})
     _retries_as_sent(calls, trace)
+    _images_as_sent(calls, trace)
     stepped = {node for _, _, node in builder.steps}
     for node_span, node in builder.nodes:
         if node_span["span_id"] not in stepped:
@@ -1377,6 +1422,7 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
     for number, iteration in enumerate(iterations, start=1):
         iteration.index = number
     _mark_parts(calls)
+    _step_errors(builder.errors, iterations)
     for iteration in iterations:
         ends = [c.ended_at for c in iteration.model_calls + iteration.tool_calls if c.ended_at]  # type: ignore[operator]
         if ends:
@@ -1398,8 +1444,24 @@ def _fill(builder: _RunBuilder, trace: _Trace, agents: set[str]) -> None:
         starts = [t for t in (_time(s["start"]) for s in trace.by_id.values()) if t]
         run.started_at = min(starts) if starts else None
     kept: dict[str, Any] = {}
-    run.input = _run_input(attributes, calls, kept)
-    run.output = _run_output(attributes, calls, kept) if span is not None else None
+    io = builder.io_span["attributes"] if builder.io_span is not None else attributes
+    if span is not None and role(span) == MODEL and calls:
+        # A model called alone (LangChain's ``ChatOpenAI.invoke``, a client's call): the
+        # run's input and output are the call's, not the request and response as JSON.
+        io = {}
+    run.input = _run_input(io, calls, kept)
+    run.output = _run_output(io, calls, kept) if span is not None else None
+    if span is not None and _streamed_smolagents_run(span) and "output.value" in attributes:
+        # ``agent.run(task, stream=True)``: the instrumentation joins the repr of every
+        # event streamed as the output; the answer is the final_answer tool's result (or,
+        # out of steps, the last model call's), the joined events one click away.
+        answers = [
+            tool.result for tool, _ in tools if tool.tool == "final_answer" and tool.result is not None
+        ]
+        answer = answers[-1] if answers else (calls[-1][0].output if calls else None)
+        if answer is not None:
+            kept["output.value"] = attributes["output.value"]
+            run.output = answer
     _crewai_run(run, span, calls, iterations, kept)
     handoff = _handoff(tools, run.agent_name, agents)
     if handoff and (not calls or not calls[-1][0].output) and "output.value" not in attributes:
@@ -1529,6 +1591,26 @@ def _retries_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _
             message.content = json.dumps({"error": value}, ensure_ascii=False, separators=(",", ":"))
 
 
+def _images_as_sent(calls: list[tuple[ModelCall, list[ModelMessage]]], trace: _Trace) -> None:
+    """Pydantic AI reports an image given by its URL (``ImageUrl``) as a GenAI ``uri`` part;
+    its OpenAI chat model sends it as an ``image_url`` part. The part is stored as it was
+    sent, the reported one kept in the message's ``extra["reported_parts"]`` (by position)."""
+    if not any(str(s.get("scope") or "").startswith("pydantic-ai") for s in trace.by_id.values()):
+        return
+    for call, messages in calls:
+        if call.messages_source != "otlp genai" or call.api not in ("", "chat.completions"):
+            continue
+        if call.provider.lower() != "openai":
+            continue
+        for message in messages:
+            for position, part in enumerate(message.parts):
+                uri = part.get("uri")
+                if part.get("type") != "uri" or part.get("modality") != "image" or not isinstance(uri, str):
+                    continue
+                message.extra.setdefault("reported_parts", {})[str(position)] = dict(part)
+                message.parts[position] = {"type": "image_url", "image_url": {"url": uri}}
+
+
 def _agents_sdk_failure(builder: _RunBuilder) -> None:
     """The OpenAI Agents SDK's instrumentation leaves the agent's and the ``Runner.run``'s
     spans OK when the run raised (an input guardrail's tripwire, the turn limit): the
@@ -1539,6 +1621,36 @@ def _agents_sdk_failure(builder: _RunBuilder) -> None:
         run.status, run.error = "failed", _error_text(builder.errors[-1]) or "failed"
     elif builder.members and builder.members[-1].status == "failed":
         run.status, run.error = "failed", builder.members[-1].error
+
+
+def _step_errors(errors: list[Span], iterations: list[Iteration]) -> None:
+    """A step that failed without a failed tool call (smolagents' ``Step N`` span whose
+    code raised, or whose answer did not parse): its error, with the iteration of the
+    model call made inside it (``metadata["error"]``); the run goes on to the next step."""
+    for error in errors:
+        start, end = _time(error["start"]), _time(error["end"])
+        text = _error_text(error)
+        if not (start and end and text):
+            continue
+        for iteration in iterations:
+            if (
+                iteration.model_calls
+                and iteration.started_at
+                and start <= iteration.started_at <= end
+                and not any(tool.error for tool in iteration.tool_calls)
+            ):
+                iteration.metadata["error"] = text
+                break
+
+
+SMOLAGENTS_SCOPE = "openinference.instrumentation.smolagents"
+
+
+def _streamed_smolagents_run(span: Span) -> bool:
+    if span.get("scope") != SMOLAGENTS_SCOPE or role(span) != AGENT:
+        return False
+    arguments = json_value(span["attributes"].get("input.value"))
+    return isinstance(arguments, dict) and arguments.get("stream") is True
 
 
 def _node_name(trace: _Trace, node: str) -> str:
@@ -1616,6 +1728,7 @@ def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answ
     ``final_result`` (the structured output, which is the run's output too)."""
     members = list(builder.members)
     final_results = builder.run.framework == "pydantic-ai"
+    structured = _structured_returns(builder.io_span or builder.span)
     for iteration in iterations:
         for call in iteration.model_calls:
             for request in call.answer.tool_calls if call.answer is not None else ():
@@ -1643,7 +1756,20 @@ def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answ
                         )
                     )
                 elif final_results and request.name.startswith("final_result"):
-                    iteration.tool_calls.append(
+                    # Where the model asked for it among the calls it asked for (Pydantic
+                    # AI takes the output before running the other tools, ``end_strategy=
+                    # "exhaustive"``): before those it asked for after it.
+                    later = {
+                        r.id
+                        for r in call.answer.tool_calls[call.answer.tool_calls.index(request) + 1 :]
+                        if r.id
+                    }
+                    at = next(
+                        (n for n, c in enumerate(iteration.tool_calls) if c.call_id and c.call_id in later),
+                        len(iteration.tool_calls),
+                    )
+                    iteration.tool_calls.insert(
+                        at,
                         ToolCall(
                             tool=request.name[:255],
                             params=params,
@@ -1651,9 +1777,38 @@ def _unanswered_requests(builder: _RunBuilder, iterations: list[Iteration], answ
                             started_at=call.ended_at,
                             ended_at=call.ended_at,
                             call_id=request.id[:255] or None,
+                        ),
+                    )
+                elif request.id in structured:
+                    iteration.tool_calls.append(
+                        ToolCall(
+                            tool=request.name[:255],
+                            params=params,
+                            result=structured[request.id],
+                            started_at=call.ended_at,
+                            ended_at=call.ended_at,
+                            call_id=request.id[:255] or None,
                         )
                     )
     _called_in_code(iterations, members)
+
+
+def _structured_returns(span: Span | None) -> dict[str, str]:
+    """LangChain's ``create_agent(..., response_format=ToolStrategy(...))`` answers the
+    model's call of the structured output's tool itself, without a tool span: the tool
+    messages of the graph's output (``structured_response`` beside ``messages``) by call id."""
+    data = json_value(span["attributes"].get("output.value")) if span is not None else None
+    if not isinstance(data, dict) or not isinstance(data.get("structured_response"), dict | list):
+        return {}
+    found: dict[str, str] = {}
+    for message in data.get("messages") or ():
+        if not isinstance(message, dict):
+            continue
+        body = message.get("data") if isinstance(message.get("data"), dict) else message
+        call_id = body.get("tool_call_id")
+        if message.get("type") == "tool" and isinstance(call_id, str) and call_id:
+            found[call_id] = _content_text(body.get("content"))
+    return found
 
 
 def _called_in_code(iterations: list[Iteration], members: list[Run]) -> None:
@@ -1859,6 +2014,12 @@ def _user_text(value: Any, side: str) -> str | None:
             return resume if isinstance(resume, str) else json.dumps(resume, ensure_ascii=False)
         return _user_text(data.get("update"), side) if isinstance(data.get("update"), dict) else None
     if isinstance(data, dict):
+        structured = data.get("structured_response")
+        if side == "output" and isinstance(structured, dict | list):
+            # LangChain's ``create_agent(..., response_format=...)``: the structured
+            # response the user asked for is the answer (the messages end in the tool
+            # message that returned it).
+            return json.dumps(structured, ensure_ascii=False)
         messages = data.get("messages")
         if isinstance(messages, list) and messages:
             found = _last_message(messages, _USER_ROLES if side == "input" else _ASSISTANT_ROLES)
