@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -91,7 +92,7 @@ def _answered_since_user(body: dict[str, Any]) -> bool:
 class FakeServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, script: list[Answer] | None = None):
+    def __init__(self, script: list[Answer | Callable[[dict[str, Any]], Answer]] | None = None):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[Recorded] = []
         self.script = list(script) if script is not None else None
@@ -104,7 +105,10 @@ class FakeServer(ThreadingHTTPServer):
 
     def next_answer(self, body: dict[str, Any]) -> Answer:
         if self.script is not None:
-            return self.script.pop(0) if self.script else Answer(text=ANSWER)
+            answer = self.script.pop(0) if self.script else Answer(text=ANSWER)
+            # A function of the request: the answer to requests a framework sends at once
+            # (parallel tool calls), whose order of arrival is the threads' business.
+            return answer(body) if callable(answer) else answer
         tools = _tools(body)
         if tools and not _answered_since_user(body):
             name, schema = tools[0]
