@@ -238,9 +238,9 @@ def test_a_run_page_with_children_costs_one_query_more_and_two_past_the_cap(
 
 
 # session + user, the user's project, the run, its child runs, then what the export
-# streams: the run's row, its iterations, tool calls, member interactions, contexts and
-# model calls.
-TWIN_QUERIES = 11
+# streams after the run's row already read: its iterations, tool calls, member
+# interactions, contexts and model calls.
+TWIN_QUERIES = 10
 
 
 def test_the_json_twin_lists_the_children_as_the_page_does(alice_client, ingest, django_assert_num_queries):

@@ -154,3 +154,16 @@ def test_a_table_row_longer_than_any_real_table_is_left_to_the_paragraph_process
     row = "|`x" * (rendering.MAX_TABLE_ROW // 3 + 1)
     assert "<table>" not in rendering.render("|a|b|\n|-|-|\n" + row, budget_ms=60_000).html
     assert "<table>" in rendering.render("|a|b|\n|-|-|\n|1|`2`|", budget_ms=60_000).html
+
+
+def test_a_reused_converter_keeps_nothing_of_the_texts_before():
+    """Each thread's converter is reset after a text, and dropped when a text fails: a
+    reference defined in one answer never resolves a link in the next, and a conversion
+    cut short leaves the next one whole."""
+    defined = rendering.render("[x][ref] and <b>kept</b>\n\n[ref]: https://example.com/a").html
+    assert 'href="https://example.com/a"' in defined
+    assert "example.com" not in rendering.render("[x][ref]").html
+    fresh = rendering.render("# Title\n\n[x][ref] *one*").html
+    assert fresh == rendering.render("# Title\n\n[x][ref] *one*").html
+    assert rendering.render("a " * 50_000, budget_ms=0).fallback
+    assert rendering.render("# Title\n\n[x][ref] *one*").html == fresh

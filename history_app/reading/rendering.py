@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import html
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
@@ -77,8 +78,12 @@ def render(text: str | None, *, budget_ms: int | None = None) -> Rendering:
         budget_ms = settings.HISTORY_MARKDOWN_BUDGET_MS
     if nesting_depth(text) > MAX_NESTING:
         return _escaped(text, f"it nests lists or quotes more than {MAX_NESTING} levels deep")
-    bounded = _Bounded()
-    converter = markdown.Markdown(extensions=[*EXTENSIONS, bounded])
+    # A converter is built once per thread and reset after each text: building one (its
+    # extensions registered, its parser made) cost most of a short answer's rendering.
+    # It is taken while it converts, so a conversion that fails (over its budget, too
+    # deep, anything) leaves no half-used converter behind: the next text builds a new one.
+    converter, bounded = getattr(_converters, "pair", None) or _new_converter()
+    _converters.pair = None
     # The budget is the conversion's alone: building the converter loads its extensions
     # (the first time in a process, Python-Markdown reads every installed package's entry
     # points, which took over 500 ms once in CI), a cost of the process, not of the text.
@@ -89,7 +94,18 @@ def render(text: str | None, *, budget_ms: int | None = None) -> Rendering:
         return _escaped(text, f"rendering it as Markdown would take longer than {budget_ms} ms")
     except RecursionError:
         return _escaped(text, "it nests too deeply to render as Markdown")
+    converter.reset()
+    _converters.pair = (converter, bounded)
     return Rendering(sanitize_html(rendered))
+
+
+# Each thread's converter and its deadline check, between two conversions.
+_converters = threading.local()
+
+
+def _new_converter() -> tuple[markdown.Markdown, _Bounded]:
+    bounded = _Bounded()
+    return markdown.Markdown(extensions=[*EXTENSIONS, bounded]), bounded
 
 
 def nesting_depth(text: str) -> int:

@@ -70,15 +70,26 @@ def _model_call_dict(call: models.ModelCall) -> dict[str, Any]:
 
 
 class RunReader:
-    """The runs of a queryset, in ``RUN_ORDER``, with all their children."""
+    """The runs of a queryset, in ``RUN_ORDER``, with all their children; or one run
+    already read (``select_related("session")``), with its children."""
 
-    def __init__(self, runs: QuerySet) -> None:
-        self.runs = runs.select_related("session").order_by(*RUN_ORDER)
-        chosen = runs.values("pk")
-        by_run = [f"run__{field}" for field in RUN_ORDER]
+    def __init__(self, runs: QuerySet | models.Run) -> None:
+        if isinstance(runs, models.Run):
+            # One run already read (with its session): its children by its key, in their
+            # own order (the runs' order is one value), and no second read of its row.
+            run = runs
+            self.runs: QuerySet | list[models.Run] = [run]
 
-        def children(model: type, *order: str) -> QuerySet:
-            return model.objects.filter(run__in=chosen).order_by(*by_run, *order)
+            def children(model: type, *order: str) -> QuerySet:
+                return model.objects.filter(run_id=run.pk).order_by(*order)
+
+        else:
+            self.runs = runs.select_related("session").order_by(*RUN_ORDER)
+            chosen = runs.values("pk")
+            by_run = [f"run__{field}" for field in RUN_ORDER]
+
+            def children(model: type, *order: str) -> QuerySet:
+                return model.objects.filter(run__in=chosen).order_by(*by_run, *order)
 
         self.iterations = _Children(children(models.Iteration, "position"), "run_id")
         self.calls = _Children(children(models.ToolCall, "iteration__position", "position"), "iteration_id")
@@ -91,7 +102,8 @@ class RunReader:
     def shells(self) -> Iterator[tuple[models.Run, records.Run]]:
         """Each run with its member interactions and contexts; iterations come from
         ``iterations`` (read each run's before asking for the next run)."""
-        for run in self.runs.iterator(chunk_size=CHUNK_ROWS):
+        runs = self.runs if isinstance(self.runs, list) else self.runs.iterator(chunk_size=CHUNK_ROWS)
+        for run in runs:
             record = mapper.run_record(run, children=False)
             record.member_interactions = [mapper.interaction_record(m) for m in self.interactions.of(run.pk)]
             record.injected_contexts = [mapper.context_record(c) for c in self.contexts.of(run.pk)]

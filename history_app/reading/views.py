@@ -205,7 +205,7 @@ def run_detail(request: HttpRequest, run_id: str, *, as_json: bool) -> HttpRespo
     run = transcripts.get_run(request.project, run_id)
     children = transcripts.child_runs(run)
     if as_json:
-        (data,) = streams.RunReader(models.Run.objects.filter(pk=run.pk)).dicts()
+        (data,) = streams.RunReader(run).dicts()
         chunks = jsonstream.iter_json({"ok": True, "run": data, "child_runs": twins.child_runs(children)})
         return StreamingHttpResponse(chunks, content_type="application/json")
     iterations = transcripts.iteration_slice(run=run)
@@ -434,7 +434,7 @@ def run_export(request: HttpRequest, run_id: str, fmt: str) -> HttpResponse:
     if fmt not in {"md", "json"}:
         raise Http404("Runs export as .md or .json")
     run = transcripts.get_run(request.project, run_id)
-    reader = streams.RunReader(models.Run.objects.filter(pk=run.pk))
+    reader = streams.RunReader(run)
     name = _safe_name(run_id)
     if fmt == "md":
         return _download(streams.run_markdown(reader), "text/markdown; charset=utf-8", f"{name}.md")
