@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 
 from history_app import models
 
@@ -544,20 +545,34 @@ def cases(check: str):
     ]
 
 
-@pytest.mark.parametrize("shape", cases("calls"))
-def test_every_request_is_a_stored_call_message_for_message(shape, tmp_path_factory):
-    path, requests, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.fixture(scope="module")
+def imported(request, django_db_setup, django_db_blocker, tmp_path_factory):
+    """A shape driven (once per session, ``recorded``) and imported once per module: every
+    test below only reads what the first import stored (the second-import test imports
+    again inside its own savepoint), so the import each test made before, 19 shapes times
+    five checks, is made once per shape. The import sits in a transaction opened here;
+    each test's own transaction is a savepoint inside it, rolled back after the test, and
+    this one is rolled back when pytest moves to another shape (it groups a module-scoped
+    parameter's tests, after pytest-randomly's shuffle too) or leaves the module."""
+    path, requests, flags = recorded(request.param, tmp_path_factory)
+    with django_db_blocker.unblock(), transaction.atomic():
+        run_import(path, flags)
+        yield path, requests, flags
+        transaction.set_rollback(True)
+
+
+@pytest.mark.parametrize("imported", cases("calls"), indirect=True)
+def test_every_request_is_a_stored_call_message_for_message(imported):
+    path, requests, flags = imported
     calls = stored_calls()
     exact, report, _ = conformance.match(requests, calls)
     assert report == [], "\n".join(report[:20])
     assert exact == len(requests) == len(calls), (exact, len(requests), len(calls))
 
 
-@pytest.mark.parametrize("shape", cases("runs"))
-def test_every_run_agno_ran_is_a_run(shape, tmp_path_factory):
-    path, _, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", cases("runs"), indirect=True)
+def test_every_run_agno_ran_is_a_run(imported):
+    path, _, flags = imported
     ran = runs_agno_ran(path)
     stored = set(models.Run.objects.values_list("run_id", flat=True))
     assert set(ran) - stored == set(), [
@@ -576,10 +591,8 @@ def _inside(child_start, child_end, start, end, what):
     )
 
 
-@pytest.mark.parametrize("shape", cases("times"))
-def test_nothing_sits_outside_its_parent(shape, tmp_path_factory):
-    path, _, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", cases("times"), indirect=True)
+def test_nothing_sits_outside_its_parent(imported):
     runs = {r.run_id: r for r in models.Run.objects.all()}
     for run in runs.values():
         assert run.started_at and run.ended_at, run.agent_name
@@ -596,10 +609,8 @@ def test_nothing_sits_outside_its_parent(shape, tmp_path_factory):
             _inside(step.started_at, step.ended_at, run.started_at, run.ended_at, f"step {step.name}")
 
 
-@pytest.mark.parametrize("shape", cases("blocks"))
-def test_every_agno_block_rebuilds_identical(shape, tmp_path_factory, alice_client):
-    path, _, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", cases("blocks"), indirect=True)
+def test_every_agno_block_rebuilds_identical(imported, alice_client):
     for context in models.InjectedContext.objects.exclude(kind="chat_history").select_related("run"):
         answer = alice_client.get(f"/api/v1/runs/{context.run.run_id}/contexts/{context.position + 1}").json()
         rebuild = answer.get("rebuild")
@@ -608,10 +619,9 @@ def test_every_agno_block_rebuilds_identical(shape, tmp_path_factory, alice_clie
         assert rebuild["verdict"] == "identical", (context.kind, context.run.agent_name, rebuild.get("diff"))
 
 
-@pytest.mark.parametrize("shape", cases("again"))
-def test_a_second_import_changes_nothing(shape, tmp_path_factory):
-    path, _, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", cases("again"), indirect=True)
+def test_a_second_import_changes_nothing(imported):
+    path, _, flags = imported
     before = database_dump(exclude=("history_app_ingestreceipt",))
     out = run_import(path, flags)
     assert "0 created, 0 updated" in out, out
@@ -623,9 +633,8 @@ def _system_of(run: models.Run) -> str:
     return next(m["content"] for m in call.messages if m["role"] in ("system", "developer"))
 
 
-def test_the_session_summary_given_to_a_run_is_a_context(tmp_path_factory):
-    path, _, flags = recorded("summary", tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", ["summary"], indirect=True)
+def test_the_session_summary_given_to_a_run_is_a_context(imported):
     last = models.Run.objects.get(agent_name="Summed", input="And one more?")
     system = _system_of(last)
     assert "<summary_of_previous_interactions>" in system
@@ -633,9 +642,8 @@ def test_the_session_summary_given_to_a_run_is_a_context(tmp_path_factory):
     assert any("<summary_of_previous_interactions>" in text and text in system for text in texts), texts
 
 
-def test_the_memories_given_to_a_run_are_a_context(tmp_path_factory):
-    path, _, flags = recorded("memory", tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", ["memory"], indirect=True)
+def test_the_memories_given_to_a_run_are_a_context(imported):
     last = models.Run.objects.get(agent_name="Remembers", input="Where do I live?")
     system = _system_of(last)
     assert "<memories_from_previous_interactions>" in system
@@ -643,9 +651,9 @@ def test_the_memories_given_to_a_run_are_a_context(tmp_path_factory):
     assert any("<memories_from_previous_interactions>" in text and text in system for text in texts), texts
 
 
-def test_a_failed_run_in_the_middle_is_a_failed_run_and_left_out_of_the_replay(tmp_path_factory):
-    path, requests, flags = recorded("failed_middle", tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", ["failed_middle"], indirect=True)
+def test_a_failed_run_in_the_middle_is_a_failed_run_and_left_out_of_the_replay(imported):
+    _, requests, _ = imported
     runs = {r.input: r for r in models.Run.objects.filter(agent_name="Flaky")}
     assert runs["Second?"].status == "failed" and runs["Second?"].model_calls.count() == 0
     # The fourth run replayed runs 1 and 3 only, as agno sent it.
@@ -654,9 +662,8 @@ def test_a_failed_run_in_the_middle_is_a_failed_run_and_left_out_of_the_replay(t
     assert len(requests) == 3
 
 
-def test_a_function_step_and_a_team_step_are_steps_of_the_workflow(tmp_path_factory):
-    path, _, flags = recorded("workflow_mix", tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", ["workflow_mix"], indirect=True)
+def test_a_function_step_and_a_team_step_are_steps_of_the_workflow(imported):
     for workflow in models.Run.objects.filter(agent_name="Mix"):
         steps = list(workflow.iterations.order_by("position"))
         assert [s.name for s in steps] == ["draft", "shout", "review"]
