@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import transaction
 
 from history_app import models
 
@@ -181,81 +182,114 @@ def assert_every_call_exact(recording: Recording) -> None:
     assert exact == len(recording.requests) == 42 and notes == []
 
 
-def test_every_model_call_received_what_agno_sent(recording):
-    assert "22 created, 0 updated" in run_import(str(recording.path), *FLAGS)
-    assert_every_call_exact(recording)
-    # The third run of "Runs" received its instructions, runs 1 and 2 (each a question, a
-    # tool request, its result and an answer) and its question: ten messages.
-    third = run_of("Runs", "And 5+6?")
-    first_call = third.model_calls.order_by("position").first()
-    assert [m["role"] for m in first_call.messages] == [
-        "developer",
-        *["user", "assistant", "tool", "assistant"] * 2,
-        "user",
-    ]
-    assert [m["part"] for m in first_call.messages][1:-1] == ["history"] * 8
-    assert first_call.messages[2]["tool_calls"][0]["name"] == "add"
-    assert first_call.metadata["reconstructed_history"]["num_history_runs"] == 2
-    assert first_call.metadata["roles_mapped"]["map"] == {"system": "developer"}
+@pytest.fixture(scope="class")
+def imported(recording, django_db_setup, django_db_blocker) -> str:
+    """The recording imported with the settings agno ran with, once for the tests of the
+    class below, which read what it stored (the second-import test imports again, inside
+    its own transaction): each test's transaction is a savepoint inside the one opened
+    here, rolled back after the test; this one is rolled back at the class's end. The
+    import's output is what it yields."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield run_import(str(recording.path), *FLAGS)
+        transaction.set_rollback(True)
 
 
-def test_the_replay_is_a_context_marked_reconstructed_with_its_settings(recording, alice_client):
-    run_import(str(recording.path), *FLAGS)
-    third = run_of("Runs", "And 5+6?")
-    earlier = [run_of("Runs", "What is 2+3?"), run_of("Runs", "And 4+4?")]
-    (replay,) = third.injected_contexts.filter(kind="chat_history")
-    assert replay.reported is False
-    assert replay.source_run_ids == [run.run_id for run in earlier]
-    assert replay.settings["num_history_runs"] == 2 and replay.settings["messages"] == 8
-    # Every request and result is in its text, not an empty "assistant: ".
-    lines = replay.text.splitlines()
-    assert lines[0] == "user: What is 2+3?" and lines[1].startswith(
-        'assistant calls add({"a": 2, "b": 3}) · '
-    )
-    assert lines[2].startswith("tool (") and lines[2].endswith("): 5")
-    assert "assistant: " not in lines[1]
-    # Each replayed message of the call is linked to it; its page names its sources.
-    first = third.model_calls.order_by("position").first()
-    assert [m.get("context") for m in first.messages if m["part"] == "history"] == [replay.position] * 8
-    body = alice_client.get(f"/api/v1/runs/{third.run_id}/contexts/{replay.position + 1}").json()
-    assert body["context"]["reported"] is False and "replayed from earlier runs" in body["notes"][0]
-    assert [s["run_id"] for s in body["sources"] if s["stored"]] == replay.source_run_ids
-    # The model-call page says what was rebuilt, from which settings, and whose roles.
-    call = third.model_calls.order_by("position").first()
-    page = alice_client.get(f"/p/default/runs/{third.run_id}/model-calls/{call.number}/").content.decode()
-    assert 'What it received <span class="muted">· 10 messages' in page
-    assert "8 replayed messages were rebuilt by the importer" in page
-    assert "num_history_runs=2" in page
-    assert "stored as <code>system</code>, sent as <code>developer</code>" in page
-    # The leader of the team: its second run's calls received its first run (num_history_runs=1):
-    # the question, two delegations with their results, and the answer.
-    leader = run_of("Desk", "And Paris?")
-    for call in leader.model_calls.all():
-        assert call.metadata["reconstructed_history"]["num_history_runs"] == 1
-        assert sum(m["part"] == "history" for m in call.messages) == 6
+class TestOneImportWithTheSettings:
+    def test_every_model_call_received_what_agno_sent(self, recording, imported):
+        assert "22 created, 0 updated" in imported
+        assert_every_call_exact(recording)
+        # The third run of "Runs" received its instructions, runs 1 and 2 (each a question, a
+        # tool request, its result and an answer) and its question: ten messages.
+        third = run_of("Runs", "And 5+6?")
+        first_call = third.model_calls.order_by("position").first()
+        assert [m["role"] for m in first_call.messages] == [
+            "developer",
+            *["user", "assistant", "tool", "assistant"] * 2,
+            "user",
+        ]
+        assert [m["part"] for m in first_call.messages][1:-1] == ["history"] * 8
+        assert first_call.messages[2]["tool_calls"][0]["name"] == "add"
+        assert first_call.metadata["reconstructed_history"]["num_history_runs"] == 2
+        assert first_call.metadata["roles_mapped"]["map"] == {"system": "developer"}
 
+    def test_the_replay_is_a_context_marked_reconstructed_with_its_settings(self, imported, alice_client):
+        third = run_of("Runs", "And 5+6?")
+        earlier = [run_of("Runs", "What is 2+3?"), run_of("Runs", "And 4+4?")]
+        (replay,) = third.injected_contexts.filter(kind="chat_history")
+        assert replay.reported is False
+        assert replay.source_run_ids == [run.run_id for run in earlier]
+        assert replay.settings["num_history_runs"] == 2 and replay.settings["messages"] == 8
+        # Every request and result is in its text, not an empty "assistant: ".
+        lines = replay.text.splitlines()
+        assert lines[0] == "user: What is 2+3?" and lines[1].startswith(
+            'assistant calls add({"a": 2, "b": 3}) · '
+        )
+        assert lines[2].startswith("tool (") and lines[2].endswith("): 5")
+        assert "assistant: " not in lines[1]
+        # Each replayed message of the call is linked to it; its page names its sources.
+        first = third.model_calls.order_by("position").first()
+        assert [m.get("context") for m in first.messages if m["part"] == "history"] == [replay.position] * 8
+        body = alice_client.get(f"/api/v1/runs/{third.run_id}/contexts/{replay.position + 1}").json()
+        assert body["context"]["reported"] is False and "replayed from earlier runs" in body["notes"][0]
+        assert [s["run_id"] for s in body["sources"] if s["stored"]] == replay.source_run_ids
+        # The model-call page says what was rebuilt, from which settings, and whose roles.
+        call = third.model_calls.order_by("position").first()
+        page = alice_client.get(f"/p/default/runs/{third.run_id}/model-calls/{call.number}/").content.decode()
+        assert 'What it received <span class="muted">· 10 messages' in page
+        assert "8 replayed messages were rebuilt by the importer" in page
+        assert "num_history_runs=2" in page
+        assert "stored as <code>system</code>, sent as <code>developer</code>" in page
+        # The leader of the team: its second run's calls received its first run (num_history_runs=1):
+        # the question, two delegations with their results, and the answer.
+        leader = run_of("Desk", "And Paris?")
+        for call in leader.model_calls.all():
+            assert call.metadata["reconstructed_history"]["num_history_runs"] == 1
+            assert sum(m["part"] == "history" for m in call.messages) == 6
 
-def test_every_agno_block_rebuilds_byte_exact_in_the_inspector(recording, alice_client):
-    run_import(str(recording.path), *FLAGS)
-    blocks = models.InjectedContext.objects.filter(
-        kind__in=("team_history", "member_interactions")
-    ).select_related("run")
-    assert {c.kind for c in blocks} == {"team_history", "member_interactions"}
-    # The researcher of run 2 was given the team's history before its task: the writer's
-    # interactions after it quote the task alone (what the rebuild must draw from).
-    researcher = run_of("Researcher", "Find facts about Paris")
-    assert researcher.input.startswith("<team_history_context>\n[run-1]")
-    for context in blocks:
-        answer = alice_client.get(f"/api/v1/runs/{context.run.run_id}/contexts/{context.position + 1}").json()
-        assert answer["rebuild"]["verdict"] == "identical", (context.kind, answer["rebuild"]["diff"])
-        assert answer["rebuild"]["text"] == context.text
+    def test_every_agno_block_rebuilds_byte_exact_in_the_inspector(self, imported, alice_client):
+        blocks = models.InjectedContext.objects.filter(
+            kind__in=("team_history", "member_interactions")
+        ).select_related("run")
+        assert {c.kind for c in blocks} == {"team_history", "member_interactions"}
+        # The researcher of run 2 was given the team's history before its task: the writer's
+        # interactions after it quote the task alone (what the rebuild must draw from).
+        researcher = run_of("Researcher", "Find facts about Paris")
+        assert researcher.input.startswith("<team_history_context>\n[run-1]")
+        for context in blocks:
+            answer = alice_client.get(
+                f"/api/v1/runs/{context.run.run_id}/contexts/{context.position + 1}"
+            ).json()
+            assert answer["rebuild"]["verdict"] == "identical", (context.kind, answer["rebuild"]["diff"])
+            assert answer["rebuild"]["text"] == context.text
 
+    def test_a_second_import_changes_nothing(self, recording, imported):
+        before = database_dump(exclude=("history_app_ingestreceipt",))
+        assert "0 created, 0 updated, 22 duplicate" in run_import(str(recording.path), *FLAGS)
+        assert database_dump(exclude=("history_app_ingestreceipt",)) == before
 
-def test_a_second_import_changes_nothing(recording):
-    run_import(str(recording.path), *FLAGS)
-    before = database_dump(exclude=("history_app_ingestreceipt",))
-    assert "0 created, 0 updated, 22 duplicate" in run_import(str(recording.path), *FLAGS)
-    assert database_dump(exclude=("history_app_ingestreceipt",)) == before
+    def test_a_member_with_history_received_its_earlier_member_runs(self, imported):
+        second = run_of("Researcher", "Find facts about Paris")
+        call = second.model_calls.get()
+        assert [(m["role"], m["part"]) for m in call.messages] == [
+            ("developer", "instructions"),
+            ("user", "history"),
+            ("assistant", "history"),
+            ("user", "input"),
+        ]
+        assert call.messages[1]["content"] == "Find facts about Lyon"
+        assert call.metadata["reconstructed_history"]["num_history_runs"] == 3
+        # The writer, whom no flag names, replayed nothing.
+        for writer in models.Run.objects.filter(agent_name="Writer"):
+            assert not writer.injected_contexts.filter(kind="chat_history").exists()
+
+    def test_a_replay_agno_stored_is_kept_as_stored(self, imported):
+        last = run_of("Stored", "And 1+1?")
+        call = last.model_calls.order_by("position").first()
+        # num_history_runs=1 as agno ran it, although --history-runs 3 covers it: one run replayed.
+        assert sum(m["part"] == "history" for m in call.messages) == 4
+        assert "reconstructed_history" not in call.metadata
+        (replay,) = last.injected_contexts.filter(kind="chat_history")
+        assert replay.reported is True
 
 
 def test_importing_again_with_the_settings_brings_an_older_import_up_to_date(recording):
@@ -265,34 +299,6 @@ def test_importing_again_with_the_settings_brings_an_older_import_up_to_date(rec
     assert "0 created, 11 updated, 11 duplicate" in run_import(str(recording.path), *FLAGS)
     assert_every_call_exact(recording)
     assert third.model_calls.order_by("position").first().message_count == 10
-
-
-def test_a_member_with_history_received_its_earlier_member_runs(recording):
-    run_import(str(recording.path), *FLAGS)
-    second = run_of("Researcher", "Find facts about Paris")
-    call = second.model_calls.get()
-    assert [(m["role"], m["part"]) for m in call.messages] == [
-        ("developer", "instructions"),
-        ("user", "history"),
-        ("assistant", "history"),
-        ("user", "input"),
-    ]
-    assert call.messages[1]["content"] == "Find facts about Lyon"
-    assert call.metadata["reconstructed_history"]["num_history_runs"] == 3
-    # The writer, whom no flag names, replayed nothing.
-    for writer in models.Run.objects.filter(agent_name="Writer"):
-        assert not writer.injected_contexts.filter(kind="chat_history").exists()
-
-
-def test_a_replay_agno_stored_is_kept_as_stored(recording):
-    run_import(str(recording.path), *FLAGS)
-    last = run_of("Stored", "And 1+1?")
-    call = last.model_calls.order_by("position").first()
-    # num_history_runs=1 as agno ran it, although --history-runs 3 covers it: one run replayed.
-    assert sum(m["part"] == "history" for m in call.messages) == 4
-    assert "reconstructed_history" not in call.metadata
-    (replay,) = last.injected_contexts.filter(kind="chat_history")
-    assert replay.reported is True
 
 
 def test_with_since_a_newer_run_still_replays_the_runs_before_it(recording, tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 
 from history_app import models
 
@@ -546,10 +547,25 @@ def cases(check: str):
     ]
 
 
-@pytest.mark.parametrize("shape", cases("calls"))
-def test_every_request_is_a_stored_call_message_for_message(shape, tmp_path_factory):
-    path, requests, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.fixture(scope="module")
+def imported(request, django_db_setup, django_db_blocker, tmp_path_factory):
+    """A shape driven (once per session, ``recorded``) and imported once per module: every
+    test below only reads what the first import stored (the second-import test imports
+    again inside its own savepoint), so the import each test made before, 19 shapes times
+    five checks, is made once per shape. The import sits in a transaction opened here;
+    each test's own transaction is a savepoint inside it, rolled back after the test, and
+    this one is rolled back when pytest moves to another shape (it groups a module-scoped
+    parameter's tests, after pytest-randomly's shuffle too) or leaves the module."""
+    path, requests, flags = recorded(request.param, tmp_path_factory)
+    with django_db_blocker.unblock(), transaction.atomic():
+        run_import(path, flags)
+        yield path, requests, flags
+        transaction.set_rollback(True)
+
+
+@pytest.mark.parametrize("imported", cases("calls"), indirect=True)
+def test_every_request_is_a_stored_call_message_for_message(imported):
+    path, requests, flags = imported
     check_calls(requests)
 
 
@@ -563,10 +579,9 @@ def check_calls(requests, label: str = "") -> None:
     assert exact == len(requests) == len(calls), (exact, len(requests), len(calls))
 
 
-@pytest.mark.parametrize("shape", cases("runs"))
-def test_every_run_agno_ran_is_a_run(shape, tmp_path_factory):
-    path, _, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", cases("runs"), indirect=True)
+def test_every_run_agno_ran_is_a_run(imported):
+    path, _, flags = imported
     check_runs(path)
 
 
@@ -592,10 +607,8 @@ def _inside(child_start, child_end, start, end, what):
     )
 
 
-@pytest.mark.parametrize("shape", cases("times"))
-def test_nothing_sits_outside_its_parent(shape, tmp_path_factory):
-    path, _, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", cases("times"), indirect=True)
+def test_nothing_sits_outside_its_parent(imported):
     check_times()
 
 
@@ -617,10 +630,8 @@ def check_times() -> None:
             _inside(step.started_at, step.ended_at, run.started_at, run.ended_at, f"step {step.name}")
 
 
-@pytest.mark.parametrize("shape", cases("blocks"))
-def test_every_agno_block_rebuilds_identical(shape, tmp_path_factory, alice_client):
-    path, _, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", cases("blocks"), indirect=True)
+def test_every_agno_block_rebuilds_identical(imported, alice_client):
     check_blocks(alice_client)
 
 
@@ -634,10 +645,9 @@ def check_blocks(alice_client) -> None:
         assert rebuild["verdict"] == "identical", (context.kind, context.run.agent_name, rebuild.get("diff"))
 
 
-@pytest.mark.parametrize("shape", cases("again"))
-def test_a_second_import_changes_nothing(shape, tmp_path_factory):
-    path, _, flags = recorded(shape, tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", cases("again"), indirect=True)
+def test_a_second_import_changes_nothing(imported):
+    path, _, flags = imported
     check_again(path, flags)
 
 
@@ -654,9 +664,8 @@ def _system_of(run: models.Run) -> str:
     return next(m["content"] for m in call.messages if m["role"] in ("system", "developer"))
 
 
-def test_the_session_summary_given_to_a_run_is_a_context(tmp_path_factory):
-    path, _, flags = recorded("summary", tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", ["summary"], indirect=True)
+def test_the_session_summary_given_to_a_run_is_a_context(imported):
     last = models.Run.objects.get(agent_name="Summed", input="And one more?")
     system = _system_of(last)
     assert "<summary_of_previous_interactions>" in system
@@ -664,9 +673,8 @@ def test_the_session_summary_given_to_a_run_is_a_context(tmp_path_factory):
     assert any("<summary_of_previous_interactions>" in text and text in system for text in texts), texts
 
 
-def test_the_memories_given_to_a_run_are_a_context(tmp_path_factory):
-    path, _, flags = recorded("memory", tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", ["memory"], indirect=True)
+def test_the_memories_given_to_a_run_are_a_context(imported):
     last = models.Run.objects.get(agent_name="Remembers", input="Where do I live?")
     system = _system_of(last)
     assert "<memories_from_previous_interactions>" in system
@@ -674,9 +682,9 @@ def test_the_memories_given_to_a_run_are_a_context(tmp_path_factory):
     assert any("<memories_from_previous_interactions>" in text and text in system for text in texts), texts
 
 
-def test_a_failed_run_in_the_middle_is_a_failed_run_and_left_out_of_the_replay(tmp_path_factory):
-    path, requests, flags = recorded("failed_middle", tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", ["failed_middle"], indirect=True)
+def test_a_failed_run_in_the_middle_is_a_failed_run_and_left_out_of_the_replay(imported):
+    _, requests, _ = imported
     runs = {r.input: r for r in models.Run.objects.filter(agent_name="Flaky")}
     assert runs["Second?"].status == "failed" and runs["Second?"].model_calls.count() == 0
     # The fourth run replayed runs 1 and 3 only, as agno sent it.
@@ -685,9 +693,8 @@ def test_a_failed_run_in_the_middle_is_a_failed_run_and_left_out_of_the_replay(t
     assert len(requests) == 3
 
 
-def test_a_function_step_and_a_team_step_are_steps_of_the_workflow(tmp_path_factory):
-    path, _, flags = recorded("workflow_mix", tmp_path_factory)
-    run_import(path, flags)
+@pytest.mark.parametrize("imported", ["workflow_mix"], indirect=True)
+def test_a_function_step_and_a_team_step_are_steps_of_the_workflow(imported):
     for workflow in models.Run.objects.filter(agent_name="Mix"):
         steps = list(workflow.iterations.order_by("position"))
         assert [s.name for s in steps] == ["draft", "shout", "review"]
