@@ -768,3 +768,22 @@ def test_each_fold_is_a_reconstructed_compaction_call_and_later_runs_replay_its_
             for c in main
         )
         assert main[0].metadata["reconstructed_history"]["compaction_id"]
+
+
+def test_without_the_compactions_table_each_fold_is_read_from_its_run(tmp_path_factory, tmp_path):
+    """A run keeps the fold it made (``compaction``) but not the folded text: that is rendered
+    from the stored messages as agno renders it for its summarizer, to the same requests."""
+    import sqlite3
+
+    path, requests, flags = recorded("compaction", tmp_path_factory, SHAPES)
+    copy = tmp_path / "agno.db"
+    source, target = sqlite3.connect(f"file:{path}?mode=ro", uri=True), sqlite3.connect(copy)
+    try:
+        source.backup(target)
+        target.execute("DROP TABLE agno_compactions")
+        target.commit()
+    finally:
+        source.close()
+        target.close()
+    run_import(copy, flags)
+    check_calls(requests, "shapes3 compaction without agno_compactions")
