@@ -629,12 +629,6 @@ SHAPES: dict[str, tuple[Callable, Callable[[], Responder]]] = {
 
 # What agno stores nowhere, by (check, shape): a strict xfail naming each.
 XFAIL: dict[tuple[str, str], str] = {
-    ("calls", "compaction"): (
-        "importer gap, not agno's: compaction (agno 3.1 Compaction) replays a summary message "
-        "and the messages from agno_compactions.first_kept_message_id on, and its compaction "
-        "model's calls (prompt, the archived text, answer = the stored summary) are kept in the "
-        "agno_compactions table, which import_agno does not read yet: 4 of 13 calls exact"
-    ),
     ("calls", "workflow_no_outputs"): (
         "store_executor_outputs=False: agno stores the step run's messages nowhere (no "
         "step_executor_runs; the session's workflow_data names the steps only, not the step "
@@ -751,3 +745,45 @@ def test_a_step_run_agno_did_not_keep_is_a_run_with_its_calls_marked_not_stored(
         assert call.messages == [] and "messages_not_stored" in call.metadata
         assert "reconstructed" in call.metadata and call.model == "gpt-4o-mini"
         assert call.input_tokens == fake_openai.PROMPT_TOKENS and call.output == step.metadata["output"]
+
+
+def test_each_fold_is_a_reconstructed_compaction_call_and_later_runs_replay_its_summary(tmp_path_factory):
+    path, _, _ = _imported("compaction", tmp_path_factory)
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        folds = dict(db.execute("SELECT run_id, summary FROM agno_compactions").fetchall())
+    finally:
+        db.close()
+    assert len(folds) == 3
+    for run_id, summary in folds.items():
+        run = models.Run.objects.get(run_id=run_id)
+        (call,) = [c for c in run.model_calls.all() if c.metadata.get("role") == "compaction_model"]
+        assert "reconstructed" in call.metadata and call.output == summary
+        assert call.messages[0]["role"] == "developer" and call.messages[1]["role"] == "user"
+        main = [c for c in run.model_calls.all() if c.metadata.get("role") != "compaction_model"]
+        assert main and all(
+            c.messages[0]["content"].startswith("Summary of earlier conversation (compacted):\n\n" + summary)
+            for c in main
+        )
+        assert main[0].metadata["reconstructed_history"]["compaction_id"]
+
+
+def test_without_the_compactions_table_each_fold_is_read_from_its_run(tmp_path_factory, tmp_path):
+    """A run keeps the fold it made (``compaction``) but not the folded text: that is rendered
+    from the stored messages as agno renders it for its summarizer, to the same requests."""
+    import sqlite3
+
+    path, requests, flags = recorded("compaction", tmp_path_factory, SHAPES)
+    copy = tmp_path / "agno.db"
+    source, target = sqlite3.connect(f"file:{path}?mode=ro", uri=True), sqlite3.connect(copy)
+    try:
+        source.backup(target)
+        target.execute("DROP TABLE agno_compactions")
+        target.commit()
+    finally:
+        source.close()
+        target.close()
+    run_import(copy, flags)
+    check_calls(requests, "shapes3 compaction without agno_compactions")

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from history_app.agent_history import redact
-from history_app.agent_history.formats import agno, agno_times
+from history_app.agent_history.formats import agno, agno_compaction, agno_times
 from history_app.agent_history.records import RecordError
 from history_app.agent_history.text import value_text
 from history_app.intake import ingestion
@@ -52,6 +52,65 @@ def read_postgres(url: str, schema: str, since: int | None) -> list[tuple]:
     except psycopg.Error as exc:
         raise CommandError(f"cannot read agno tables in schema {schema!r}: {exc}") from None
     return [(json.dumps(r[0]) if not isinstance(r[0], str) else r[0], *r[1:]) for r in rows]
+
+
+COMPACTIONS = (
+    "SELECT compaction_id, session_id, run_id, first_kept_message_id, summary, archived_messages, "
+    "messages_compacted, created_at FROM {schema}agno_compactions ORDER BY created_at"
+)
+COMPACTION_KEYS = (
+    "compaction_id",
+    "session_id",
+    "run_id",
+    "first_kept_message_id",
+    "summary",
+    "archived_messages",
+    "messages_compacted",
+    "created_at",
+)
+
+
+def read_compactions(source: str, schema: str) -> list[dict[str, Any]]:
+    """The rows of agno's ``agno_compactions`` table (agno 3.1 compaction: one per fold);
+    none when the database has no such table (an older agno, or compaction never used)."""
+    if source.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
+        import psycopg
+
+        try:
+            with psycopg.connect(
+                source.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+            ) as conn:
+                conn.execute("SET default_transaction_read_only = on")
+                found = conn.execute(COMPACTIONS.format(schema=f'"{schema}".')).fetchall()
+        except psycopg.Error:
+            return []
+    else:
+        db = sqlite3.connect(f"file:{Path(source).resolve()}?mode=ro", uri=True, timeout=10)
+        try:
+            found = db.execute(COMPACTIONS.format(schema="")).fetchall()
+        except sqlite3.OperationalError:
+            return []
+        finally:
+            db.close()
+    return [dict(zip(COMPACTION_KEYS, row, strict=True)) for row in found]
+
+
+def folds_by_run(
+    compactions: list[dict[str, Any]], payloads: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each fold a run made, by the run's id: its ``agno_compactions`` row, else the
+    ``compaction`` the run stores (no ``archived_messages`` then). A fold made outside a
+    run (``agent.compact()``, no ``run_id``) is not placed."""
+    found: dict[str, dict[str, Any]] = {}
+    for payload in payloads:
+        record = agno_compaction.record_from(payload.get("compaction") or {})
+        if record is not None and payload.get("run_id"):
+            found[str(payload["run_id"])] = record
+    for row in compactions:
+        record = agno_compaction.record_from(row)
+        if record is not None and record["run_id"]:
+            found[record["run_id"]] = record
+    return found
 
 
 def delegations(rows: list[tuple]) -> dict[str, dict[str, Any]]:
@@ -270,7 +329,9 @@ def add_summary_calls(pending: list[tuple[int, list, str, list | None]], rows: l
                 runs[0].model_calls.append(call)
 
 
-def history_replays(rows: list[tuple], options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def history_replays(
+    rows: list[tuple], options: dict[str, Any], compactions: list[dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
     """The replay agno sent each agent or team-leader run the flags cover, by run id
     (``agno.replayed_history``), rebuilt from the earlier runs of its session among
     ``rows`` (oldest first). A run whose replay agno stored (``store_history_messages``)
@@ -280,13 +341,18 @@ def history_replays(rows: list[tuple], options: dict[str, Any]) -> dict[str, dic
     payloads = [p for p in map(row_payload, rows) if p is not None and p.get("run_id")]
     # agno writes a member's row before its team's: the leaders are known first.
     teams = {str(p["run_id"]): p for p in payloads if p.get("team_id") and not p.get("agent_id")}
+    folds = folds_by_run(compactions or [], payloads)
+    folded = {str(p.get("session_id")) for p in payloads if str(p.get("run_id")) in folds}
     found: dict[str, dict[str, Any]] = {}
     for payload in payloads:
         session = str(payload.get("session_id"))
         replay = None
         if replays_history(payload):
             previous = earlier.setdefault(session, [])
-            replay = _replay(payload, previous, history_settings(options, payload))
+            if session in folded:
+                replay = compacted_replay(payload, previous, history_settings(options, payload), folds)
+            else:
+                replay = _replay(payload, previous, history_settings(options, payload))
             previous.append(payload)
         if is_member_run(payload):
             own = by_agent.setdefault((session, str(payload["agent_id"])), [])
@@ -307,6 +373,76 @@ def _replay(
         return None
     replay = agno.replayed_history(previous, settings, member_runs=member_runs)
     return replay if replay["messages"] else None
+
+
+def compacted_replay(
+    payload: dict[str, Any], previous: list[dict], settings: dict | None, folds: dict[str, dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The replay a run of a session agno compacted was sent (``_history_for_run``,
+    ``apply_compaction``): every earlier run (agno's planner window; the fold, not
+    ``num_history_runs``, bounds it), from the anchor of the fold in force when that is
+    older; ``max_tool_calls_from_history`` applied; then the fold the run made, else the
+    one in force, as ``agno_compaction.view``: the summary and the messages from its anchor
+    on. A fold proves the run replayed history, so no flag is needed. The fold the run made
+    comes back as ``compaction`` (with the one before it and the history it folded), for its
+    compaction model call."""
+    if agno.has_stored_replay(payload):
+        return None
+    settings = dict(settings or {})
+    window = agno_compaction.PLANNER_WINDOW_RUNS
+    settings["num_history_runs"] = max(settings.get("num_history_runs") or 0, window)
+    settings.pop("num_history_messages", None)
+    history, _ = agno.history_messages(previous, num_history_runs=window)
+    earlier = next((folds[str(p["run_id"])] for p in reversed(previous) if str(p["run_id"]) in folds), None)
+    anchor = earlier["first_kept_message_id"] if earlier is not None else None
+    if anchor and not any(m.get("id") == anchor for m in history):
+        everything, _ = agno.history_messages(previous)
+        start = next((n for n, m in enumerate(everything) if m.get("id") == anchor), None)
+        if start is not None:
+            history = everything[start:]
+    if settings.get("max_tool_calls_from_history") is not None:
+        history = agno.filter_tool_calls(history, settings["max_tool_calls_from_history"])
+    own = folds.get(str(payload.get("run_id")))
+    sent = agno_compaction.view(history, own) if own is not None else None
+    in_force = own if sent is not None else earlier
+    if sent is None:
+        sent = agno_compaction.view(history, earlier)
+    if sent is None:
+        sent, in_force = history, None
+    run_of = {
+        str(m.get("id")): str(p["run_id"])
+        for p in previous
+        for m in p.get("messages") or []
+        if isinstance(m, dict) and m.get("id")
+    }
+    kept = {run_of.get(str(m.get("id"))) for m in sent}
+    if in_force is not None:
+        settings["compaction_id"] = in_force["id"]
+    replay: dict[str, Any] = {
+        "messages": sent,
+        "source_run_ids": [str(p["run_id"]) for p in previous if str(p["run_id"]) in kept],
+        "settings": {key: value for key, value in settings.items() if value is not None},
+    }
+    if own is not None:
+        replay["compaction"] = (own, earlier, history)
+    return replay if sent or own is not None else None
+
+
+def add_compaction_calls(pending: list[tuple[int, list, str, list | None]], replays: dict[str, Any]) -> None:
+    """Each run that made a fold gets its compaction model call, rebuilt
+    (``agno_compaction.compaction_call``), at the run's start: agno folds before the run's
+    first model call and stores no time for it."""
+    for _, items, _, runs in pending:
+        if not runs or not items:
+            continue
+        replay = replays.get(str(items[0].get("run_id"))) or {}
+        if "compaction" not in replay:
+            continue
+        own, earlier, history = replay["compaction"]
+        call = agno_compaction.compaction_call(items[0], own, earlier, history)
+        call.started_at = call.ended_at = runs[0].started_at
+        call.metadata["time_estimated"] = True
+        runs[0].model_calls.insert(0, call)
 
 
 def is_member_run(payload: dict[str, Any]) -> bool:
@@ -433,9 +569,10 @@ class Command(BaseCommand):
             "history_messages": options.get("history_messages"),
             "max_tool_calls_from_history": options.get("max_tool_calls_from_history"),
         }
+        compactions = read_compactions(source, schema)
         replays = {}
-        if history["history_runs"] or history["history_messages"]:
-            replays = history_replays(history_rows(source, schema, since_epoch, rows), history)
+        if history["history_runs"] or history["history_messages"] or compactions:
+            replays = history_replays(history_rows(source, schema, since_epoch, rows), history, compactions)
         earlier_workflows: dict[str, list[dict]] = {}
         # Member runs are rows of their own, written before their team's row; the tasks the
         # team delegated to each member settle where the blocks in its message end.
@@ -497,6 +634,7 @@ class Command(BaseCommand):
             pending.append((number, items, format_name, runs))
         agno_times.place_times(run for _, _, _, runs in pending for run in runs or ())
         add_summary_calls(pending, history_rows(source, schema, since_epoch, rows))
+        add_compaction_calls(pending, replays)
         for number, items, format_name, runs in pending:
             if runs is not None:
                 items = [run.to_dict() for run in runs]
