@@ -27,7 +27,27 @@ def test_the_table_gives_each_tool_its_rate_losses_disk_and_the_ratios_against_t
     assert "6000/6400" in phoenix and " 400 " in phoenix  # 400 spans lost
     assert " 70.0 " in mlflow and " 83.0 " in mlflow
     assert "ours / MLflow       2.9x  (goal >= 3x with 0 spans lost: NOT met)" in lines[4]
-    assert "ours / Phoenix     33.3x  (goal >= 30x with 0 spans lost: met)" in lines[5]
+    assert lines[5] == (
+        "  ours / Phoenix     33.3x  (goal >= 30x with 0 spans lost: met; "
+        "Phoenix stored only 6000 of 6400 spans: its time is until it stalled)"
+    )
+
+
+def test_unique_span_ids_differ_across_traces_and_keep_each_trace_s_tree():
+    from history_app.benchmarks import shape
+
+    base = [shape.run_dict(i, model_calls=True) for i in range(3)]
+    plain = otlp.otlp_json(base, "0badcafe", 0)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    unique = otlp.otlp_json(base, "0badcafe", 0, unique_span_ids=True)["resourceSpans"][0]["scopeSpans"][0][
+        "spans"
+    ]
+    assert len({s["spanId"] for s in plain}) == otlp.SPANS_PER_RUN  # the same ids in every trace
+    assert len({s["spanId"] for s in unique}) == 3 * otlp.SPANS_PER_RUN
+    for trace in {s["traceId"] for s in unique}:
+        spans = [s for s in unique if s["traceId"] == trace]
+        (root,) = [s for s in spans if not s["parentSpanId"]]
+        assert all(s["parentSpanId"] == root["spanId"] for s in spans if s is not root)
+    assert [(s["name"], s["attributes"]) for s in plain] == [(s["name"], s["attributes"]) for s in unique]
 
 
 def test_a_goal_is_not_met_when_ours_lost_a_span_however_fast():

@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import base64
+import hashlib
 import http.client
 import json
 import multiprocessing
@@ -159,8 +160,17 @@ def trace_id(prefix: str, i: int) -> str:
     return f"{prefix}{i:024x}"
 
 
-def otlp_json(runs: list[dict], prefix: str, first: int) -> dict:
-    """The runs as one ExportTraceServiceRequest in OTLP/JSON."""
+def otlp_json(runs: list[dict], prefix: str, first: int, *, unique_span_ids: bool = False) -> dict:
+    """The runs as one ExportTraceServiceRequest in OTLP/JSON. The span ids repeat from
+    trace to trace (unique within each, as the specification asks) unless
+    ``unique_span_ids``: then each is drawn from its trace id too, as an SDK's random ids
+    are (Phoenix keeps one span per span id whatever its trace)."""
+
+    def span_key(trace: str, span: str) -> str:
+        if not unique_span_ids or not span:
+            return span
+        return hashlib.blake2b(f"{trace}{span}".encode(), digest_size=8).hexdigest()
+
     spans = []
     for n, run in enumerate(runs):
         trace = trace_id(prefix, first + n)
@@ -168,8 +178,8 @@ def otlp_json(runs: list[dict], prefix: str, first: int) -> dict:
             spans.append(
                 {
                     "traceId": trace,
-                    "spanId": span_id,
-                    "parentSpanId": parent,
+                    "spanId": span_key(trace, span_id),
+                    "parentSpanId": span_key(trace, parent),
                     "name": name,
                     "kind": 1,
                     "startTimeUnixNano": str(start),
