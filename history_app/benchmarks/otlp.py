@@ -2,6 +2,7 @@
 
     python -m history_app.benchmarks.otlp [--runs 2000] [--configs sqlite,pg]
         [--workers 2] [--clients 4] [--batch 100] [--rounds 3] [--no-loss]
+    python -m history_app.benchmarks.otlp --rivals --runs 400 [--rounds 1]
 
 For each configuration it starts gunicorn (``--workers``) on a fresh SQLite file, or on
 PostgreSQL (``BENCH_DATABASE_URL``: its history tables are EMPTIED; without it the
@@ -27,6 +28,10 @@ run) and the load average, and the last line their median.
    counted against the spans stored. Spans the SDK dropped before export (its queue full)
    are printed apart: they never reached any server.
 
+With ``--rivals`` it runs only our OTLP intake (SQLite) beside MLflow and Phoenix on the
+same pre-encoded bodies (``rivals.py``): traces/s until every span is stored and queryable,
+spans lost, KB per trace, and ours over each rival's throughput.
+
 Targets: OTLP within 1.2× of native ingest of the same runs, on both databases; no span
 the exporter reported sent is lost.
 """
@@ -36,6 +41,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import base64
+import hashlib
 import http.client
 import json
 import multiprocessing
@@ -154,8 +160,17 @@ def trace_id(prefix: str, i: int) -> str:
     return f"{prefix}{i:024x}"
 
 
-def otlp_json(runs: list[dict], prefix: str, first: int) -> dict:
-    """The runs as one ExportTraceServiceRequest in OTLP/JSON."""
+def otlp_json(runs: list[dict], prefix: str, first: int, *, unique_span_ids: bool = False) -> dict:
+    """The runs as one ExportTraceServiceRequest in OTLP/JSON. The span ids repeat from
+    trace to trace (unique within each, as the specification asks) unless
+    ``unique_span_ids``: then each is drawn from its trace id too, as an SDK's random ids
+    are (Phoenix keeps one span per span id whatever its trace)."""
+
+    def span_key(trace: str, span: str) -> str:
+        if not unique_span_ids or not span:
+            return span
+        return hashlib.blake2b(f"{trace}{span}".encode(), digest_size=8).hexdigest()
+
     spans = []
     for n, run in enumerate(runs):
         trace = trace_id(prefix, first + n)
@@ -163,8 +178,8 @@ def otlp_json(runs: list[dict], prefix: str, first: int) -> dict:
             spans.append(
                 {
                     "traceId": trace,
-                    "spanId": span_id,
-                    "parentSpanId": parent,
+                    "spanId": span_key(trace, span_id),
+                    "parentSpanId": span_key(trace, parent),
                     "name": name,
                     "kind": 1,
                     "startTimeUnixNano": str(start),
@@ -197,11 +212,10 @@ def protobuf(request: dict) -> bytes:
     return message.SerializeToString()
 
 
-def _client(args: tuple[int, str, str, str, list[bytes], float]) -> tuple[float, float, int, int]:
+def _client(args: tuple[int, dict[str, str], str, list[bytes], float]) -> tuple[float, float, int, int]:
     """Post the bodies in order on one connection; (start, end, failures, retries)."""
-    port, token, path, content_type, bodies, start_at = args
+    port, headers, path, bodies, start_at = args
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    headers = {"Content-Type": content_type, "Authorization": f"Bearer {token}"}
     while time.time() < start_at:
         time.sleep(0.001)
     started, failures, retries = time.perf_counter(), 0, 0
@@ -259,15 +273,24 @@ def _server(name: str, workers: int, workdir: Path) -> Server:
 
 
 def timed(server: Server, path: str, content_type: str, bodies: list[bytes], clients: int) -> dict:
+    headers = {"Content-Type": content_type, "Authorization": f"Bearer {server.token}"}
+    return post_all(server.port, headers, path, bodies, clients)
+
+
+def post_all(port: int, headers: dict[str, str], path: str, bodies: list[bytes], clients: int) -> dict:
+    """``clients`` processes post their share of the bodies at once; the seconds from the
+    first request to the last answer, and ``started``/``ended`` on ``time.perf_counter``'s
+    clock (one clock for every process on Linux)."""
     shares = [bodies[n::clients] for n in range(clients)]
     start_at = time.time() + 1.0
     with multiprocessing.get_context("spawn").Pool(clients) as pool:
-        results = pool.map(
-            _client, [(server.port, server.token, path, content_type, s, start_at) for s in shares]
-        )
-    elapsed = max(end for _, end, _, _ in results) - min(start for start, _, _, _ in results)
+        results = pool.map(_client, [(port, headers, path, s, start_at) for s in shares])
+    started = min(start for start, _, _, _ in results)
+    ended = max(end for _, end, _, _ in results)
     return {
-        "seconds": elapsed,
+        "seconds": ended - started,
+        "started": started,
+        "ended": ended,
         "failures": sum(r[2] for r in results),
         "retries": sum(r[3] for r in results),
     }
@@ -518,6 +541,18 @@ def main() -> None:
     parser.add_argument(
         "--phases", action="store_true", help="only where the time goes, in this process (no server)"
     )
+    parser.add_argument(
+        "--rivals",
+        action="store_true",
+        help="only our OTLP intake (SQLite) beside MLflow and Phoenix on the same bodies "
+        "(rivals.py; their packages in virtual environments of their own)",
+    )
+    parser.add_argument(
+        "--stall",
+        type=float,
+        default=180,
+        help="--rivals: give up on a rival whose span count stops growing this long",
+    )
     parser.add_argument("--db-task", choices=["spans"], help=argparse.SUPPRESS)
     parser.add_argument("--prefix", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -528,6 +563,11 @@ def main() -> None:
         phases(args.runs, args.batch)
         return
     atexit.register(stop_all)
+    if args.rivals:
+        from history_app.benchmarks import rivals
+
+        rivals.compare(args)
+        return
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     if "pg" in names and not os.environ.get("BENCH_DATABASE_URL"):
         print(
