@@ -50,6 +50,7 @@ NOT_RUN = {
     ("README.md", ". .venv/bin/activate"): "activates the environment this test already runs in",
     ("testing.md", "python3 -m venv .venv"): "the README's test command: .ci/run runs it",
     ("testing.md", "python -m pytest"): "runs the suite this test belongs to: .ci/run runs it",
+    ("testing.md", "/usr/bin/time"): "times one test file (FILE is a placeholder): .ci/run runs every file",
     ("library.md", "pip install ./history_app/agent_history"): ".ci/run installs the library alone this way",
     ("library.md", "pip wheel"): "test_library_isolation builds the wheels",
     ("library.md", "pip install ~/wheels/"): "installs the wheel built above",
