@@ -5,6 +5,8 @@ against the recording fake OpenAI server, its spans sent to a live test server.
 CrewAI requires ``openai<3`` and the test extra's openai-agents ``openai>=3``, so CrewAI
 cannot share the project's environment: it gets a virtual environment of its own, made
 by ``python -m venv`` and pip from the exact pins of ``tests/frameworks/crewai-requirements.txt``
+(``tests/frameworks/crewai_env.py``, which .ci/run also runs in the background while it
+installs the project)
 and kept in ``$XDG_CACHE_HOME/agent-history/`` (else ``~/.cache/agent-history/``) under
 the hash of that file and the Python version, so that it is made once (a few minutes,
 from PyPI) and reused after (no time at all). The crew (``tests/frameworks/crewai_crew.py``)
@@ -20,13 +22,9 @@ on every machine."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,65 +35,16 @@ from history_app import models
 
 from . import conformance, fake_openai
 from .conftest import TOKEN
+from .frameworks.crewai_env import REQUIREMENTS, EnvironmentNotMade, crewai_python
 from .test_conformance import stored_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FRAMEWORKS = Path(__file__).resolve().parent / "frameworks"
-REQUIREMENTS = FRAMEWORKS / "crewai-requirements.txt"
 CREW = FRAMEWORKS / "crewai_crew.py"
 RECORDED = Path(__file__).resolve().parent / "fixtures" / "crewai"
 CITIES = ["Paris", "Lyon"]
 A = fake_openai.Answer
-
-
-class EnvironmentNotMade(Exception):
-    """pip (or venv) failed: the message is the command and the end of its output."""
-
-
-def environment_folder() -> Path:
-    """Where CrewAI's environment is kept: named by the Python version and the hash of the
-    pins and the interpreter, so that changing either makes a new one."""
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes() + f"\0{version}\0{sys.base_prefix}".encode())
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "agent-history" / f"crewai-py{version}-{digest.hexdigest()[:12]}"
-
-
-def crewai_python() -> tuple[Path, bool]:
-    """The Python of CrewAI's environment, made if it is not there yet, and whether it was
-    made now. One process makes it at a time (a lock file beside it); a half-made one (no
-    ``ready`` file) is made again."""
-    folder = environment_folder()
-    python, ready = folder / "bin" / "python", folder / "ready"
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if ready.exists() and python.exists():
-            return python, False
-        _remove(folder)
-        commands = [
-            [sys.executable, "-m", "venv", str(folder)],
-            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            + ["--retries", "1", "--timeout", "30", "-r", str(REQUIREMENTS)],
-        ]
-        for command in commands:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-            if done.returncode:
-                _remove(folder)
-                errors = [
-                    line for line in done.stderr.splitlines() if "is ignored: it is neither" not in line
-                ]
-                raise EnvironmentNotMade(f"{' '.join(command[:4])}… failed: " + "\n".join(errors[-8:]))
-        ready.write_text(REQUIREMENTS.read_text())
-    return python, True
-
-
-def _remove(folder: Path) -> None:
-    import shutil
-
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(folder)
 
 
 @pytest.fixture(scope="module")
