@@ -13,6 +13,7 @@ from collections.abc import Callable
 from unittest import mock
 
 import pytest
+from django.db import transaction
 
 from history_app import models
 
@@ -660,41 +661,53 @@ def _imported(shape, tmp_path_factory):
     return path, requests, flags
 
 
-@pytest.mark.parametrize("shape", cases("calls"))
-def test_every_request_is_a_stored_call_message_for_message(shape, tmp_path_factory):
-    _, requests, _ = _imported(shape, tmp_path_factory)
-    check_calls(requests, f"shapes3 {shape}")
+@pytest.fixture(scope="module")
+def imported(request, django_db_setup, django_db_blocker, tmp_path_factory):
+    """A shape imported once per module for the five checks below, which only read what it
+    stored (the second-import check imports again inside its own savepoint): as in
+    tests/test_agno_shapes.py, the import sits in a transaction opened here, each test's
+    own is a savepoint inside it, and this one is rolled back when pytest moves to another
+    shape or leaves the module. Every test of this module takes it (a test that imports
+    on its own with ``None``), so that none runs inside another shape's import."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        # None: a test that imports on its own, in a database with no shape in it.
+        yield None if request.param is None else _imported(request.param, tmp_path_factory)
+        transaction.set_rollback(True)
 
 
-@pytest.mark.parametrize("shape", cases("runs"))
-def test_every_run_agno_ran_is_a_run(shape, tmp_path_factory):
-    path, _, _ = _imported(shape, tmp_path_factory)
-    check_runs(path, f"shapes3 {shape}")
+@pytest.mark.parametrize("imported", cases("calls"), indirect=True)
+def test_every_request_is_a_stored_call_message_for_message(imported, request):
+    _, requests, _ = imported
+    check_calls(requests, f"shapes3 {request.node.callspec.params['imported']}")
 
 
-@pytest.mark.parametrize("shape", cases("times"))
-def test_nothing_sits_outside_its_parent(shape, tmp_path_factory):
-    _imported(shape, tmp_path_factory)
+@pytest.mark.parametrize("imported", cases("runs"), indirect=True)
+def test_every_run_agno_ran_is_a_run(imported, request):
+    path, _, _ = imported
+    check_runs(path, f"shapes3 {request.node.callspec.params['imported']}")
+
+
+@pytest.mark.parametrize("imported", cases("times"), indirect=True)
+def test_nothing_sits_outside_its_parent(imported):
     check_times()
 
 
-@pytest.mark.parametrize("shape", cases("blocks"))
-def test_every_agno_block_rebuilds_identical(shape, tmp_path_factory, alice_client):
-    _imported(shape, tmp_path_factory)
+@pytest.mark.parametrize("imported", cases("blocks"), indirect=True)
+def test_every_agno_block_rebuilds_identical(imported, alice_client):
     check_blocks(alice_client)
 
 
-@pytest.mark.parametrize("shape", cases("again"))
-def test_a_second_import_changes_nothing(shape, tmp_path_factory):
-    path, _, flags = _imported(shape, tmp_path_factory)
+@pytest.mark.parametrize("imported", cases("again"), indirect=True)
+def test_a_second_import_changes_nothing(imported):
+    path, _, flags = imported
     check_again(path, flags)
 
 
 # ---------------------------------------------------------------- what each fix stores
 
 
-def test_the_reasoning_agents_call_is_its_own_reconstructed_call(tmp_path_factory):
-    _imported("reasoning", tmp_path_factory)
+@pytest.mark.parametrize("imported", ["reasoning"], indirect=True)
+def test_the_reasoning_agents_call_is_its_own_reconstructed_call(imported):
     for run in models.Run.objects.filter(agent_name="Thinker"):
         first, main = run.model_calls.order_by("position")
         assert first.model == "o3-mini" and first.metadata["role"] == "reasoning_model"
@@ -706,24 +719,24 @@ def test_the_reasoning_agents_call_is_its_own_reconstructed_call(tmp_path_factor
         assert main.messages[-1]["content"].startswith("<thinking>\n")
 
 
-def test_a_responses_api_run_is_sent_with_the_call_ids_the_model_gave(tmp_path_factory):
-    _imported("responses_api", tmp_path_factory)
+@pytest.mark.parametrize("imported", ["responses_api"], indirect=True)
+def test_a_responses_api_run_is_sent_with_the_call_ids_the_model_gave(imported):
     calls = list(models.ModelCall.objects.filter(run__agent_name="Responder"))
     assert calls and {c.api for c in calls} == {"responses"}
     ids = [t["id"] for c in calls for m in c.messages for t in m.get("tool_calls") or []]
     assert ids and all(i.startswith("call_") for i in ids), ids
 
 
-def test_assistant_messages_given_as_input_are_not_model_calls(tmp_path_factory):
-    _imported("message_list_input", tmp_path_factory)
+@pytest.mark.parametrize("imported", ["message_list_input"], indirect=True)
+def test_assistant_messages_given_as_input_are_not_model_calls(imported):
     first, second = models.Run.objects.filter(agent_name="Lister").order_by("started_at")
     (call,) = first.model_calls.all()
     assert second.model_calls.count() == 1
     assert [m["content"] for m in call.messages] == ["Hello, I am Zoë.", "Hi Zoë ✓", "What is my name?"]
 
 
-def test_cancelled_and_paused_runs_are_runs_left_out_of_later_replays(tmp_path_factory):
-    _, requests, _ = _imported("cancelled_middle", tmp_path_factory)
+@pytest.mark.parametrize("imported", ["cancelled_middle"], indirect=True)
+def test_cancelled_and_paused_runs_are_runs_left_out_of_later_replays(imported, tmp_path_factory):
     runs = {r.input: r for r in models.Run.objects.filter(agent_name="Halted")}
     assert runs["Second?"].status != "completed"
     last = runs["Fourth?"].model_calls.order_by("position").first()
@@ -734,8 +747,8 @@ def test_cancelled_and_paused_runs_are_runs_left_out_of_later_replays(tmp_path_f
     assert [m["content"] for m in last.messages if m["role"] == "user"] == ["Nice?", "Pau?", "Thanks?"]
 
 
-def test_a_step_run_agno_did_not_keep_is_a_run_with_its_calls_marked_not_stored(tmp_path_factory):
-    _imported("workflow_no_outputs", tmp_path_factory)
+@pytest.mark.parametrize("imported", ["workflow_no_outputs"], indirect=True)
+def test_a_step_run_agno_did_not_keep_is_a_run_with_its_calls_marked_not_stored(imported):
     for workflow in models.Run.objects.filter(agent_name="Terse"):
         (step,) = workflow.iterations.all()
         (scribe,) = models.Run.objects.filter(parent_run_id=workflow.run_id)
@@ -747,8 +760,9 @@ def test_a_step_run_agno_did_not_keep_is_a_run_with_its_calls_marked_not_stored(
         assert call.input_tokens == fake_openai.PROMPT_TOKENS and call.output == step.metadata["output"]
 
 
-def test_each_fold_is_a_reconstructed_compaction_call_and_later_runs_replay_its_summary(tmp_path_factory):
-    path, _, _ = _imported("compaction", tmp_path_factory)
+@pytest.mark.parametrize("imported", ["compaction"], indirect=True)
+def test_each_fold_is_a_reconstructed_compaction_call_and_later_runs_replay_its_summary(imported):
+    path, _, _ = imported
     import sqlite3
 
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -770,7 +784,8 @@ def test_each_fold_is_a_reconstructed_compaction_call_and_later_runs_replay_its_
         assert main[0].metadata["reconstructed_history"]["compaction_id"]
 
 
-def test_without_the_compactions_table_each_fold_is_read_from_its_run(tmp_path_factory, tmp_path):
+@pytest.mark.parametrize("imported", [None], indirect=True)
+def test_without_the_compactions_table_each_fold_is_read_from_its_run(imported, tmp_path_factory, tmp_path):
     """A run keeps the fold it made (``compaction``) but not the folded text: that is rendered
     from the stored messages as agno renders it for its summarizer, to the same requests."""
     import sqlite3
