@@ -51,6 +51,23 @@ def test_previous_and_next_run_of_the_session_in_start_order(alice_client, inges
     assert 'class="run-nav"' not in page_of(alice_client, "/p/default/runs/other/")
 
 
+def test_previous_and_next_run_cross_between_timed_and_untimed_runs(alice_client, ingest):
+    """Runs with no start time come where the database sorts a missing value, as in the
+    session timeline: before the timed runs on SQLite, after them on PostgreSQL; each
+    run's links step through that one order, across the two groups."""
+    from django.db import connection
+
+    ingest(native("u1", "mixed"))
+    ingest(native("t2", "mixed", started_at="2026-11-30T10:02:00Z"))
+    ingest(native("u2", "mixed"))
+    ingest(native("t1", "mixed", started_at="2026-11-30T10:01:00Z"))
+    timed, untimed = ["t1", "t2"], ["u1", "u2"]
+    order = timed + untimed if connection.features.nulls_order_largest else untimed + timed
+    for i, run_id in enumerate(order):
+        expected = (order[i - 1] if i else None, order[i + 1] if i + 1 < len(order) else None)
+        assert nav_of(page_of(alice_client, f"/p/default/runs/{run_id}/")) == expected, run_id
+
+
 def test_delegation_calls_link_the_member_runs_they_started(alice_client, ingest):
     assert ingest(json.loads((DEMO / "team_research.json").read_text())).status_code == 200
     page = page_of(alice_client, "/p/default/runs/demo-team-run-1/")
