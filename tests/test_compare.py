@@ -176,9 +176,9 @@ def test_queries_do_not_grow_with_the_runs(alice_client, ingest):
             page_of(alice_client, a=a, b=b)
         return len(captured)
 
-    # session + user, project + role, the project menu; the two runs, their iterations,
+    # session + user, project + role + the project menu; the two runs, their iterations,
     # tool calls, model calls and contexts.
-    assert queries("s1", "s2") == queries("b1", "b2") == 9
+    assert queries("s1", "s2") == queries("b1", "b2") == 8
 
 
 def test_the_comparison_is_bounded(alice_client, ingest, settings):

@@ -164,11 +164,11 @@ def test_inspector_query_count_is_bounded(alice_client, ingest, django_assert_nu
         return runs
 
     ingest(workflow_runs(4))
-    # session + user, project + role, the project menu, the context with its run, source runs, the pool, the previous context.
-    with django_assert_num_queries(8):
+    # session + user, project + role + the project menu, the context with its run, source runs, the pool, the previous context.
+    with django_assert_num_queries(7):
         alice_client.get("/p/default/runs/w3/context/1/")
     ingest(workflow_runs(40))
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(7):
         page = page_of(alice_client, "/p/default/runs/w39/context/1/")
     assert page.count('class="src"') == 39 and "✓ Identical" in page
 

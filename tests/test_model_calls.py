@@ -660,8 +660,8 @@ def test_money_is_written_sanely():
 
 def test_query_counts_do_not_grow_with_model_calls(alice_client, ingest, django_assert_num_queries):
     """Pinned: the run page, the call page and the slice read the same number of queries
-    for a run of 2 calls and one of 200 (session and user, project and role, the project
-    menu: 4 of each count)."""
+    for a run of 2 calls and one of 200 (session and user, project and role with the
+    project menu: 3 of each count)."""
     small = _run("q-small", calls=[_call(), _call()])
     big = _run("q-big", calls=[])
     big["iterations"] = [{"index": n, "model_calls": [_call() for _ in range(10)]} for n in range(20)]
@@ -670,15 +670,15 @@ def test_query_counts_do_not_grow_with_model_calls(alice_client, ingest, django_
         alice_client.get(f"/p/default/runs/{run_id}/")  # its first view keeps the answer's HTML: one more
         # session + user, the run, iterations, tool calls, the count of contexts, model
         # calls of the iterations, the list of model calls, where the cost came from, the
-        # runs before and after it in its session and the nearest of the other group
-        # (timed or not), its annotations, the runs it started.
-        with django_assert_num_queries(16):
+        # runs before and after it in its session (with the nearest of the other group,
+        # timed or not), its annotations, the runs it started.
+        with django_assert_num_queries(13):
             alice_client.get(f"/p/default/runs/{run_id}/")
-        # session + user, project + role, the project menu, the run, the call (with its
+        # session + user, project + role + the project menu, the run, the call (with its
         # iteration).
-        with django_assert_num_queries(6):
+        with django_assert_num_queries(5):
             alice_client.get(f"/p/default/runs/{run_id}/model-calls/2/")
-        with django_assert_num_queries(6):
+        with django_assert_num_queries(5):
             alice_client.get(f"/p/default/runs/{run_id}/model-calls/?start=1")
 
 

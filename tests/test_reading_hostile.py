@@ -288,10 +288,10 @@ def test_run_page_and_slices_make_the_same_queries_whatever_the_size(
     for url in urls:
         with django_assert_num_queries(counts[url]):
             alice_client.get(url)
-    # session + user, project + role, the project menu, and the page's own three; the
-    # runs before and after it in its session and the nearest of the other group (timed
+    # session + user, project + role + the project menu, and the page's own three; the
+    # runs before and after it in its session (with the nearest of the other group, timed
     # or not); its annotations; the runs it started.
-    assert counts["/p/default/runs/r-1/"] == 13
+    assert counts["/p/default/runs/r-1/"] == 10
 
 
 # -- exports and the JSON twin stream, with the same text as before -------------------------

@@ -159,11 +159,11 @@ def test_run_page_queries_do_not_grow_with_its_contexts(alice_client, run, djang
         with django_assert_num_queries(counts[url]):
             page = _page(alice_client, url)
         assert len(re.findall(r'href="/p/default/runs/r-1/context/\d+/"', page)) <= 40, url
-    # session + user, project + role, the project menu, the run, its first iterations,
+    # session + user, project + role + the project menu, the run, its first iterations,
     # their first tool calls, the contexts sent at their steps, the run's contexts: how
-    # many, then the first of them; the runs before and after it in its session and the
-    # nearest of the other group (timed or not); its annotations; the runs it started.
-    assert counts["/p/default/runs/r-1/"] == 15
+    # many, then the first of them; the runs before and after it in its session (with the
+    # nearest of the other group, timed or not); its annotations; the runs it started.
+    assert counts["/p/default/runs/r-1/"] == 12
 
 
 # -- the session page -----------------------------------------------------------------------
@@ -221,13 +221,13 @@ def test_session_page_queries_do_not_grow_with_nested_children(
     alice_client, ingest, django_assert_num_queries
 ):
     _session(ingest, 3)
-    # session + user, project + role, the project menu, the session, its runs, member
+    # session + user, project + role + the project menu, the session, its runs, member
     # interactions, workflow steps, the runs' annotations.
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(8):
         small = _page(alice_client, "/p/default/sessions/big/")
     assert "3 of 3" not in small and len(_members(small)) == 3
     _session(ingest, 60)
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(8):
         page = _page(alice_client, "/p/default/sessions/big/")
     assert len(_members(page)) == 20 and len(_steps(page)) == 20
 

@@ -227,10 +227,10 @@ def test_the_previews_make_the_same_queries_however_many_sessions_would_go(
     lists, so its queries do not grow with the sessions (nor the rows with them)."""
     # The admin's 19: its session and user, the projects, then in the one project the prune
     # log written and finished, the pinned count, the first rows, eleven counts (one per kind
-    # of row, annotations included) and the search documents' count. The settings page's 23:
-    # the same prune's 16, and the session, user, role, audit trail, project switcher,
-    # members and tokens.
-    admin_queries, settings_queries = 19, 23
+    # of row, annotations included) and the search documents' count. The settings page's 22:
+    # the same prune's 16, and the session, user, role with the project switcher, audit
+    # trail, members and tokens.
+    admin_queries, settings_queries = 19, 22
     client.force_login(ada)
     # The project she last opened, as her first page would have remembered it (no write of
     # her session in the counted request).

@@ -51,6 +51,23 @@ def test_previous_and_next_run_of_the_session_in_start_order(alice_client, inges
     assert 'class="run-nav"' not in page_of(alice_client, "/p/default/runs/other/")
 
 
+def test_previous_and_next_run_cross_between_timed_and_untimed_runs(alice_client, ingest):
+    """Runs with no start time come where the database sorts a missing value, as in the
+    session timeline: before the timed runs on SQLite, after them on PostgreSQL; each
+    run's links step through that one order, across the two groups."""
+    from django.db import connection
+
+    ingest(native("u1", "mixed"))
+    ingest(native("t2", "mixed", started_at="2026-11-30T10:02:00Z"))
+    ingest(native("u2", "mixed"))
+    ingest(native("t1", "mixed", started_at="2026-11-30T10:01:00Z"))
+    timed, untimed = ["t1", "t2"], ["u1", "u2"]
+    order = timed + untimed if connection.features.nulls_order_largest else untimed + timed
+    for i, run_id in enumerate(order):
+        expected = (order[i - 1] if i else None, order[i + 1] if i + 1 < len(order) else None)
+        assert nav_of(page_of(alice_client, f"/p/default/runs/{run_id}/")) == expected, run_id
+
+
 def test_delegation_calls_link_the_member_runs_they_started(alice_client, ingest):
     assert ingest(json.loads((DEMO / "team_research.json").read_text())).status_code == 200
     page = page_of(alice_client, "/p/default/runs/demo-team-run-1/")
@@ -105,10 +122,11 @@ def test_a_context_opens_in_place_exactly_as_sent(alice_client, ingest, django_a
     assert "<html" in full and 'href="/p/default/runs/r/context/1/">Open it in the inspector</a>' in full
     assert alice_client.get("/p/default/runs/r/context/0/text/").status_code == 404
     assert alice_client.get("/p/default/runs/r/context/2/text/").status_code == 404
-    # session + user, project + role, the project menu, the context with its run.
-    with django_assert_num_queries(5):
+    # session + user, project + role + the project menu, the context with its run; the
+    # same for htmx's fragment, which shows no project menu (read in the same query).
+    with django_assert_num_queries(4):
         alice_client.get("/p/default/runs/r/context/1/text/")
-    with django_assert_num_queries(4):  # as htmx's fragment: no project menu
+    with django_assert_num_queries(4):
         alice_client.get("/p/default/runs/r/context/1/text/", HTTP_HX_REQUEST="true")
 
 

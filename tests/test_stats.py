@@ -100,14 +100,14 @@ def test_empty_stats(alice_client):
 
 def test_stats_query_count_does_not_grow(alice_client, ingest, django_assert_num_queries):
     ingest([run(f"a{i}", i % 5, tools=("t",)) for i in range(5)])
-    # session + user, project + role, the project menu, runs per day (kept at ingestion), the durations (one read for both
+    # session + user, project + role + the project menu, runs per day (kept at ingestion), the durations (one read for both
     # percentiles), tools per day (kept at ingestion), errors; model usage per day, per
     # model and per agent, and latency buckets per day (kept at ingestion); the scores'
     # names (none here: their three other reads are skipped).
-    with django_assert_num_queries(13):
+    with django_assert_num_queries(12):
         alice_client.get("/p/default/stats/")
     ingest([run(f"b{i}", i % 20, tools=("t", "u"), status="failed", error=f"e{i % 3}") for i in range(80)])
-    with django_assert_num_queries(13):
+    with django_assert_num_queries(12):
         alice_client.get("/p/default/stats/")
 
 
@@ -126,6 +126,6 @@ def test_a_large_window_reads_its_percentiles_from_the_rollup(
     assert rough["timed"] == exact["timed"] == 40 and not rough["exact_percentiles"]
     for key in ("p50", "p95"):
         assert abs(rough[key] - exact[key]) <= 0.05 * exact[key]
-    with django_assert_num_queries(12):  # one fewer: the durations are not read
+    with django_assert_num_queries(11):  # one fewer: the durations are not read
         page = alice_client.get("/p/default/stats/?days=7").content.decode()
     assert 'title="From the latency rollup' in page

@@ -97,12 +97,12 @@ def test_timeline_query_count_does_not_grow(alice_client, ingest, django_assert_
         return runs
 
     ingest(session_of(2))
-    # session + user, project + role, the project menu, the session, its runs, member
+    # session + user, project + role + the project menu, the session, its runs, member
     # interactions, workflow steps, the runs' annotations.
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(8):
         alice_client.get("/p/default/sessions/big/")
     ingest(session_of(25))
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(8):
         page = alice_client.get("/p/default/sessions/big/").content.decode()
     # The timeline is paged (HISTORY_PAGE_SIZE runs a page): the 75 runs are the first
     # page's 50 and the 25 behind its "Later runs" link, each run once.

@@ -371,22 +371,22 @@ def test_query_count_does_not_grow_with_the_data(alice_client, ingest, url, djan
 def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
     _many_runs(ingest, 10, 3, 3)
     alice_client.get("/p/default/receipts/")  # the project remembered in her session (once)
-    # session + user lookups (2), the project with her role in it (1), the header's
-    # project menu (1), and the page's own queries: sessions, their titles, the capped
-    # total, the framework menu.
-    with django_assert_num_queries(8):
+    # session + user lookups (2), the project with her role in it and the header's
+    # project menu (1: her memberships with their projects), and the page's own queries:
+    # sessions, their titles, the capped total, the framework menu.
+    with django_assert_num_queries(7):
         alice_client.get("/p/default/")
-    with django_assert_num_queries(7):  # the timeline: the session, its runs, their annotations
+    with django_assert_num_queries(6):  # the timeline: the session, its runs, their annotations
         alice_client.get("/p/default/sessions/sess-0/")
-    # The run page: session + user, project + role, project menu, the run, its first
+    # The run page: session + user, project + role + project menu, the run, its first
     # iterations, their first tool calls, how many contexts it has (none here, so no query
     # for the first of them). The first view also keeps the answer's HTML, rendered then
-    # (one UPDATE); later views read it. The runs before and after it in the session and
-    # the nearest run of the other group, timed or not (3); its annotations (1); the runs
-    # it started (1, none here: a second, a capped count, only past the first 50).
-    with django_assert_num_queries(14):
+    # (one UPDATE); later views read it. The runs before and after it in the session,
+    # with the nearest run of the other group, timed or not (1); its annotations (1); the
+    # runs it started (1, none here: a second, a capped count, only past the first 50).
+    with django_assert_num_queries(11):
         alice_client.get("/p/default/runs/run-10-0/")
-    with django_assert_num_queries(13):
+    with django_assert_num_queries(10):
         alice_client.get("/p/default/runs/run-10-0/")
     # The list with a search: sessions, their titles, their matching runs, the framework
     # menu (a search that fits one page is counted from it); on PostgreSQL the sample
@@ -394,9 +394,9 @@ def test_pinned_query_counts(alice_client, ingest, django_assert_num_queries):
     # the index's range of them; then the passages of the hits whose input, answer, error
     # and agent do not show the word: their thoughts, then their tool calls (2, whatever
     # the number of hits).
-    with django_assert_num_queries(11 + 2 * (connection.vendor == "sqlite")):
+    with django_assert_num_queries(10 + 2 * (connection.vendor == "sqlite")):
         alice_client.get("/p/default/?q=t0")
-    with django_assert_num_queries(5):
+    with django_assert_num_queries(4):
         alice_client.get("/p/default/receipts/")
 
 

@@ -6,8 +6,9 @@ admin. A project the user may not see does not exist for them: every page under 
 404, exactly as for a project that does not exist. An action their role does not allow, in
 a project they see, is a 403.
 
-Views under ``/p/<slug>/`` are wrapped in ``project_view``: it reads the project and the
-user's role in one query, and sets ``request.project`` and ``request.project_role``.
+Views under ``/p/<slug>/`` are wrapped in ``project_view``: it reads the project, the
+user's role and the projects of the header's menu in one query, and sets
+``request.project``, ``request.project_role`` and ``request.project_menu``.
 """
 
 from __future__ import annotations
@@ -83,6 +84,30 @@ def role_in(user: Any, slug: str) -> tuple[Project, str]:
     raise Http404("No such project")
 
 
+def role_and_menu(user: Any, slug: str) -> tuple[Project, str, list[Project]]:
+    """What ``role_in`` gives, and every project ``user`` may see, by name (the header's
+    project menu), all in one query: the user's memberships with their projects (every
+    project, for a superuser). ``Http404`` as ``role_in``."""
+    if SLUG.fullmatch(slug) and user.is_authenticated and user.is_active:
+        if user.is_superuser:
+            menu = list(Project.objects.order_by("name", "slug"))
+            roles = dict.fromkeys((p.slug for p in menu), ADMIN)
+        else:
+            memberships = (
+                Membership.objects.filter(user=user)
+                .select_related("project")
+                .order_by("project__name", "project__slug")
+            )
+            roles, menu = {}, []
+            for membership in memberships:
+                roles[membership.project.slug] = membership.role
+                menu.append(membership.project)
+        for project in menu:
+            if project.slug == slug:
+                return project, roles[slug], menu
+    raise Http404("No such project")
+
+
 def require(request: HttpRequest, action: str) -> None:
     """``PermissionDenied`` (403) unless the request's role allows ``action``."""
     if not allows(getattr(request, "project_role", None), action):
@@ -99,7 +124,7 @@ def project_view(
         @login_required
         @functools.wraps(view)
         def wrapped(request: HttpRequest, project: str, *args: Any, **kwargs: Any) -> HttpResponse:
-            request.project, request.project_role = role_in(request.user, project)
+            request.project, request.project_role, request.project_menu = role_and_menu(request.user, project)
             require(request, action)
             if request.session.get(SESSION_KEY) != request.project.slug:
                 request.session[SESSION_KEY] = request.project.slug
@@ -167,13 +192,21 @@ def current_project(request: HttpRequest) -> Project | None:
 
 def context(request: HttpRequest) -> dict[str, Any]:
     """Template context: the page's project, the user's role and what it allows, and
-    (read only by the full page's header, never by a partial) the projects to switch to."""
+    (read only by the full page's header, never by a partial) the projects to switch to:
+    those ``project_view`` read with the project, else read when the header asks."""
     project = getattr(request, "project", None)
     role = getattr(request, "project_role", None)
     user = getattr(request, "user", None)
+    menu = getattr(request, "project_menu", None)
+    if menu is not None:
+        switch_projects = menu
+    elif user:
+        switch_projects = lambda: list(visible_projects(user).only("slug", "name"))  # noqa: E731
+    else:
+        switch_projects = list
     return {
         "project": project,
         "project_role": role,
         "can": {action: allows(role, action) for action in ACTIONS},
-        "switch_projects": (lambda: list(visible_projects(user).only("slug", "name"))) if user else list,
+        "switch_projects": switch_projects,
     }

@@ -18,6 +18,10 @@ once (``annotate``: scores on one run in 10, a label on one in 100, a comment on
 
 Each page is requested ``--requests`` times by a logged-in Django test client (after one
 unmeasured request), in process: the time is the server's, template rendering included.
+Beside the wall-clock median and p95: the median CPU time of this process per request
+(``time.process_time``: Python's work, Django's included, without the database server's
+on PostgreSQL) and the queries each request makes. ``--only`` measures only the pages
+its comma-separated labels name (``--only "run,api run,session"``).
 Target (issue #13): every page ≤ 100 ms median at 1,000,000 runs. Storage on SQLite: ≤ 1.5×
 the plain raw figure of ``raw_sqlite.py`` per run, measured in the same run.
 """
@@ -383,6 +387,7 @@ def pages(runs: int) -> list[tuple[str, str]]:
         ("run: model calls slice", f"/p/default/runs/{middle}/model-calls/?start=0"),
         ("model call", f"/p/default/runs/{middle}/model-calls/3/"),
         ("api run", f"/api/v1/runs/{middle}"),
+        ("api run (logged in)", f"/api/v1/runs/{middle}?_as=session"),
         ("inspector", f"/p/default/runs/run-{inspected:07d}/context/1/"),
         ("context as sent (in place)", f"/p/default/runs/run-{inspected:07d}/context/1/text/"),
         ("api inspector", f"/api/v1/runs/run-{inspected:07d}/contexts/1"),
@@ -399,9 +404,14 @@ def pages(runs: int) -> list[tuple[str, str]]:
     return found
 
 
-def measure(runs: int, requests: int) -> list[tuple[str, float, float, int]]:
+def measure(
+    runs: int, requests: int, only: tuple[str, ...] = ()
+) -> list[tuple[str, float, float, int, float, int]]:
+    """(label, median ms, p95 ms, bytes, median CPU ms, queries) of each page measured."""
     from django.contrib.auth import get_user_model
+    from django.db import connection
     from django.test import Client
+    from django.test.utils import CaptureQueriesContext
 
     from history_app import models
 
@@ -418,19 +428,28 @@ def measure(runs: int, requests: int) -> list[tuple[str, float, float, int]]:
     )
     results = []
     for label, url in pages(runs):
-        headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if url.startswith("/api/") else {}
+        if only and label not in only:
+            continue
+        # A twin is read with the token, but "(logged in)": as the logged-in user reads it.
+        logged_in = url.endswith("?_as=session")
+        url = url.removesuffix("?_as=session")
+        bearer = url.startswith("/api/") and not logged_in
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if bearer else {}
         first = client.get(url, **headers)
         if first.status_code != 200:
             raise SystemExit(f"{url}: {first.status_code}")
         size = len(first.getvalue())
-        times = []
+        times, cpu = [], []
         for _ in range(requests):
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             client.get(url, **headers).getvalue()  # a streamed answer read to its end
+            cpu.append((time.process_time() - started_cpu) * 1000)
             times.append((time.perf_counter() - started) * 1000)
+        with CaptureQueriesContext(connection) as queries:
+            client.get(url, **headers).getvalue()
         times.sort()
         p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
-        results.append((label, statistics.median(times), p95, size))
+        results.append((label, statistics.median(times), p95, size, statistics.median(cpu), len(queries)))
     return results
 
 
@@ -457,6 +476,7 @@ def main() -> None:
     parser.add_argument("--path", default="")
     parser.add_argument("--pg", action="store_true", help="use BENCH_DATABASE_URL (PostgreSQL)")
     parser.add_argument("--workers", type=int, default=0, help="PostgreSQL's writers (default: one per core)")
+    parser.add_argument("--only", default="", help="measure only these pages (labels, comma-separated)")
     args = parser.parse_args()
     if args.pg:
         url = os.environ.get("BENCH_DATABASE_URL")
@@ -489,11 +509,12 @@ def main() -> None:
         f"  size per run: {ours / 1024:.1f} KB"
         + (f" (raw sqlite3 {raw / 1024:.1f} KB: {ours / raw:.2f}x)" if connection.vendor == "sqlite" else "")
     )
-    print(f"  {'page':38} {'median ms':>10} {'p95 ms':>8} {'bytes':>8}")
+    print(f"  {'page':38} {'median ms':>10} {'p95 ms':>8} {'bytes':>8} {'CPU ms':>7} {'queries':>7}")
     worst = 0.0
-    for label, median, p95, size in measure(args.runs, args.requests):
+    only = tuple(label for label in args.only.split(",") if label)
+    for label, median, p95, size, cpu, queries in measure(args.runs, args.requests, only):
         worst = max(worst, median)
-        print(f"  {label:38} {median:10.1f} {p95:8.1f} {size:8d}", flush=True)
+        print(f"  {label:38} {median:10.1f} {p95:8.1f} {size:8d} {cpu:7.1f} {queries:7d}", flush=True)
     print(f"  slowest median: {worst:.1f} ms (target ≤ 100 ms)")
     sys.stdout.flush()
 

@@ -2,7 +2,8 @@
 of any size costs the server a chunk of rows at a time, never the whole run at once.
 
 Every table is read once, in order, with ``iterator()`` (chunks of ``CHUNK_ROWS`` rows):
-five queries for one run or a whole session, whatever they hold. Children come in their
+five queries for one run or a whole session, whatever they hold (four for one run
+without model calls). Children come in their
 parents' order and are handed out parent by parent (``_Children``).
 """
 
@@ -81,6 +82,8 @@ class RunReader:
             self.runs: QuerySet | list[models.Run] = [run]
 
             def children(model: type, *order: str) -> QuerySet:
+                if model is models.ModelCall and not run.model_call_count:
+                    return model.objects.none()  # it counts its model calls: none, and no query
                 return model.objects.filter(run_id=run.pk).order_by(*order)
 
         else:

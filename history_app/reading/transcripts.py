@@ -10,13 +10,15 @@ order.
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.db.models import Count, F, Q, QuerySet, Window
+from django.db.models import Count, F, Q, QuerySet, Subquery, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length, RowNumber, Substr
 
@@ -452,44 +454,46 @@ def link_delegations(run: models.Run, calls: list[models.ToolCall], skip: int = 
 def neighbours(run: models.Run) -> tuple[models.Run | None, models.Run | None]:
     """The runs before and after ``run`` in its session, in the session timeline's order:
     by start time, then key; runs with no start time by key, before the timed ones on
-    SQLite and after them on PostgreSQL, as each database sorts a missing value. Three
-    queries, each an index range read (``run_session_order_idx``) that stops at its first
-    row: the neighbour on each side within the run's own group (timed or not), and the
-    nearest run of the other group, which is a neighbour when the run is at its group's
-    edge."""
+    SQLite and after them on PostgreSQL, as each database sorts a missing value. One
+    query, of the rows three subqueries name, each an index range read
+    (``run_session_order_idx``) that stops at its first row: the neighbour on each side
+    within the run's own group (timed or not), and the nearest run of the other group,
+    which is a neighbour when the run is at its group's edge."""
     fields = ("run_id", "agent_name", "status", "started_at", "project_id")
-    runs = models.Run.objects.filter(session_id=run.session_id).only(*fields)
+    runs = models.Run.objects.filter(session_id=run.session_id)
     timed, untimed = runs.filter(started_at__isnull=False), runs.filter(started_at__isnull=True)
     untimed_first = not connection.features.nulls_order_largest  # SQLite: NULL sorts first
     if run.started_at is None:
-        before = untimed.filter(pk__lt=run.pk).order_by("-pk").first()
-        after = untimed.filter(pk__gt=run.pk).order_by("pk").first()
-        # The nearest timed run: after the last untimed one on SQLite, before the first on
-        # PostgreSQL.
-        edge = timed.order_by(*(("started_at", "pk") if untimed_first else ("-started_at", "-pk"))).first()
-        if untimed_first:
-            after = after or edge
-        else:
-            before = before or edge
-        return before, after
-    at = run.started_at
-    before = (
-        timed.filter(started_at__lte=at)  # the index range; the next line breaks the tie
-        .filter(Q(started_at__lt=at) | Q(pk__lt=run.pk))
-        .order_by("-started_at", "-pk")
-        .first()
-    )
-    after = (
-        timed.filter(started_at__gte=at)
-        .filter(Q(started_at__gt=at) | Q(pk__gt=run.pk))
-        .order_by("started_at", "pk")
-        .first()
-    )
-    # The nearest untimed run: before the first timed run on SQLite, after the last on
-    # PostgreSQL (read always, so the page's query count does not depend on the data).
-    edge = untimed.order_by("-pk" if untimed_first else "pk").first()
-    if untimed_first:
-        before = before or edge
+        nearest = [
+            untimed.filter(pk__lt=run.pk).order_by("-pk"),
+            untimed.filter(pk__gt=run.pk).order_by("pk"),
+            # The nearest timed run: after the last untimed one on SQLite, before the
+            # first on PostgreSQL.
+            timed.order_by(*(("started_at", "pk") if untimed_first else ("-started_at", "-pk"))),
+        ]
     else:
-        after = after or edge
-    return before, after
+        at = run.started_at
+        nearest = [
+            timed.filter(started_at__lte=at)  # the index range; the next line breaks the tie
+            .filter(Q(started_at__lt=at) | Q(pk__lt=run.pk))
+            .order_by("-started_at", "-pk"),
+            timed.filter(started_at__gte=at)
+            .filter(Q(started_at__gt=at) | Q(pk__gt=run.pk))
+            .order_by("started_at", "pk"),
+            # The nearest untimed run: before the first timed run on SQLite, after the
+            # last on PostgreSQL (read always, so the query does not depend on the data).
+            untimed.order_by("-pk" if untimed_first else "pk"),
+        ]
+    picked = functools.reduce(operator.or_, (Q(pk=Subquery(rows.values("pk")[:1])) for rows in nearest))
+    found = models.Run.objects.filter(picked).only(*fields)
+
+    def place(row: models.Run) -> tuple:
+        """Where a run comes in the session's order."""
+        if row.started_at is None:
+            return (0 if untimed_first else 2, row.pk)
+        return (1, row.started_at, row.pk)
+
+    here = place(run)
+    earlier = [row for row in found if place(row) < here]
+    later = [row for row in found if place(row) > here]
+    return max(earlier, key=place, default=None), min(later, key=place, default=None)
