@@ -1,7 +1,7 @@
 """Ingest throughput over HTTP, beside raw sqlite3 (+ FTS5) on the same rows, in one run.
 
     python -m history_app.benchmarks.ingest [--runs 2000] [--configs sqlite,pg]
-        [--workers 2] [--clients 4] [--batch 100]
+        [--workers 2] [--clients 4] [--batch 100] [--rounds 1]
 
 For each configuration it starts gunicorn (``--workers``) on a fresh SQLite file, or on
 PostgreSQL (``BENCH_DATABASE_URL``: its history tables are EMPTIED; without it the
@@ -15,7 +15,9 @@ was stored (every run, every tool call), and measures raw ``sqlite3`` on the sam
 100 runs a transaction, without and with the FTS5 search document (``raw_sqlite.py``), so
 the ratio is taken on one machine at one time; with both configurations, PostgreSQL's
 runs/s over SQLite's. Targets: within 1.5× of raw sqlite + FTS5; PostgreSQL at least
-0.8× SQLite.
+0.8× SQLite. ``--rounds N`` repeats all of it N times, the configurations interleaved
+(raw, SQLite, PostgreSQL; raw, SQLite, ...), and prints each round's ratio and their
+median.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import multiprocessing
 import os
 import socket
+import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -139,6 +142,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--shape", choices=("model-calls", "plain"), default="model-calls")
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     with_calls = args.shape == "model-calls"
     atexit.register(stop_all)
@@ -150,25 +154,53 @@ def main() -> None:
         names.remove("pg")
     workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
     plain_runs = [shape.run_dict(i, model_calls=with_calls) for i in range(args.runs)]
-    raw = raw_sqlite.measure(plain_runs)
-    raw_fts = raw_sqlite.measure(plain_runs, fts=True)
     print(
         f"{args.runs} runs of the standard shape{' with 5 model calls' if with_calls else ''} "
         f"({shape.text_chars(plain_runs[0])} characters of text), "
         f"arrays of {args.batch}, {args.clients} clients, gunicorn -w {args.workers}, "
         f"{os.cpu_count()} cores"
     )
+    ratios = []
+    for round_number in range(1, args.rounds + 1):
+        if args.rounds > 1:
+            print(f"round {round_number} of {args.rounds}")
+        rates = measure_round(names, plain_runs, args, with_calls, workdir, round_number)
+        if {"sqlite", "pg"} <= rates.keys():
+            ratios.append(rates["pg"] / rates["sqlite"])
+            print(f"  PostgreSQL / SQLite = {ratios[-1]:.2f}x (target: at least 0.8x)")
+    if len(ratios) > 1:
+        print(
+            f"PostgreSQL / SQLite over {len(ratios)} rounds: "
+            f"{', '.join(f'{r:.2f}x' for r in ratios)}; median {statistics.median(ratios):.2f}x "
+            "(target: at least 0.8x)"
+        )
+
+
+def measure_round(
+    names: list[str],
+    plain_runs: list[dict],
+    args: argparse.Namespace,
+    with_calls: bool,
+    workdir: Path,
+    number: int,
+) -> dict[str, float]:
+    """One round: raw sqlite3 without and with FTS5, then each configuration, one after
+    the other (a round's figures share the machine's load of that minute); runs/s by
+    configuration."""
+    raw = raw_sqlite.measure(plain_runs)
+    raw_fts = raw_sqlite.measure(plain_runs, fts=True)
     print(f"  raw sqlite3, 100 runs a transaction        {raw:8.0f} runs/s")
     print(f"  raw sqlite3 + FTS5 search document         {raw_fts:8.0f} runs/s")
     rates = {}
+    (workdir / f"round-{number}").mkdir()
     for name in names:
         result = endpoint(
             name,
-            runs_for(f"bench-{name}-{int(time.time())}-", args.runs, model_calls=with_calls),
+            runs_for(f"bench-{name}-{int(time.time())}-{number}-", args.runs, model_calls=with_calls),
             workers=args.workers,
             clients=args.clients,
             batch=args.batch,
-            workdir=workdir,
+            workdir=workdir / f"round-{number}",
         )
         load = "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
         ok = (
@@ -183,8 +215,7 @@ def main() -> None:
             f"{'all' if ok else 'NOT ALL'}; {result['retries']} retries; {load})"
         )
         rates[name] = result["runs/s"]
-    if {"sqlite", "pg"} <= rates.keys():
-        print(f"  PostgreSQL / SQLite = {rates['pg'] / rates['sqlite']:.2f}x (target: at least 0.8x)")
+    return rates
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from django.db import models as db_models
 
 from history_app import models
 from history_app.agent_history.records import Run
-from history_app.store import mapper, search
+from history_app.store import mapper, pg_copy, search
 
 
 @dataclass
@@ -131,16 +131,16 @@ class _Table:
         return row
 
     def insert(self, rows: list[list[Any]]) -> None:
-        """Insert ``rows`` (from ``params``) with one statement executed for each row
-        (``executemany``: sqlite3 runs it in C, psycopg prepares it once and pipelines it;
-        a statement of many VALUES would be parsed again on the client for every batch)."""
+        """Insert ``rows`` (from ``params``): on SQLite one statement executed for each row
+        (``executemany``, which sqlite3 runs in C); on PostgreSQL one ``COPY`` (``pg_copy``)."""
         if not rows:
             return
         qn = connection.ops.quote_name
-        sql = (
-            f"INSERT INTO {qn(self.model._meta.db_table)} ({', '.join(qn(f.column) for f in self.fields)}) "
-            f"VALUES ({', '.join(['%s'] * len(self.fields))})"
-        )
+        table, columns = qn(self.model._meta.db_table), [qn(f.column) for f in self.fields]
+        if connection.vendor == "postgresql":
+            pg_copy.copy_rows(table, columns, rows)
+            return
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
         with connection.cursor() as cursor:
             cursor.executemany(sql, rows)
 

@@ -23,6 +23,7 @@ from django.db import connection
 from django.db.models.expressions import RawSQL
 
 from history_app.agent_history.context import as_text
+from history_app.store import pg_copy
 
 # Hiragana, katakana, CJK unified ideographs (with extension A and compatibility), Hangul.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
@@ -106,7 +107,6 @@ def _document(
 
 def index_runs(documents: Iterable[tuple[int, str]]) -> None:
     """Index ``(run primary key, document)`` pairs (runs not indexed yet)."""
-    from history_app import models
 
     documents = list(documents)
     if not documents:
@@ -115,9 +115,7 @@ def index_runs(documents: Iterable[tuple[int, str]]) -> None:
         with connection.cursor() as cursor:
             cursor.executemany("INSERT INTO history_run_fts(rowid, document) VALUES (%s, %s)", documents)
     else:
-        models.RunSearch.objects.bulk_create(
-            models.RunSearch(run_id=pk, document=doc) for pk, doc in documents
-        )
+        pg_copy.copy_rows("history_app_runsearch", ["run_id", "document"], documents)
 
 
 def unindex_runs(documents: Iterable[tuple[int, str]]) -> None:
