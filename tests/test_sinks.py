@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.server
 import json
 import socket
-import threading
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from history_app import models
 from history_app.agent_history import HttpSink, Run
 
 from .conftest import TOKEN
+from .fake_openai import serve_in_a_thread
 
 
 def run(i):
@@ -91,8 +91,7 @@ class Flaky(http.server.BaseHTTPRequestHandler):
 def test_server_errors_are_retried_with_backoff(tmp_path):
     Flaky.answers, Flaky.bodies = [503, 500], []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    serve_in_a_thread(server)
     try:
         sink = HttpSink(
             f"http://127.0.0.1:{server.server_port}/",
@@ -150,7 +149,7 @@ class Scripted(http.server.BaseHTTPRequestHandler):
 def scripted():
     Scripted.answer, Scripted.requests = staticmethod(lambda items: (200, None, {})), []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_a_thread(server)
     yield f"http://127.0.0.1:{server.server_port}/api/v1/ingest"
     server.shutdown()
 
