@@ -123,18 +123,46 @@ def child_runs(run: models.Run) -> ChildRuns:
     only the head of their input. One query, and one more (a capped count) only when
     there are more than that. A run naming itself as its parent is not its own child."""
     limit = CHILD_RUNS_SHOWN
+    sql, template = _child_runs_sql(connection.vendor)
+    values = {
+        _SENTINEL_PROJECT: run.project_id,
+        _SENTINEL_SESSION: run.session_id,
+        _SENTINEL_PARENT: run.run_id,
+        _SENTINEL_PK: run.pk,
+    }
+    found = list(models.Run.objects.raw(sql, [values.get(param, param) for param in template]))
+    if len(found) <= limit:
+        return ChildRuns(found, len(found))
     children = models.Run.objects.filter(
         project_id=run.project_id, session_id=run.session_id, parent_run_id=run.run_id
     ).exclude(pk=run.pk)
-    found = list(
-        children.only(*_CHILD_FIELDS)
-        .annotate(input_head=Substr("input", 1, CHILD_INPUT_CHARS), input_length=Length("input"))
-        .order_by(F("started_at").asc(nulls_last=True), "id")[: limit + 1]
-    )
-    if len(found) <= limit:
-        return ChildRuns(found, len(found))
     total = children.order_by()[:CHILD_RUNS_COUNTED].count()
     return ChildRuns(found[:limit], total, counted_all=total < CHILD_RUNS_COUNTED)
+
+
+# Stand-ins for a run's values in the child runs' query, compiled once (``_child_runs_sql``):
+# no constant of the query can equal one of them.
+_SENTINEL_PROJECT, _SENTINEL_SESSION, _SENTINEL_PK = -7_100_000_001, -7_100_000_002, -7_100_000_003
+_SENTINEL_PARENT = "\x00child-runs-parent"
+
+
+@functools.cache
+def _child_runs_sql(vendor: str) -> tuple[str, tuple]:
+    """The child runs' query as the ORM writes it on this database, with its parameters,
+    the run's values standing in as sentinels: built once a process, not on every run page
+    and twin (building it cost more CPU than running it). ``child_runs`` puts the run's
+    values in place of the sentinels."""
+    query = (
+        models.Run.objects.filter(
+            project_id=_SENTINEL_PROJECT, session_id=_SENTINEL_SESSION, parent_run_id=_SENTINEL_PARENT
+        )
+        .exclude(pk=_SENTINEL_PK)
+        .only(*_CHILD_FIELDS)
+        .annotate(input_head=Substr("input", 1, CHILD_INPUT_CHARS), input_length=Length("input"))
+        .order_by(F("started_at").asc(nulls_last=True), "id")[: CHILD_RUNS_SHOWN + 1]
+    )
+    sql, params = query.query.sql_with_params()
+    return sql, tuple(params)
 
 
 def child_summary(child: models.Run) -> dict[str, Any]:
