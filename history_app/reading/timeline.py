@@ -13,12 +13,12 @@ from typing import Any
 
 from django.core import signing
 from django.db import connection
-from django.db.models import Count, F, IntegerField, OuterRef, Subquery, Value, Window
+from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery, Value, Window
 from django.db.models.functions import Coalesce, RowNumber
 
 from history_app import models
 from history_app.agent_history.records import FINISHED_STATUSES
-from history_app.reading import listing
+from history_app.reading import compiled, listing
 from history_app.reading.paging import BadCursor, NotFound
 from history_app.upkeep import annotations
 
@@ -89,18 +89,31 @@ def _count_of(queryset: Any) -> Coalesce:
     return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
 
 
+def _with_counts(*, project: int, session_id: str) -> QuerySet:
+    """The session (at most one: its id is unique in its project) with its finished and
+    successful runs counted."""
+    runs = models.Run.objects.filter(session=OuterRef("pk"))
+    return (
+        models.Session.objects.filter(project_id=project, session_id=session_id)
+        .annotate(
+            finished_runs=_count_of(runs.filter(status__in=FINISHED_STATUSES)),
+            successful_runs=_count_of(runs.filter(status="completed")),
+        )
+        .order_by("pk")[:1]
+    )
+
+
 def get_session(project: models.Project, session_id: str, *, with_counts: bool) -> models.Session:
     """The session (``NotFound`` when the project has none of that id); ``with_counts`` adds its
     finished and successful runs, counted in the same query (the session row keeps all
     and failed ones)."""
-    sessions = models.Session.objects.filter(project=project, session_id=session_id)
     if with_counts:
-        runs = models.Run.objects.filter(session=OuterRef("pk"))
-        sessions = sessions.annotate(
-            finished_runs=_count_of(runs.filter(status__in=FINISHED_STATUSES)),
-            successful_runs=_count_of(runs.filter(status="completed")),
-        )
-    session = sessions.first()
+        # Built and compiled once a process: the two counting subqueries cost more to build
+        # than to run.
+        found = compiled.rows("session-with-counts", _with_counts, project=project.pk, session_id=session_id)
+        session = next(iter(found), None)
+    else:
+        session = models.Session.objects.filter(project=project, session_id=session_id).first()
     if session is None:
         raise NotFound(f"no session {session_id!r}")
     session.project = project  # found in it: its links need no query

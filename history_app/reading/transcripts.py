@@ -23,6 +23,7 @@ from django.db.models.functions import Length, RowNumber, Substr
 
 from history_app import models
 from history_app.agent_history.records import DELEGATION_TOOLS, is_delegation
+from history_app.reading import compiled
 from history_app.reading.paging import NotFound
 from history_app.reading.rendering import plain_text, render, render_markdown
 
@@ -123,14 +124,16 @@ def child_runs(run: models.Run) -> ChildRuns:
     only the head of their input. One query, and one more (a capped count) only when
     there are more than that. A run naming itself as its parent is not its own child."""
     limit = CHILD_RUNS_SHOWN
-    sql, template = _child_runs_sql(connection.vendor)
-    values = {
-        _SENTINEL_PROJECT: run.project_id,
-        _SENTINEL_SESSION: run.session_id,
-        _SENTINEL_PARENT: run.run_id,
-        _SENTINEL_PK: run.pk,
-    }
-    found = list(models.Run.objects.raw(sql, [values.get(param, param) for param in template]))
+    found = list(
+        compiled.rows(
+            "child-runs",
+            _child_runs,
+            project=run.project_id,
+            session=run.session_id,
+            parent=run.run_id,
+            pk=run.pk,
+        )
+    )
     if len(found) <= limit:
         return ChildRuns(found, len(found))
     children = models.Run.objects.filter(
@@ -140,29 +143,15 @@ def child_runs(run: models.Run) -> ChildRuns:
     return ChildRuns(found[:limit], total, counted_all=total < CHILD_RUNS_COUNTED)
 
 
-# Stand-ins for a run's values in the child runs' query, compiled once (``_child_runs_sql``):
-# no constant of the query can equal one of them.
-_SENTINEL_PROJECT, _SENTINEL_SESSION, _SENTINEL_PK = -7_100_000_001, -7_100_000_002, -7_100_000_003
-_SENTINEL_PARENT = "\x00child-runs-parent"
-
-
-@functools.cache
-def _child_runs_sql(vendor: str) -> tuple[str, tuple]:
-    """The child runs' query as the ORM writes it on this database, with its parameters,
-    the run's values standing in as sentinels: built once a process, not on every run page
-    and twin (building it cost more CPU than running it). ``child_runs`` puts the run's
-    values in place of the sentinels."""
-    query = (
-        models.Run.objects.filter(
-            project_id=_SENTINEL_PROJECT, session_id=_SENTINEL_SESSION, parent_run_id=_SENTINEL_PARENT
-        )
-        .exclude(pk=_SENTINEL_PK)
+def _child_runs(*, project: int, session: int, parent: str, pk: int) -> QuerySet:
+    """The first child runs of run ``pk`` (``parent`` its id), as its page lists them."""
+    return (
+        models.Run.objects.filter(project_id=project, session_id=session, parent_run_id=parent)
+        .exclude(pk=pk)
         .only(*_CHILD_FIELDS)
         .annotate(input_head=Substr("input", 1, CHILD_INPUT_CHARS), input_length=Length("input"))
         .order_by(F("started_at").asc(nulls_last=True), "id")[: CHILD_RUNS_SHOWN + 1]
     )
-    sql, params = query.query.sql_with_params()
-    return sql, tuple(params)
 
 
 def child_summary(child: models.Run) -> dict[str, Any]:
