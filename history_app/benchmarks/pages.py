@@ -297,7 +297,7 @@ def _write(new: list, sessions: dict, deltas: object, pairs: list, project_id: i
 
     from history_app import models
     from history_app.intake import bulk
-    from history_app.store import rollups
+    from history_app.store import rollups, search
 
     with transaction.atomic():
         existing = set(
@@ -315,7 +315,12 @@ def _write(new: list, sessions: dict, deltas: object, pairs: list, project_id: i
             )
         )
         session_of = {n.run["run_id"]: f"sess-{int(n.run['run_id'][4:]) // 10:06d}" for n in new}
-        bulk.insert_runs(new, [keys[session_of[n.run["run_id"]]] for n in new], timezone.now(), project_id)
+        pks = bulk.insert_runs(
+            new, [keys[session_of[n.run["run_id"]]] for n in new], timezone.now(), project_id
+        )
+        # The search documents, as the writer's SearchIndex adds them (insert_runs does not
+        # since a1dbb34: a fill without them measured the searches on an empty index).
+        search.index_runs((pk, n.document) for n, pk in zip(new, pks, strict=True))
         if not existing:
             rollups.apply(deltas, project_id)
             rollups.add_facets((keys[sid], facet, value) for sid, facet, value in pairs)
