@@ -207,3 +207,71 @@ def test_the_planner_estimates_a_facet_value_by_the_pair_not_by_each_column():
         plan = json.loads(plan)
     estimate = plan[0]["Plan"]["Plan Rows"]
     assert 300 <= estimate <= 500, estimate
+
+
+def test_a_single_condition_list_is_counted_from_its_own_rows_in_its_project(alice_client):
+    """A list whose one condition is a facet or a score sort is counted from that
+    condition's rows (listing._single_condition_rows): the count is the list's, and
+    another project's sessions with the same agent, tool, status, errors, label or score
+    are not in it."""
+    from django.test import Client
+
+    from history_app import models
+    from history_app.access.auth import register_token
+
+    other = models.Project.objects.create(slug="other", name="Other")
+    _, ours = register_token(name="ours", scopes=["ingest", "annotate"])
+    _, theirs = register_token(name="theirs", scopes=["ingest", "annotate"], project=other)
+
+    def send(token: str, run_id: str, n: int) -> None:
+        calls = [{"tool": "search", "params": {"q": "x"}, "result": "y"}]
+        if n % 3 == 0:
+            calls.append({"tool": "fetch", "params": {}, "error": "boom"})
+        body = native(
+            run_id, run_id, input=f"q {n}", agent_name="ab"[n % 2], iterations=[{"tool_calls": calls}]
+        )
+        if n % 4 == 0:
+            body.update(status="failed", error="broke")
+        auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+        sent = Client().post("/api/v1/ingest", json.dumps(body), content_type="application/json", **auth)
+        assert sent.status_code in (200, 201, 202), sent.content
+        if n % 3 == 1:
+            marks = [
+                {"kind": "score", "name": "correct", "value": n / 10},
+                {"kind": "label", "name": "golden"},
+            ]
+            url = f"/api/v1/runs/{run_id}/annotations"
+            marked = Client().post(url, json.dumps(marks), content_type="application/json", **auth)
+            assert marked.status_code == 201, marked.content
+
+    for n in range(9):
+        send(ours, f"s-{n}", n)
+    for n in range(7):
+        send(theirs, f"t-{n}", n)
+    project = models.Project.default()
+    expected = {
+        "agent=a": 5,
+        "agent=b": 4,
+        "status=failed": 3,
+        "tool=search": 9,
+        "tool=fetch": 3,
+        "errors=1": 5,  # a tool error (0, 3, 6) or a failure (0, 4, 8)
+        "annotated=golden": 3,
+        "annotated=correct": 3,
+        "annotated=correct&sort=score_low": 3,
+        "annotated=correct&sort=score_high": 3,
+        "agent=nobody": 0,
+    }
+    for query, count in expected.items():
+        params = dict(pair.split("=") for pair in query.split("&"))
+        filters = listing.SessionFilters.from_query(params)
+        assert listing._single_condition_rows(project, filters) is not None, query
+        listed = listing.sessions_page(project=project, limit=100, filters=filters)
+        assert len(listed.items) == count and all(s.session_id.startswith("s-") for s in listed.items), query
+        assert listing.session_total(project=project, filters=filters, page=listed) == (count, False), query
+        if count:
+            word = "session matches" if count == 1 else "sessions match"
+            assert f'<p class="total" id="total">{count} {word}</p>' in page_of(alice_client, **params), query
+    # Two conditions, or one with a date, are counted through the sessions as before.
+    for params in ({"agent": "a", "status": "failed"}, {"agent": "a", "from": "2020-01-01"}):
+        assert listing._single_condition_rows(project, listing.SessionFilters.from_query(params)) is None

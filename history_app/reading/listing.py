@@ -184,6 +184,9 @@ def session_total(*, project: models.Project, filters: SessionFilters, page: Pag
         if page.next_cursor is None:
             return len(page.items), False
         return None
+    if (rows := _single_condition_rows(project, filters)) is not None:
+        count = rows[: TOTAL_CAP + 1].count()
+        return min(count, TOTAL_CAP), count > TOTAL_CAP
     # The rows the page was read from: the filters' probes (which plan each facet filter
     # takes) are not made again.
     matching = page.matching
@@ -191,6 +194,36 @@ def session_total(*, project: models.Project, filters: SessionFilters, page: Pag
         matching = filters.apply(models.Session.objects.filter(project=project))
     count = matching.values("pk")[: TOTAL_CAP + 1].count()
     return min(count, TOTAL_CAP), count > TOTAL_CAP
+
+
+def _single_condition_rows(project: models.Project, filters: SessionFilters) -> Any:
+    """When the list's one condition is a facet (agent, status, tool, label, errors) or a
+    score it is sorted by: that condition's rows (one a session, by their unique
+    constraints) in the project, which count the list's sessions from the condition's own
+    index. Counting through the sessions instead probes each in list order until it has
+    ``TOTAL_CAP`` matches: at a million runs, 48-98 ms for a value a tenth to a third of the
+    sessions hold. None when the list has any other condition."""
+    others = (filters.framework, filters.user, filters.date_from, filters.date_to)
+    if any(others) or (filters.q and not filters.search_notice):
+        return None
+    if filters.sort in SCORE_SORTS:
+        if filters.agent or filters.status or filters.tool or filters.errors:
+            return None
+        return models.SessionScore.objects.filter(name=filters.annotated, session__project=project)
+    facets = [
+        (models.SessionFacet.AGENT, filters.agent),
+        (models.SessionFacet.STATUS, filters.status),
+        (models.SessionFacet.TOOL, filters.tool),
+        (models.SessionFacet.ERRORS, "1" if filters.errors else ""),
+    ]
+    if filters.annotated:
+        kind = "comment" if filters.annotated == "comment" else "score"
+        facets.append((models.SessionFacet.ANNOTATION, rollups.annotation_facet(kind, filters.annotated)))
+    chosen = [(facet, value) for facet, value in facets if value]
+    if len(chosen) != 1:
+        return None
+    facet, value = chosen[0]
+    return models.SessionFacet.objects.filter(facet=facet, value=value, session__project=project)
 
 
 # A session's title is the first input of its first top-level run, cut to this length,
