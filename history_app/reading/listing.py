@@ -78,6 +78,23 @@ class SessionFilters:
         texts = (self.framework, self.agent, self.status, self.user, self.tool, self.annotated)
         return any(texts) or bool(self.date_from or self.date_to or self.errors) or self.sort != "recent"
 
+    def facets(self) -> list[tuple[str, str]]:
+        """The (facet, value) pairs the filters ask the sessions' facets for: the agent,
+        status, tool, errors, and the label or score name unless the list is sorted by
+        that score (its sessions are then read from their scores)."""
+        annotation = ""
+        if self.annotated and self.sort not in SCORE_SORTS:
+            kind = "comment" if self.annotated == "comment" else "score"
+            annotation = rollups.annotation_facet(kind, self.annotated)
+        pairs = [
+            (models.SessionFacet.AGENT, self.agent),
+            (models.SessionFacet.STATUS, self.status),
+            (models.SessionFacet.TOOL, self.tool),
+            (models.SessionFacet.ANNOTATION, annotation),
+            (models.SessionFacet.ERRORS, "1" if self.errors else ""),
+        ]
+        return [(facet, value) for facet, value in pairs if value]
+
     def apply(self, queryset: Any, *, searching: bool = True) -> Any:
         """``queryset`` (one project's sessions) narrowed to what the filters match."""
         sessions = queryset
@@ -96,24 +113,16 @@ class SessionFilters:
         # The filters on what a session's runs hold read the sessions' facets as ingestion
         # noted them (rollups.py): an indexed list whether the value is in every session
         # or in none, never a walk over the sessions' runs and tool calls.
-        if self.agent:
-            queryset = queryset.filter(_having(models.SessionFacet.AGENT, self.agent))
-        if self.status:
-            queryset = queryset.filter(_having(models.SessionFacet.STATUS, self.status))
+        for facet, value in self.facets():
+            queryset = queryset.filter(_having(facet, value))
         if self.user:
             queryset = queryset.filter(user_id=self.user)
-        if self.tool:
-            queryset = queryset.filter(_having(models.SessionFacet.TOOL, self.tool))
         if self.sort in SCORE_SORTS:
             # Sorted by a score: the sessions that have it, each with its mean, read from
             # the (name, mean) index of the sessions' scores.
             queryset = queryset.filter(scores__name=self.annotated).annotate(
                 score_mean=F("scores__mean"), score_count=F("scores__count")
             )
-        elif self.annotated:
-            kind = "comment" if self.annotated == "comment" else "score"
-            facet = rollups.annotation_facet(kind, self.annotated)
-            queryset = queryset.filter(_having(models.SessionFacet.ANNOTATION, facet))
         if self.date_from:
             queryset = queryset.filter(last_activity_at__gte=day_start(self.date_from))
         if self.date_to:
@@ -184,15 +193,15 @@ def session_total(*, project: models.Project, filters: SessionFilters, page: Pag
         if page.next_cursor is None:
             return len(page.items), False
         return None
-    if (rows := _single_condition_rows(project, filters)) is not None:
-        count = rows[: TOTAL_CAP + 1].count()
-        return min(count, TOTAL_CAP), count > TOTAL_CAP
-    # The rows the page was read from: the filters' probes (which plan each facet filter
-    # takes) are not made again.
-    matching = page.matching
-    if matching is None:
-        matching = filters.apply(models.Session.objects.filter(project=project))
-    count = matching.values("pk")[: TOTAL_CAP + 1].count()
+    rows = _single_condition_rows(project, filters)
+    if rows is None:
+        # The rows the page was read from: the filters' probes (which plan each facet
+        # filter takes) are not made again.
+        rows = page.matching
+        if rows is None:
+            rows = filters.apply(models.Session.objects.filter(project=project))
+        rows = rows.values("pk")
+    count = rows[: TOTAL_CAP + 1].count()
     return min(count, TOTAL_CAP), count > TOTAL_CAP
 
 
@@ -206,23 +215,14 @@ def _single_condition_rows(project: models.Project, filters: SessionFilters) -> 
     others = (filters.framework, filters.user, filters.date_from, filters.date_to)
     if any(others) or (filters.q and not filters.search_notice):
         return None
+    facets = filters.facets()
     if filters.sort in SCORE_SORTS:
-        if filters.agent or filters.status or filters.tool or filters.errors:
+        if facets:
             return None
         return models.SessionScore.objects.filter(name=filters.annotated, session__project=project)
-    facets = [
-        (models.SessionFacet.AGENT, filters.agent),
-        (models.SessionFacet.STATUS, filters.status),
-        (models.SessionFacet.TOOL, filters.tool),
-        (models.SessionFacet.ERRORS, "1" if filters.errors else ""),
-    ]
-    if filters.annotated:
-        kind = "comment" if filters.annotated == "comment" else "score"
-        facets.append((models.SessionFacet.ANNOTATION, rollups.annotation_facet(kind, filters.annotated)))
-    chosen = [(facet, value) for facet, value in facets if value]
-    if len(chosen) != 1:
+    if len(facets) != 1:
         return None
-    facet, value = chosen[0]
+    [(facet, value)] = facets
     return models.SessionFacet.objects.filter(facet=facet, value=value, session__project=project)
 
 
